@@ -1,0 +1,79 @@
+// Tensor: dtype, shape and bytes, owned or borrowed. The one tensor type of the project.
+//
+// Storage is row-major and contiguous. An owned tensor shares its bytes on copy (like a
+// handle); clone() makes a deep copy. A borrowed tensor views bytes owned elsewhere
+// (a checkpoint buffer, a payload) and must not outlive them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16.h"
+
+namespace splitcheck {
+
+enum class DType : uint8_t { kBF16, kF32, kI32 };
+
+size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);  // "bfloat16", "float32", "int32"
+
+using Shape = std::vector<int64_t>;
+std::string shape_string(const Shape& shape);  // "[3, 256]"
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // A zero-filled owned tensor.
+  static Tensor zeros(DType dtype, Shape shape);
+  // A view of bytes owned elsewhere.
+  static Tensor borrow(DType dtype, Shape shape, void* data);
+
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t dim(size_t i) const { return shape_.at(i); }
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  bool empty() const { return data_ == nullptr; }
+  bool is_owned() const { return owner_ != nullptr; }
+
+  template <typename T>
+  T* data() {
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* data() const {
+    return static_cast<const T*>(data_);
+  }
+  template <typename T>
+  std::span<T> span() {
+    return {data<T>(), static_cast<size_t>(numel())};
+  }
+  template <typename T>
+  std::span<const T> span() const {
+    return {data<T>(), static_cast<size_t>(numel())};
+  }
+  const std::byte* bytes() const { return static_cast<const std::byte*>(data_); }
+
+  // Deep copy into a new owned tensor.
+  Tensor clone() const;
+  // Same bytes, another shape with the same element count.
+  Tensor reshaped(Shape shape) const;
+  // Rows [begin, end) along the first axis, as a view sharing ownership.
+  Tensor rows(int64_t begin, int64_t end) const;
+
+  // True when dtype, shape and every byte are equal.
+  bool bit_equal(const Tensor& other) const;
+
+ private:
+  DType dtype_ = DType::kF32;
+  Shape shape_;
+  std::shared_ptr<std::vector<std::byte>> owner_;
+  void* data_ = nullptr;
+};
+
+}  // namespace splitcheck
