@@ -1,2 +1,15 @@
-// The splitcheck command line. Placeholder until the CLI lands.
-int main() { return 0; }
+// The splitcheck command line. Exit codes (DESIGN.md): 0 conformant, 1 divergence found,
+// 2 invalid input (scenario, dump or other user file), 3 internal error.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "harness/cli.h"
+
+int main(int argc, char** argv) {
+  try {
+    return splitcheck::run_cli(argc, argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "splitcheck: internal error: {}\n", e.what());
+    return 3;
+  }
+}

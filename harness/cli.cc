@@ -1,0 +1,156 @@
+#include "harness/cli.h"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+
+#include "harness/compare.h"
+#include "harness/golden.h"
+#include "harness/run.h"
+#include "harness/sweep_cli.h"
+
+namespace splitcheck {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitDiverged = 1;
+constexpr int kExitInvalid = 2;
+constexpr int kExitInternal = 3;
+
+std::string default_scenario() { return std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json"; }
+
+int report_status(const Status& st) {
+  fmt::print(stderr, "splitcheck: error: {}\n", st.message());
+  return st.code() == StatusCode::kInvalidInput ? kExitInvalid : kExitInternal;
+}
+
+int cmd_run(const std::string& scenario_path, const std::string& out) {
+  Result<Scenario> s = load_scenario(scenario_path);
+  if (!s.is_ok()) return report_status(s.status());
+  Result<ReferenceRun> run = run_reference(*s);
+  if (!run.is_ok()) return report_status(run.status());
+  const auto& seqs = run->generation.sequences;
+  fmt::print("scenario {} ({}, L={}, H={}): PP=1, {} prompts, {} forwards\n", s->name,
+             s->model.preset, s->model.num_hidden_layers, s->model.hidden_size, seqs.size(),
+             run->generation.forwards);
+  int strict = 0, flexible = 0;
+  for (size_t p = 0; p < seqs.size(); ++p) {
+    const std::string text = detokenize(seqs[p].emitted);
+    const int64_t answer = run->workload.problems[p].answer;
+    const auto st = extract_strict(text);
+    const auto fl = extract_flexible(text);
+    strict += st && *st == answer;
+    flexible += fl && *fl == answer;
+    fmt::print("  prompt {}: {} prompt tokens, emitted {:?}\n", p, seqs[p].prompt_ids.size(), text);
+  }
+  fmt::print("  GSM8K-style score: strict {}/{}, flexible {}/{}\n", strict, seqs.size(), flexible,
+             seqs.size());
+  if (!out.empty()) {
+    Result<DumpHeader> header = make_dump_header(*s, fmt::format("0-{}", s->model.num_hidden_layers));
+    if (!header.is_ok()) return report_status(header.status());
+    Status st = write_record(out, run->record, *header);
+    if (!st.is_ok()) return report_status(st);
+    fmt::print("  dump: {} ({} datasets, level {})\n", out, run->record.entries().size(),
+               dump_level_name(s->dump_level));
+  }
+  return kExitOk;
+}
+
+int cmd_checkpoint(const std::string& scenario_path, const std::string& out) {
+  Result<Scenario> s = load_scenario(scenario_path);
+  if (!s.is_ok()) return report_status(s.status());
+  Result<WeightStore> w = scenario_weights(*s);
+  if (!w.is_ok()) return report_status(w.status());
+  Status st = write_checkpoint(out, s->model, *w);
+  if (!st.is_ok()) return report_status(st);
+  fmt::print("checkpoint {}: {} tensors, {} bytes of parameters\n", out, w->tensors().size(),
+             w->parameter_bytes());
+  return kExitOk;
+}
+
+int cmd_golden_verify(const std::string& golden_dir) {
+  Result<std::vector<GoldenCheck>> checks = verify_goldens(SPLITCHECK_SOURCE_DIR, golden_dir);
+  if (!checks.is_ok()) return report_status(checks.status());
+  int failed = 0;
+  for (const GoldenCheck& c : *checks) {
+    fmt::print("golden {}: {} ({})\n", c.name, c.passed ? "pass" : "FAIL", c.message);
+    failed += !c.passed;
+  }
+  fmt::print("{} passed, {} failed\n", checks->size() - failed, failed);
+  return failed ? kExitDiverged : kExitOk;
+}
+
+int cmd_compare(const std::string& a, const std::string& b, bool approximate, bool full) {
+  CompareOptions opts;
+  opts.approximate = approximate;
+  opts.trust_digest = !full;
+  Result<CompareResult> r = compare_dumps(a, b, opts);
+  if (!r.is_ok()) return report_status(r.status());
+  fmt::print("{}\n", verdict(*r));
+  return r->equal() ? kExitOk : kExitDiverged;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{
+      "splitcheck: proves a pipeline-parallel engine computes exactly what the single-stage "
+      "(PP=1) engine computes, at every split point.\n"
+      "Exit codes: 0 conformant, 1 divergence, 2 invalid input, 3 internal error."};
+  app.require_subcommand(1);
+  std::string golden_dir = std::string(SPLITCHECK_SOURCE_DIR) + "/golden";
+
+  std::string scenario = default_scenario();
+  std::string out;
+  auto* run = app.add_subcommand("run", "Run the PP=1 reference on a scenario, print a summary, write its dump");
+  run->add_option("scenario", scenario, "Scenario JSON (default: the embedded default scenario)");
+  run->add_option("--out", out, "Dump file (HDF5) to write");
+
+  std::string ckpt_out;
+  std::string ckpt_scenario = default_scenario();
+  auto* ckpt = app.add_subcommand("checkpoint", "Write the scenario's model weights as an HDF5 checkpoint");
+  ckpt->add_option("scenario", ckpt_scenario, "Scenario JSON");
+  ckpt->add_option("--out", ckpt_out, "Checkpoint file to write")->required();
+
+  auto* golden = app.add_subcommand("golden", "Verify or update the committed PP=1 goldens");
+  golden->require_subcommand(1);
+  golden->add_option("--dir", golden_dir, "Golden directory (default: the source tree's golden/)");
+  auto* verify = golden->add_subcommand("verify", "Recompute every golden and compare bit for bit");
+  std::string reason;
+  std::vector<std::string> update_scenarios;
+  auto* update = golden->add_subcommand("update", "Regenerate goldens; the reason is recorded in MANIFEST.json");
+  update->add_option("--reason", reason, "Why the golden changes")->required();
+  update->add_option("scenarios", update_scenarios, "Scenario files (default: every golden's)");
+
+  std::string cmp_a, cmp_b;
+  bool approximate = false, full = false;
+  auto* compare = app.add_subcommand("compare", "Compare two dumps of the splitcheck format bit for bit");
+  compare->add_option("a", cmp_a, "Golden (or first) dump")->required();
+  compare->add_option("b", cmp_b, "Candidate dump")->required();
+  compare->add_flag("--approximate", approximate, "Use the approximate lane's thresholds");
+  compare->add_flag("--full", full, "Read every byte even where stored digests are equal");
+
+  SweepCli sweep_cli;
+  sweep_cli.add_to(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitInvalid;
+  }
+  if (*run) return cmd_run(scenario, out);
+  if (*ckpt) return cmd_checkpoint(ckpt_scenario, ckpt_out);
+  if (*verify) return cmd_golden_verify(golden_dir);
+  if (*update) {
+    Status st = update_goldens(SPLITCHECK_SOURCE_DIR, golden_dir, update_scenarios, reason);
+    if (!st.is_ok()) return report_status(st);
+    fmt::print("goldens updated: {}\n", reason);
+    return kExitOk;
+  }
+  if (*compare) return cmd_compare(cmp_a, cmp_b, approximate, full);
+  return sweep_cli.run();
+}
+
+}  // namespace splitcheck

@@ -1,0 +1,122 @@
+// The bitwise comparator: two dumps (or two tensors), dataset by dataset, in execution
+// order (SPEC 5.1, 5.2).
+//
+// Equality is on the integer bit pattern of every element: the exact lane has no
+// tolerance. Consequences worth knowing:
+//   - NaN equals NaN when the bits are equal (a partitioned run that reproduces the
+//     golden's NaN bit for bit is conformant); NaNs with different payloads or signs
+//     are a mismatch and set TensorDiff::nan_mismatch.
+//   - +0.0 and -0.0 are a mismatch (ULP distance 0).
+// This is exactly `h5diff -N` (NaN detection off: h5diff 1.10 then compares bits, and
+// reports 0 vs -0 too). Plain `h5diff` agrees except on two NaNs with different bits,
+// which it calls equal; tests/harness/compare_test.cc checks both by experiment.
+//
+//   ASSIGN_OR_RETURN(CompareResult r, compare_dumps(golden, candidate, {}));
+//   if (!r.equal()) std::puts(verdict(r).c_str());
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/status.h"
+#include "kernels/tensor.h"
+
+namespace splitcheck {
+
+// How one dataset differs. Indices point at the first mismatching element in row-major
+// order: row is its index along the first axis (the token), col along the last (the
+// channel).
+struct TensorDiff {
+  std::string path;
+  std::string dtype;  // "bfloat16", "float32", "int32"
+  Shape shape;
+  int64_t order = 0;
+  int64_t mismatches = 0;
+  int64_t first_index = -1;  // flat; -1 if none
+  int64_t first_row = -1;
+  int64_t first_col = -1;
+  uint32_t first_a_bits = 0;
+  uint32_t first_b_bits = 0;
+  double max_ulp = 0;  // over mismatching non-NaN pairs; |a - b| for int32
+  double max_abs = 0;  // over mismatching non-NaN pairs
+  double cosine = 1;   // over the whole tensor, finite pairs only, in double
+  bool digest_equal = false;
+  bool nan_mismatch = false;  // some mismatching pair has a NaN on either side
+  bool within_tolerance = false;  // approximate lane only: differs, but within thresholds
+};
+
+// What to compare and how.
+struct CompareOptions {
+  // Upper bound of the bytes read per file at a time (two buffers of this size at most).
+  size_t chunk_bytes = size_t{64} << 20;
+  // Stop after the first differing or problematic dataset in execution order.
+  bool stop_at_first = false;
+  // Datasets whose stored digests, dtypes and shapes are equal are equal unread.
+  bool trust_digest = true;
+  // The approximate lane (SPEC 5.2): CPU against CUDA, or an external engine against
+  // the reference, where accumulation order legitimately differs. The thresholds live
+  // here and only here, and are stated in the report next to every verdict:
+  //  - bfloat16: 2 ULP. A bf16 value is a float32 accumulation rounded to 8 mantissa
+  //    bits; a different summation order moves the float32 result by a few float32 ULP,
+  //    which after rounding flips at most the last bf16 bit, and twice through a
+  //    residual add.
+  //  - float32 (logits): no ULP bound, because a reordered sum of thousands of terms can
+  //    move a value near zero by any number of ULP; the cosine bound decides.
+  //  - int32 (token ids): exact, always.
+  //  - every dtype: cosine >= 0.999 over the tensor, i.e. the direction of the hidden
+  //    state is kept to about 2.6 degrees; a wrong op or layer gives far less.
+  //  - a NaN that is not matched bit for bit always fails.
+  bool approximate = false;
+  double max_ulp_bf16 = 2;
+  double max_ulp_f32 = std::numeric_limits<double>::infinity();
+  double min_cosine = 0.999;
+  // Datasets whose path starts with one of these are skipped in both files.
+  std::vector<std::string> ignore_prefixes;
+};
+
+// The outcome of a comparison.
+struct CompareResult {
+  // Differing or problematic datasets, in A's execution order.
+  std::vector<TensorDiff> diffs;
+  std::vector<std::string> only_in_a, only_in_b;
+  // Shape or dtype mismatches, one human-readable line each, naming the dataset.
+  std::vector<std::string> structural_errors;
+  int64_t datasets_compared = 0;
+  int64_t bytes_read = 0;  // data bytes read from both files together
+
+  // True when nothing differs (diffs within the approximate lane's tolerance aside).
+  bool equal() const;
+  // The first diff (in execution order) that is not within tolerance, or nullptr.
+  const TensorDiff* first_divergence() const;
+};
+
+// Compares dump `b` against dump `a` (the golden). Datasets are streamed in blocks of at
+// most options.chunk_bytes per file; statistics are computed only for datasets whose
+// bytes differ (a second pass over that dataset). Errors (unreadable files, I/O) are a
+// status, not a difference.
+Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
+                                    const CompareOptions& options = {});
+
+// Compares two in-memory tensors as compare_dumps() compares one dataset; the result
+// holds at most one diff or one structural error, and datasets_compared == 1.
+Result<CompareResult> compare_tensors(const std::string& path, const Tensor& a, const Tensor& b,
+                                      const CompareOptions& options = {});
+
+// An element's bits in hex, as wide as the dtype: "0x3f80" (bfloat16), "0x3f800000".
+std::string format_bits(DType dtype, uint32_t bits);
+
+// A dataset path as words: "/forward/0/layers/12/pre_attn" -> "forward 0 layer 12
+// pre_attn", "/forward/1/taps/2" -> "forward 1 tap 2".
+std::string describe_site(const std::string& path);
+
+// One line for a diff, e.g. "layer 12 pre_attn token 3 channel 41: 0x3f80 != 0x3f81".
+std::string verdict_line(const TensorDiff& diff);
+
+// One line for a whole comparison: "equal (N datasets)", or the first divergence in
+// execution order, a structural error, or a missing dataset.
+std::string verdict(const CompareResult& result);
+
+}  // namespace splitcheck

@@ -1,0 +1,30 @@
+// Goldens: committed PP=1 dumps of the committed CPU scenarios, listed in
+// golden/MANIFEST.json (file, sha256, scenario, scenario and model hashes, producer,
+// env fingerprint, reason). `verify` recomputes each and compares bit for bit;
+// `update` is the only way to change one and records why.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/status.h"
+
+namespace splitcheck {
+
+struct GoldenCheck {
+  std::string name;
+  bool passed = false;
+  std::string message;  // one line: what differs, naming the dataset
+};
+
+// Verifies every golden of `golden_dir`/MANIFEST.json. Scenario paths in the manifest are
+// relative to `source_dir`. A Status error means the manifest or a file is unusable.
+Result<std::vector<GoldenCheck>> verify_goldens(const std::string& source_dir,
+                                               const std::string& golden_dir);
+
+// Regenerates the golden of each named scenario file (all manifest entries when empty)
+// and records `reason` in the manifest.
+Status update_goldens(const std::string& source_dir, const std::string& golden_dir,
+                      const std::vector<std::string>& scenario_paths, const std::string& reason);
+
+}  // namespace splitcheck

@@ -1,0 +1,18 @@
+// The `sweep` subcommand's options and entry point.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace splitcheck {
+
+struct SweepCli {
+  CLI::App* command = nullptr;
+  std::string scenario;
+  std::string report_dir;
+  void add_to(CLI::App& app);
+  // Runs the sweep when its subcommand was given; returns the exit code.
+  int run();
+};
+
+}  // namespace splitcheck

@@ -1,0 +1,52 @@
+// Embedding gather, RMSNorm, the output head and argmax on the CPU.
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/primitives.h"
+
+namespace splitcheck::cpu {
+
+void embed(EmbedArgs& a) {
+  const int64_t t_count = a.ids->dim(0);
+  const int64_t h = a.table->dim(1);
+  const int64_t v = a.table->dim(0);
+  for (int64_t t = 0; t < t_count; ++t) {
+    int32_t id = a.ids->data<int32_t>()[t];
+    if (id < 0 || id >= v) id = 0;  // callers validate ids; never read out of bounds
+    const bf16* row = a.table->data<bf16>() + static_cast<int64_t>(id) * h;
+    std::copy(row, row + h, a.out->data<bf16>() + t * h);
+  }
+}
+
+void rms_norm(RmsNormArgs& a) {
+  const int64_t t_count = a.x->dim(0);
+  const int64_t h = a.x->dim(1);
+  std::vector<float> x(h), w(h);
+  widen(a.weight->data<bf16>(), h, w.data());
+  for (int64_t t = 0; t < t_count; ++t) {
+    widen(a.x->data<bf16>() + t * h, h, x.data());
+    const float r = rms_scale(x.data(), h, a.eps);
+    bf16* o = a.out->data<bf16>() + t * h;
+    for (int64_t d = 0; d < h; ++d) o[d] = to_bf16(x[d] * r * w[d]);
+  }
+}
+
+void lm_head(LmHeadArgs& a) {
+  const int64_t t_count = a.x->dim(0);
+  const int64_t h = a.x->dim(1);
+  const int64_t v = a.lm_head->dim(0);
+  std::vector<float> x(t_count * h);
+  widen(a.x->data<bf16>(), t_count * h, x.data());
+  matmul_nt(x.data(), t_count, h, a.lm_head->data<bf16>(), v, a.logits->data<float>());
+}
+
+void argmax(ArgmaxArgs& a) {
+  const int64_t t_count = a.logits->dim(0);
+  const int64_t v = a.logits->dim(1);
+  for (int64_t t = 0; t < t_count; ++t) {
+    a.tokens->data<int32_t>()[t] =
+        static_cast<int32_t>(cpu::argmax(a.logits->data<float>() + t * v, v));
+  }
+}
+
+}  // namespace splitcheck::cpu

@@ -1,0 +1,83 @@
+// The kernel registry and the dispatch trace (SPEC 5.3).
+//
+// Every kernel variant is one row of one table: (op, variant, eligibility, cpu function).
+// `run_kernel` picks the first eligible variant of an op in table order, appends a
+// DispatchEvent to the caller's trace and runs it, so the trace is written by the
+// registry and never by callers. Adding a variant is one row plus its function.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace splitcheck {
+
+// Where in the model a kernel is called. Codes are stable: they are stored in dumps.
+enum class Site : int32_t {
+  kEmbed = 0,
+  kPreAttn = 1,
+  kAttn = 2,
+  kPreMlp = 3,
+  kMlp = 4,
+  kOutput = 5,
+  kFinalNorm = 6,
+  kLmHead = 7,
+  kSample = 8,
+  kTap = 9,
+  kDraft = 10,
+};
+std::string_view site_name(Site site);
+std::span<const std::string_view> site_names();  // indexed by code
+
+struct DispatchEvent {
+  int32_t forward = 0;
+  int32_t layer = -1;  // -1 outside any layer (embedding, output, head)
+  Site site = Site::kEmbed;
+  int32_t kernel = 0;  // row index in the kernel registry (op and variant)
+  int32_t stage = 0;   // recorded, but ignored when traces are compared
+  int32_t aux = -1;    // tap id for Site::kTap, else -1
+};
+
+struct DispatchTrace {
+  std::vector<DispatchEvent> events;
+};
+
+// What a kernel call is: forwarded to the trace with the chosen variant.
+struct KernelContext {
+  DispatchTrace* trace = nullptr;  // nullptr: do not record (unit tests of one variant)
+  int32_t forward = 0;
+  int32_t layer = -1;
+  Site site = Site::kEmbed;
+  int32_t stage = 0;
+  int32_t aux = -1;
+
+  KernelContext at(int32_t new_layer, Site new_site) const {
+    KernelContext c = *this;
+    c.layer = new_layer;
+    c.site = new_site;
+    return c;
+  }
+};
+
+// One row of the registry. `args` points at the op's argument struct (kernels/ops.h).
+struct KernelRow {
+  std::string_view op;
+  std::string_view variant;
+  bool (*eligible)(const void* args);
+  void (*cpu)(void* args);
+};
+
+// The registry: every op and variant the engines can run, in priority order per op.
+std::span<const KernelRow> kernel_registry();
+// Row index of (op, variant), or -1.
+int32_t find_kernel(std::string_view op, std::string_view variant);
+
+// Picks the first eligible variant of `op`, records it in ctx.trace, runs it.
+// Returns the row index it ran.
+int32_t run_kernel(const KernelContext& ctx, std::string_view op, void* args);
+// Runs one named variant without eligibility or trace (tests and benchmarks).
+void run_variant(std::string_view op, std::string_view variant, void* args);
+
+}  // namespace splitcheck

@@ -1,0 +1,26 @@
+#include "kernels/ops.h"
+
+#include <algorithm>
+
+namespace splitcheck {
+
+bool attn_res_native_eligible(const AttnResArgs& a) {
+  if (a.delta == nullptr || a.out_w == nullptr || a.nb <= 0 || a.write_idx >= 0) return false;
+  const int h = static_cast<int>(a.prefix->dim(1));
+  return std::find(a.native_hidden_sizes.begin(), a.native_hidden_sizes.end(), h) !=
+         a.native_hidden_sizes.end();
+}
+
+int attn_res_fallback_block_l(int64_t tokens, int nb) { return (tokens >= 256 || nb <= 1) ? 1 : 4; }
+
+void attn_res(const KernelContext& ctx, AttnResArgs& args) { run_kernel(ctx, "attn_res", &args); }
+void embed(const KernelContext& ctx, EmbedArgs& args) { run_kernel(ctx, "embed", &args); }
+void rms_norm(const KernelContext& ctx, RmsNormArgs& args) { run_kernel(ctx, "rms_norm", &args); }
+void lm_head(const KernelContext& ctx, LmHeadArgs& args) { run_kernel(ctx, "lm_head", &args); }
+void argmax(const KernelContext& ctx, ArgmaxArgs& args) { run_kernel(ctx, "argmax", &args); }
+void mla_attention(const KernelContext& ctx, MlaArgs& args) { run_kernel(ctx, "mla", &args); }
+void kda_attention(const KernelContext& ctx, KdaArgs& args) { run_kernel(ctx, "kda", &args); }
+void dense_mlp(const KernelContext& ctx, DenseMlpArgs& args) { run_kernel(ctx, "dense_mlp", &args); }
+void moe(const KernelContext& ctx, MoeArgs& args) { run_kernel(ctx, "moe", &args); }
+
+}  // namespace splitcheck

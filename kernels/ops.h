@@ -1,0 +1,133 @@
+// The ops the engines call, their argument structs, and the entry points that dispatch
+// through the registry (kernels/dispatch.h). All activations are bf16 [T, H] row-major;
+// every kernel computes in float32 and rounds once when it writes (SPEC 1).
+#pragma once
+
+#include <span>
+
+#include "kernels/dispatch.h"
+#include "kernels/tensor.h"
+
+namespace splitcheck {
+
+// SPEC 2.2. P [T,H] (updated in place when delta is given), delta [T,H] or null,
+// bank [T, rows, H], norm_w/proj_w/out_w [H] (out_w nullable), out [T,H].
+struct AttnResArgs {
+  Tensor* prefix = nullptr;
+  const Tensor* delta = nullptr;
+  Tensor* bank = nullptr;
+  const Tensor* norm_w = nullptr;
+  const Tensor* proj_w = nullptr;
+  const Tensor* out_w = nullptr;
+  int nb = 0;
+  int write_idx = -1;
+  float eps = 1e-6f;
+  float out_eps = 1e-6f;
+  std::span<const int> native_hidden_sizes;  // where attn_res.native is eligible
+  Tensor* out = nullptr;
+};
+
+// embed_tokens[ids] -> out [T,H].
+struct EmbedArgs {
+  const Tensor* ids = nullptr;    // i32 [T]
+  const Tensor* table = nullptr;  // bf16 [V,H]
+  Tensor* out = nullptr;          // bf16 [T,H]
+};
+
+// out = bf16(x * rsqrt(mean(x^2) + eps) * w), row by row.
+struct RmsNormArgs {
+  const Tensor* x = nullptr;
+  const Tensor* weight = nullptr;
+  float eps = 1e-6f;
+  Tensor* out = nullptr;
+};
+
+// logits = x · lm_headᵀ in float32. x bf16 [T,H], lm_head bf16 [V,H], logits f32 [T,V].
+struct LmHeadArgs {
+  const Tensor* x = nullptr;
+  const Tensor* lm_head = nullptr;
+  Tensor* logits = nullptr;
+};
+
+// Next token per row: argmax, lowest index on ties. logits f32 [T,V], tokens i32 [T].
+struct ArgmaxArgs {
+  const Tensor* logits = nullptr;
+  Tensor* tokens = nullptr;
+};
+
+// MLA-lite (SPEC 2.4). Weights are [in, out]. The cache holds the latent c (bf16 [n, r])
+// of every earlier position; the call appends this forward's T latents.
+struct MlaArgs {
+  const Tensor* x = nullptr;  // [T,H]
+  const Tensor* w_q = nullptr;     // [H, heads*hd]
+  const Tensor* w_dkv = nullptr;   // [H, r]
+  const Tensor* kv_norm = nullptr; // [r]
+  const Tensor* w_uk = nullptr;    // [r, heads*hd]
+  const Tensor* w_uv = nullptr;    // [r, heads*hd]
+  const Tensor* w_g = nullptr;     // [H, heads*hd]
+  const Tensor* w_o = nullptr;     // [heads*hd, H]
+  int heads = 0;
+  int head_dim = 0;
+  float eps = 1e-6f;
+  std::vector<bf16>* cache = nullptr;  // latents, n*r values, appended to
+  Tensor* out = nullptr;               // [T,H]
+};
+
+// KDA-lite (SPEC 2.4). state: float32 [heads, hd, hd], updated token by token.
+struct KdaArgs {
+  const Tensor* x = nullptr;
+  const Tensor* w_q = nullptr;  // [H, heads*hd]
+  const Tensor* w_k = nullptr;  // [H, heads*hd]
+  const Tensor* w_v = nullptr;  // [H, heads*hd]
+  const Tensor* w_b = nullptr;  // [H, heads]
+  const Tensor* w_a = nullptr;  // [H, heads*hd]
+  const Tensor* w_g = nullptr;  // [H, heads*hd]
+  const Tensor* o_norm = nullptr;  // [hd]
+  const Tensor* w_o = nullptr;  // [heads*hd, H]
+  int heads = 0;
+  int head_dim = 0;
+  float eps = 1e-6f;
+  std::vector<float>* state = nullptr;  // heads*hd*hd
+  Tensor* out = nullptr;
+};
+
+// One SwiGLU expert's weights, [in, out].
+struct SwiGluWeights {
+  const Tensor* gate = nullptr;  // [H, I]
+  const Tensor* up = nullptr;    // [H, I]
+  const Tensor* down = nullptr;  // [I, H]
+};
+
+// Dense SwiGLU MLP.
+struct DenseMlpArgs {
+  const Tensor* x = nullptr;
+  SwiGluWeights w;
+  Tensor* out = nullptr;
+};
+
+// MoE with sigmoid routing, top-k (ties: lower expert index), shared experts (SPEC 2.5).
+struct MoeArgs {
+  const Tensor* x = nullptr;
+  const Tensor* router = nullptr;  // [H, E]
+  std::span<const SwiGluWeights> experts;
+  std::span<const SwiGluWeights> shared;
+  int top_k = 0;
+  Tensor* out = nullptr;
+};
+
+// Entry points: dispatch through the registry and record the call in ctx.trace.
+void attn_res(const KernelContext& ctx, AttnResArgs& args);
+void embed(const KernelContext& ctx, EmbedArgs& args);
+void rms_norm(const KernelContext& ctx, RmsNormArgs& args);
+void lm_head(const KernelContext& ctx, LmHeadArgs& args);
+void argmax(const KernelContext& ctx, ArgmaxArgs& args);
+void mla_attention(const KernelContext& ctx, MlaArgs& args);
+void kda_attention(const KernelContext& ctx, KdaArgs& args);
+void dense_mlp(const KernelContext& ctx, DenseMlpArgs& args);
+void moe(const KernelContext& ctx, MoeArgs& args);
+
+// SPEC 2.2's eligibility of attn_res.native, and the fallback's source tile width.
+bool attn_res_native_eligible(const AttnResArgs& args);
+int attn_res_fallback_block_l(int64_t tokens, int nb);
+
+}  // namespace splitcheck

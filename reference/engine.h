@@ -1,0 +1,92 @@
+// The Engine interface both engines implement, and the reference (PP=1) engine.
+//
+// A forward takes token ids at consecutive positions, runs the whole model and returns
+// the logits and greedy next tokens of every row. Its tensors go to a RunRecord under
+// "forward/<index>/" in the canonical order: input_ids, layers/<l>/{pre_attn, attn_out,
+// pre_mlp, mlp_out, prefix}, output, bank, logits, taps/<k> (ascending k), next_tokens,
+// dispatch, dispatch_stage, and at level full cache/<l>.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "reference/layer.h"
+
+namespace splitcheck {
+
+enum class ForwardKind { kPrefill, kDecode, kVerify, kReplay };
+const char* forward_kind_name(ForwardKind kind);
+
+struct ForwardRequest {
+  std::vector<int32_t> ids;
+  ForwardKind kind = ForwardKind::kPrefill;
+  int64_t first_position = 0;
+  int32_t index = 0;  // forward index, global over the run
+};
+
+struct ForwardResult {
+  Tensor logits;       // float32 [T, V]
+  Tensor next_tokens;  // int32 [T]
+  // Taps for a drafter, concatenated along the hidden axis in ascending id [T, n*H].
+  Tensor taps;
+};
+
+struct EngineOptions {
+  std::vector<int> capture_ids;  // sorted, unique, in [0, L]
+  DumpLevel level = DumpLevel::kLayer;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Runs one forward; records into `record` when it is not null.
+  virtual Result<ForwardResult> forward(const ForwardRequest& request, RunRecord* record) = 0;
+  // Starts a new sequence: empty caches.
+  virtual void reset_sequence() = 0;
+  // Snapshots every layer's cache (before a speculative verify block).
+  virtual void save_state() = 0;
+  // Returns every layer's cache to the last snapshot.
+  virtual void restore_state() = 0;
+};
+
+// The PP=1 engine: one process, every layer, the golden side of every comparison.
+class ReferenceEngine : public Engine {
+ public:
+  // `weights` must hold every tensor of the model.
+  static Result<std::unique_ptr<ReferenceEngine>> create(const ModelConfig& config,
+                                                         WeightStore weights,
+                                                         EngineOptions options);
+  Result<ForwardResult> forward(const ForwardRequest& request, RunRecord* record) override;
+  void reset_sequence() override;
+  void save_state() override { snapshot_ = caches_; }
+  void restore_state() override { caches_ = snapshot_; }
+  const WeightStore& weights() const { return weights_; }
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  ReferenceEngine(const ModelConfig& config, WeightStore weights, EngineOptions options);
+  ModelConfig config_;
+  WeightStore weights_;
+  EngineOptions options_;
+  std::vector<LayerWeights> layers_;
+  std::vector<LayerCache> caches_;
+  std::vector<LayerCache> snapshot_;
+};
+
+// Dump helpers shared by both engines.
+std::string forward_path(int32_t index);  // "forward/<index>/"
+Tensor ids_tensor(const std::vector<int32_t>& ids);
+// The trace as int32 [N, 4] (layer, site, kernel, aux) plus the stages int32 [N].
+Tensor dispatch_table(const DispatchTrace& trace);
+Tensor dispatch_stages(const DispatchTrace& trace);
+// Records the forward's attributes and the head of the canonical order (input_ids).
+void record_forward_start(RunRecord* record, const ForwardRequest& request);
+// Records the tail of the canonical order, from output to dispatch.
+void record_forward_end(RunRecord* record, const ForwardRequest& request, DumpLevel level,
+                        const HeadOutput& head, const ResidualState& state,
+                        const std::vector<std::pair<int, Tensor>>& taps,
+                        const DispatchTrace& trace);
+// Concatenates taps (ascending id) along the hidden axis: [T, n*H].
+Tensor concat_taps(const std::vector<std::pair<int, Tensor>>& taps, int64_t tokens, int64_t hidden);
+
+}  // namespace splitcheck

@@ -1,0 +1,217 @@
+#include "reference/layer.h"
+
+#include <cstring>
+
+namespace splitcheck {
+namespace {
+
+class Binder {
+ public:
+  Binder(const WeightStore& store, std::string prefix) : store_(store), prefix_(std::move(prefix)) {}
+  const Tensor* operator()(const std::string& suffix) {
+    const Tensor* t = store_.find(prefix_ + suffix);
+    if (t == nullptr && missing_.empty()) missing_ = prefix_ + suffix;
+    return t;
+  }
+  SwiGluWeights swiglu(const std::string& p) {
+    return SwiGluWeights{(*this)(p + ".gate_proj.weight"), (*this)(p + ".up_proj.weight"),
+                         (*this)(p + ".down_proj.weight")};
+  }
+  const std::string& missing() const { return missing_; }
+
+ private:
+  const WeightStore& store_;
+  std::string prefix_;
+  std::string missing_;
+};
+
+Tensor like(const Tensor& t) { return Tensor::zeros(t.dtype(), t.shape()); }
+
+void record(const LayerRecording& rec, int l, const char* name, const Tensor& t) {
+  if (!rec.wants_layers()) return;
+  rec.record->add(rec.forward_path + "layers/" + std::to_string(l) + "/" + name, t.clone());
+}
+
+}  // namespace
+
+std::vector<int> native_sizes(const ModelConfig& c) {
+  return c.native_attn_res_hidden_sizes.empty() ? std::vector<int>{c.hidden_size}
+                                                : c.native_attn_res_hidden_sizes;
+}
+
+Result<LayerWeights> bind_layer(const ModelConfig& c, const WeightStore& store, int l) {
+  Binder bind(store, "layers." + std::to_string(l) + ".");
+  LayerWeights w;
+  w.sa_res_norm = bind("self_attention_res_norm.weight");
+  w.sa_res_proj = bind("self_attention_res_proj.weight");
+  w.input_layernorm = bind("input_layernorm.weight");
+  w.mlp_res_norm = bind("mlp_res_norm.weight");
+  w.mlp_res_proj = bind("mlp_res_proj.weight");
+  w.post_attention_layernorm = bind("post_attention_layernorm.weight");
+  w.mla = c.is_mla_layer(l);
+  w.q = bind("self_attn.q_proj.weight");
+  w.g = bind("self_attn.g_proj.weight");
+  w.o = bind("self_attn.o_proj.weight");
+  if (w.mla) {
+    w.kv_a = bind("self_attn.kv_a_proj.weight");
+    w.kv_norm = bind("self_attn.kv_a_layernorm.weight");
+    w.k_b = bind("self_attn.k_b_proj.weight");
+    w.v_b = bind("self_attn.v_b_proj.weight");
+  } else {
+    w.k = bind("self_attn.k_proj.weight");
+    w.v = bind("self_attn.v_proj.weight");
+    w.b = bind("self_attn.b_proj.weight");
+    w.a = bind("self_attn.a_proj.weight");
+    w.o_norm = bind("self_attn.o_norm.weight");
+  }
+  w.moe = c.is_moe_layer(l);
+  if (!w.moe) {
+    w.dense = bind.swiglu("mlp");
+  } else {
+    w.router = bind("mlp.gate.weight");
+    for (int e = 0; e < c.n_routed_experts; ++e)
+      w.experts.push_back(bind.swiglu("mlp.experts." + std::to_string(e)));
+    for (int e = 0; e < c.n_shared_experts; ++e)
+      w.shared.push_back(bind.swiglu("mlp.shared_experts." + std::to_string(e)));
+  }
+  if (!bind.missing().empty())
+    return invalid_input("layer " + std::to_string(l) + " needs tensor '" + bind.missing() +
+                         "', which this stage does not hold");
+  return w;
+}
+
+LayerCache empty_layer_cache(const ModelConfig& c, int l) {
+  LayerCache cache;
+  if (!c.is_mla_layer(l)) {
+    cache.kda_state.assign(static_cast<size_t>(c.num_attention_heads) * c.head_dim * c.head_dim,
+                           0.0f);
+  }
+  return cache;
+}
+
+void truncate_layer_cache(const ModelConfig& c, int l, LayerCache& cache, int64_t positions) {
+  if (c.is_mla_layer(l)) cache.mla_latent.resize(static_cast<size_t>(positions * c.kv_lora_rank));
+}
+
+void run_layer(const KernelContext& ctx0, const ModelConfig& c, int l, const LayerWeights& w,
+               ResidualState& st, LayerCache& cache, const LayerRecording& rec) {
+  const bool write = c.is_block_write_layer(l);
+  const int nb = (l + c.attn_res_block_size - 1) / c.attn_res_block_size;
+  const std::vector<int> native = native_sizes(c);
+  const float eps = c.rms_norm_eps;
+
+  // 1. x = attn_res(P, D, bank, ...) at site pre_attn.
+  Tensor x = like(st.prefix);
+  AttnResArgs pre{&st.prefix, st.has_delta ? &st.delta : nullptr, &st.bank, w.sa_res_norm,
+                  w.sa_res_proj, w.input_layernorm, nb, write ? l / c.attn_res_block_size : -1,
+                  eps, eps, native, &x};
+  attn_res(ctx0.at(l, Site::kPreAttn), pre);
+  record(rec, l, "pre_attn", x);
+
+  // 2. a = attention_l(x).
+  Tensor a = like(st.prefix);
+  const KernelContext attn_ctx = ctx0.at(l, Site::kAttn);
+  if (w.mla) {
+    MlaArgs m{&x, w.q, w.kv_a, w.kv_norm, w.k_b, w.v_b, w.g, w.o, c.num_attention_heads,
+              c.head_dim, eps, &cache.mla_latent, &a};
+    mla_attention(attn_ctx, m);
+  } else {
+    KdaArgs k{&x, w.q, w.k, w.v, w.b, w.a, w.g, w.o_norm, w.o, c.num_attention_heads,
+              c.head_dim, eps, &cache.kda_state, &a};
+    kda_attention(attn_ctx, k);
+  }
+  record(rec, l, "attn_out", a);
+
+  // 3. A block-write layer starts a new block: P = a, no delta. Otherwise D = a.
+  if (write) {
+    st.prefix = a.clone();
+    st.has_delta = false;
+  } else {
+    st.delta = a;
+    st.has_delta = true;
+  }
+
+  // 4. y = attn_res(P, D, bank, ...) at site pre_mlp.
+  Tensor y = like(st.prefix);
+  AttnResArgs mid{&st.prefix, st.has_delta ? &st.delta : nullptr, &st.bank, w.mlp_res_norm,
+                  w.mlp_res_proj, w.post_attention_layernorm, nb + (write ? 1 : 0), -1,
+                  eps, eps, native, &y};
+  attn_res(ctx0.at(l, Site::kPreMlp), mid);
+  record(rec, l, "pre_mlp", y);
+
+  // 5. D = mlp_l(y).
+  Tensor m = like(st.prefix);
+  const KernelContext mlp_ctx = ctx0.at(l, Site::kMlp);
+  if (w.moe) {
+    MoeArgs args{&y, w.router, w.experts, w.shared, c.num_experts_per_tok, &m};
+    moe(mlp_ctx, args);
+  } else {
+    DenseMlpArgs args{&y, w.dense, &m};
+    dense_mlp(mlp_ctx, args);
+  }
+  record(rec, l, "mlp_out", m);
+  record(rec, l, "prefix", st.prefix);
+  st.delta = m;
+  st.has_delta = true;
+}
+
+Tensor folded_hidden(const ResidualState& st) {
+  Tensor h = st.prefix.clone();
+  if (st.has_delta) {
+    bf16* p = h.data<bf16>();
+    const bf16* d = st.delta.data<bf16>();
+    for (int64_t i = 0; i < h.numel(); ++i) p[i] = to_bf16(to_f32(p[i]) + to_f32(d[i]));
+  }
+  return h;
+}
+
+Tensor read_tap(const KernelContext& ctx, const ModelConfig& c, int k, const ResidualState& st,
+                const Tensor& norm_w, const Tensor& proj_w) {
+  Tensor prefix = folded_hidden(st);
+  Tensor bank = st.bank;  // shares bytes; write_idx = -1, so nothing is written
+  Tensor out = like(prefix);
+  const std::vector<int> native = native_sizes(c);
+  const int nb = (k + c.attn_res_block_size - 1) / c.attn_res_block_size;
+  AttnResArgs args{&prefix, nullptr, &bank, &norm_w, &proj_w, nullptr, nb, -1,
+                   c.rms_norm_eps, c.rms_norm_eps, native, &out};
+  KernelContext tap_ctx = ctx.at(-1, Site::kTap);
+  tap_ctx.aux = k;
+  attn_res(tap_ctx, args);
+  return out;
+}
+
+ResidualState embed_state(const KernelContext& ctx, const ModelConfig& c, const Tensor& table,
+                          const Tensor& ids) {
+  const int64_t t = ids.dim(0);
+  ResidualState st;
+  st.prefix = Tensor::zeros(DType::kBF16, {t, c.hidden_size});
+  EmbedArgs args{&ids, &table, &st.prefix};
+  embed(ctx.at(-1, Site::kEmbed), args);
+  st.bank = Tensor::zeros(DType::kBF16, {t, c.num_blocks(), c.hidden_size});
+  return st;
+}
+
+HeadOutput run_head(const KernelContext& ctx, const ModelConfig& c, ResidualState& st,
+                    const WeightStore& store) {
+  const int64_t t = st.prefix.dim(0);
+  HeadOutput out;
+  out.output = like(st.prefix);
+  const std::vector<int> native = native_sizes(c);
+  AttnResArgs read{&st.prefix, st.has_delta ? &st.delta : nullptr, &st.bank,
+                   &store.get("output_attn_res_norm.weight"),
+                   &store.get("output_attn_res_proj.weight"), nullptr, c.num_blocks(), -1,
+                   c.rms_norm_eps, c.rms_norm_eps, native, &out.output};
+  attn_res(ctx.at(-1, Site::kOutput), read);
+  Tensor h = like(st.prefix);
+  RmsNormArgs norm{&out.output, &store.get("norm.weight"), c.rms_norm_eps, &h};
+  rms_norm(ctx.at(-1, Site::kFinalNorm), norm);
+  out.logits = Tensor::zeros(DType::kF32, {t, c.vocab_size});
+  LmHeadArgs head{&h, &store.get("lm_head.weight"), &out.logits};
+  lm_head(ctx.at(-1, Site::kLmHead), head);
+  out.next_tokens = Tensor::zeros(DType::kI32, {t});
+  ArgmaxArgs am{&out.logits, &out.next_tokens};
+  argmax(ctx.at(-1, Site::kSample), am);
+  return out;
+}
+
+}  // namespace splitcheck

@@ -1,0 +1,93 @@
+// One K3-mini decoder layer (SPEC 2.3), the residual state it transforms, the taps
+// (SPEC 2.6) and the model's ends (embedding and output head). Both engines run exactly
+// this code; only the partitioned engine's handoff, tap relay and placement differ.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "reference/config.h"
+#include "reference/record.h"
+#include "reference/weights.h"
+
+namespace splitcheck {
+
+// Everything layer l reads, bound by name from a WeightStore.
+struct LayerWeights {
+  const Tensor* sa_res_norm = nullptr;
+  const Tensor* sa_res_proj = nullptr;
+  const Tensor* input_layernorm = nullptr;
+  const Tensor* mlp_res_norm = nullptr;
+  const Tensor* mlp_res_proj = nullptr;
+  const Tensor* post_attention_layernorm = nullptr;
+  bool mla = false;
+  // Attention (MLA uses q, kv_a, kv_norm, k_b, v_b, g, o; KDA uses q, k, v, b, a, g, o_norm, o).
+  const Tensor *q = nullptr, *kv_a = nullptr, *kv_norm = nullptr, *k_b = nullptr, *v_b = nullptr;
+  const Tensor *k = nullptr, *v = nullptr, *b = nullptr, *a = nullptr, *o_norm = nullptr;
+  const Tensor *g = nullptr, *o = nullptr;
+  bool moe = false;
+  SwiGluWeights dense;
+  const Tensor* router = nullptr;
+  std::vector<SwiGluWeights> experts;
+  std::vector<SwiGluWeights> shared;
+};
+
+// Binds layer l's tensors; an error names the first tensor the store lacks.
+Result<LayerWeights> bind_layer(const ModelConfig& config, const WeightStore& store, int l);
+
+// Per-layer cache: MLA latents (bf16, positions x r) or the KDA state (float32).
+struct LayerCache {
+  std::vector<bf16> mla_latent;
+  std::vector<float> kda_state;
+};
+LayerCache empty_layer_cache(const ModelConfig& config, int l);
+// Keeps the first `positions` positions of an MLA cache (no-op for KDA).
+void truncate_layer_cache(const ModelConfig& config, int l, LayerCache& cache, int64_t positions);
+
+// The residual stream of one forward: prefix P [T,H], pending delta D [T,H] (when
+// has_delta), bank [T, num_blocks, H].
+struct ResidualState {
+  Tensor prefix;
+  Tensor delta;
+  bool has_delta = false;
+  Tensor bank;
+};
+
+// Where the per-layer tensors go: nullptr record or level summary records nothing.
+struct LayerRecording {
+  RunRecord* record = nullptr;
+  std::string forward_path;  // "forward/3/"
+  DumpLevel level = DumpLevel::kSummary;
+  bool wants_layers() const { return record != nullptr && level != DumpLevel::kSummary; }
+};
+
+// SPEC 2.3 steps 1-5 for layer l.
+void run_layer(const KernelContext& ctx, const ModelConfig& config, int l, const LayerWeights& w,
+               ResidualState& state, LayerCache& cache, const LayerRecording& rec);
+
+// bf16(P + D), or P when there is no pending delta: the handoff's `hidden`.
+Tensor folded_hidden(const ResidualState& state);
+
+// Tap k > 0 (SPEC 2.6): attn_res(bf16(P + D), none, bank, norm_w, proj_w, none,
+// cdiv(k, S), -1), a pure read of the state after layer k-1.
+Tensor read_tap(const KernelContext& ctx, const ModelConfig& config, int k,
+                const ResidualState& state, const Tensor& norm_w, const Tensor& proj_w);
+
+// Start of the model: P = embed_tokens[ids], no delta, an empty bank.
+ResidualState embed_state(const KernelContext& ctx, const ModelConfig& config,
+                          const Tensor& embed_table, const Tensor& ids);
+
+// The output head of SPEC 2.3: o = attn_res(output weights), h = rmsnorm(o), logits.
+struct HeadOutput {
+  Tensor output;       // o, bf16 [T,H]
+  Tensor logits;       // float32 [T,V]
+  Tensor next_tokens;  // int32 [T], argmax with lowest index on ties
+};
+HeadOutput run_head(const KernelContext& ctx, const ModelConfig& config, ResidualState& state,
+                    const WeightStore& store);
+
+// Native attn_res sizes of the config (its own H when the list is empty).
+std::vector<int> native_sizes(const ModelConfig& config);
+
+}  // namespace splitcheck

@@ -1,0 +1,178 @@
+#include "reference/weights.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace splitcheck {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+float linear_scale(int64_t fan_in, float gain) {
+  return gain * std::sqrt(3.0f / static_cast<float>(fan_in));
+}
+
+TensorSpec vec(const std::string& name, int64_t n, WeightInit init, float scale) {
+  return TensorSpec{name, {n}, init, scale};
+}
+
+TensorSpec mat(const std::string& name, int64_t in, int64_t out, float gain) {
+  return TensorSpec{name, {in, out}, WeightInit::kUniform, linear_scale(in, gain)};
+}
+
+void append_swiglu(std::vector<TensorSpec>& s, const std::string& p, int64_t h, int64_t inter) {
+  s.push_back(mat(p + ".gate_proj.weight", h, inter, 1.0f));
+  s.push_back(mat(p + ".up_proj.weight", h, inter, 1.0f));
+  s.push_back(mat(p + ".down_proj.weight", inter, h, 0.5f));
+}
+
+}  // namespace
+
+std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& c, int l) {
+  const int64_t h = c.hidden_size;
+  const int64_t qd = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
+  const std::string p = "layers." + std::to_string(l) + ".";
+  // AttnRes score vectors: the score is a dot over H channels of a unit-RMS source, so
+  // proj ~ 2/sqrt(H) keeps scores of order one and the mixture neither uniform nor one-hot.
+  const float proj_scale = 2.0f / std::sqrt(static_cast<float>(h));
+  std::vector<TensorSpec> s;
+  s.push_back(vec(p + "self_attention_res_norm.weight", h, WeightInit::kOnePlus, 0.1f));
+  s.push_back(vec(p + "self_attention_res_proj.weight", h, WeightInit::kUniform, proj_scale));
+  s.push_back(vec(p + "input_layernorm.weight", h, WeightInit::kOnePlus, 0.1f));
+  s.push_back(vec(p + "mlp_res_norm.weight", h, WeightInit::kOnePlus, 0.1f));
+  s.push_back(vec(p + "mlp_res_proj.weight", h, WeightInit::kUniform, proj_scale));
+  s.push_back(vec(p + "post_attention_layernorm.weight", h, WeightInit::kOnePlus, 0.1f));
+  const std::string a = p + "self_attn.";
+  if (c.is_mla_layer(l)) {
+    s.push_back(mat(a + "q_proj.weight", h, qd, 1.0f));
+    s.push_back(mat(a + "kv_a_proj.weight", h, c.kv_lora_rank, 1.0f));
+    s.push_back(vec(a + "kv_a_layernorm.weight", c.kv_lora_rank, WeightInit::kOnePlus, 0.1f));
+    s.push_back(mat(a + "k_b_proj.weight", c.kv_lora_rank, qd, 1.0f));
+    s.push_back(mat(a + "v_b_proj.weight", c.kv_lora_rank, qd, 1.0f));
+    s.push_back(mat(a + "g_proj.weight", h, qd, 1.0f));
+    s.push_back(mat(a + "o_proj.weight", qd, h, 0.5f));
+  } else {
+    s.push_back(mat(a + "q_proj.weight", h, qd, 1.0f));
+    s.push_back(mat(a + "k_proj.weight", h, qd, 1.0f));
+    s.push_back(mat(a + "v_proj.weight", h, qd, 1.0f));
+    s.push_back(mat(a + "b_proj.weight", h, c.num_attention_heads, 1.0f));
+    s.push_back(mat(a + "a_proj.weight", h, qd, 1.0f));
+    s.push_back(mat(a + "g_proj.weight", h, qd, 1.0f));
+    s.push_back(vec(a + "o_norm.weight", c.head_dim, WeightInit::kOnePlus, 0.1f));
+    s.push_back(mat(a + "o_proj.weight", qd, h, 0.5f));
+  }
+  const std::string m = p + "mlp.";
+  if (!c.is_moe_layer(l)) {
+    append_swiglu(s, p + "mlp", h, c.intermediate_size);
+  } else {
+    s.push_back(mat(m + "gate.weight", h, c.n_routed_experts, 1.0f));
+    for (int e = 0; e < c.n_routed_experts; ++e) {
+      append_swiglu(s, m + "experts." + std::to_string(e), h, c.moe_intermediate_size);
+    }
+    for (int e = 0; e < c.n_shared_experts; ++e) {
+      append_swiglu(s, m + "shared_experts." + std::to_string(e), h, c.moe_intermediate_size);
+    }
+  }
+  return s;
+}
+
+std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
+  const int64_t h = c.hidden_size;
+  std::vector<TensorSpec> s;
+  s.push_back(TensorSpec{"embed_tokens.weight", {c.vocab_size, h}, WeightInit::kUniform, 1.0f});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    for (TensorSpec& t : layer_tensor_specs(c, l)) s.push_back(std::move(t));
+  }
+  s.push_back(vec("norm.weight", h, WeightInit::kOnePlus, 0.1f));
+  s.push_back(vec("output_attn_res_norm.weight", h, WeightInit::kOnePlus, 0.1f));
+  s.push_back(vec("output_attn_res_proj.weight", h, WeightInit::kUniform,
+                  2.0f / std::sqrt(static_cast<float>(h))));
+  s.push_back(TensorSpec{"lm_head.weight", {c.vocab_size, h}, WeightInit::kUniform,
+                         linear_scale(h, 4.0f)});
+  return s;
+}
+
+std::optional<TensorSpec> find_tensor_spec(const ModelConfig& c, const std::string& name) {
+  if (name.rfind("layers.", 0) == 0) {
+    const size_t dot = name.find('.', 7);
+    if (dot == std::string::npos) return std::nullopt;
+    int l = -1;
+    try {
+      l = std::stoi(name.substr(7, dot - 7));
+    } catch (...) {
+      return std::nullopt;
+    }
+    if (l < 0 || l >= c.num_hidden_layers) return std::nullopt;
+    for (TensorSpec& t : layer_tensor_specs(c, l))
+      if (t.name == name) return t;
+    return std::nullopt;
+  }
+  for (TensorSpec& t : model_tensor_specs(c)) {
+    if (t.name.rfind("layers.", 0) == 0) continue;
+    if (t.name == name) return t;
+  }
+  return std::nullopt;
+}
+
+float generated_value(uint64_t seed, const TensorSpec& spec, int64_t index) {
+  const uint64_t key = splitmix64(seed ^ fnv1a(spec.name));
+  const uint64_t r = splitmix64(key + static_cast<uint64_t>(index) * 0xd1b54a32d192ed03ull);
+  // 24 random bits -> u in [-1, 1), exact in float32.
+  const float u = static_cast<float>(static_cast<int32_t>(r >> 40) - (1 << 23)) / 8388608.0f;
+  const float v = spec.scale * u;
+  return spec.init == WeightInit::kOnePlus ? 1.0f + v : v;
+}
+
+Tensor generate_tensor(uint64_t seed, const TensorSpec& spec) {
+  Tensor t = Tensor::zeros(DType::kBF16, spec.shape);
+  bf16* d = t.data<bf16>();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) d[i] = to_bf16(generated_value(seed, spec, i));
+  return t;
+}
+
+const Tensor* WeightStore::find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+const Tensor& WeightStore::get(const std::string& name) const {
+  const Tensor* t = find(name);
+  if (t == nullptr) throw std::out_of_range("weight not held: " + name);
+  return *t;
+}
+
+size_t WeightStore::parameter_bytes() const {
+  size_t n = 0;
+  for (const auto& [name, t] : tensors_) n += t.nbytes();
+  return n;
+}
+
+Result<WeightStore> generate_weights(const ModelConfig& config,
+                                     const std::vector<std::string>& names) {
+  WeightStore store;
+  if (names.empty()) {
+    for (const TensorSpec& s : model_tensor_specs(config))
+      store.put(s.name, generate_tensor(config.seed, s));
+    return store;
+  }
+  for (const std::string& name : names) {
+    std::optional<TensorSpec> s = find_tensor_spec(config, name);
+    if (!s) return invalid_input("no tensor named '" + name + "' in model " + config.preset);
+    store.put(name, generate_tensor(config.seed, *s));
+  }
+  return store;
+}
+
+}  // namespace splitcheck

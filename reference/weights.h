@@ -1,0 +1,71 @@
+// Weights of K3-mini: tensor names and shapes (SPEC 2.1), deterministic generation, and
+// a name-keyed store. Layouts chosen here (SPEC leaves them open): linear weights are
+// [in, out]; embed_tokens and lm_head are [V, H] as SPEC states.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/status.h"
+#include "kernels/tensor.h"
+#include "reference/config.h"
+
+namespace splitcheck {
+
+// How a tensor's values are drawn: value = scale * u (+ 1 for kOnePlus), u uniform in
+// [-1, 1) from a counter-based generator keyed by (seed, name, element index).
+enum class WeightInit { kUniform, kOnePlus };
+
+struct TensorSpec {
+  std::string name;
+  Shape shape;
+  WeightInit init = WeightInit::kUniform;
+  float scale = 1.0f;
+};
+
+// Every tensor of the target model, in a fixed order (embedding, layers, output).
+std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config);
+// The tensors of layer l only.
+std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& config, int l);
+// The spec of one named tensor of the target model; nullopt for an unknown name.
+std::optional<TensorSpec> find_tensor_spec(const ModelConfig& config, const std::string& name);
+
+// The value at `index` of a generated tensor: a pure function of (seed, name, index).
+float generated_value(uint64_t seed, const TensorSpec& spec, int64_t index);
+// A whole generated tensor (bf16).
+Tensor generate_tensor(uint64_t seed, const TensorSpec& spec);
+
+// Name -> tensor. What a stage holds; parameter bytes are the sum of its tensors.
+class WeightStore {
+ public:
+  void put(const std::string& name, Tensor t) { tensors_[name] = std::move(t); }
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  // The tensor or nullptr.
+  const Tensor* find(const std::string& name) const;
+  // The tensor; throws std::out_of_range naming it when absent (a bug, not a user error:
+  // loading already refused missing tensors).
+  const Tensor& get(const std::string& name) const;
+  size_t parameter_bytes() const;
+  const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+
+ private:
+  std::map<std::string, Tensor> tensors_;
+};
+
+// Generates the named tensors (all of them when names is empty).
+Result<WeightStore> generate_weights(const ModelConfig& config,
+                                     const std::vector<std::string>& names = {});
+
+// Checkpoint I/O (HDF5, one dataset per tensor name; bf16 as uint16 with dtype attribute).
+Status write_checkpoint(const std::string& path, const ModelConfig& config,
+                        const WeightStore& weights);
+// Loads the named tensors; a missing or mis-shaped tensor is an error naming it and the file.
+Result<WeightStore> load_checkpoint(const std::string& path, const ModelConfig& config,
+                                    const std::vector<std::string>& names);
+// Loads one tensor of the given shape into `out` (used for boundary copies).
+Status load_checkpoint_tensor(const std::string& path, const std::string& name, const Shape& shape,
+                              Tensor& out);
+
+}  // namespace splitcheck
