@@ -134,6 +134,7 @@ int run_cli(int argc, char** argv) {
   SweepCli sweep_cli;
   sweep_cli.add_to(app);
 
+  for (int i = 0; i < argc; ++i) sweep_cli.command_line += (i ? " " : "") + std::string(argv[i]);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

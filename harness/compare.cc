@@ -1,5 +1,10 @@
 #include "harness/compare.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -7,11 +12,6 @@
 #include <map>
 #include <optional>
 #include <span>
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "harness/dump.h"
 
@@ -87,9 +87,10 @@ class DiffStats {
         nan_mismatch_ = true;
         continue;
       }
-      double ulp = dtype_ == DType::kI32
-                       ? std::fabs(va - vb)
-                       : static_cast<double>(std::abs(ordered(ua, sign_bit) - ordered(ub, sign_bit)));
+      double ulp =
+          dtype_ == DType::kI32
+              ? std::fabs(va - vb)
+              : static_cast<double>(std::abs(ordered(ua, sign_bit) - ordered(ub, sign_bit)));
       max_ulp_ = std::max(max_ulp_, ulp);
       double abs = std::fabs(va - vb);
       if (!std::isnan(abs)) max_abs_ = std::max(max_abs_, abs);
@@ -213,8 +214,7 @@ std::string structural_error(const std::string& path, DType da, const Shape& sa,
                              const Shape& sb) {
   if (da != db)
     return "dataset " + path + ": dtype " + dtype_name(da) + " in A, " + dtype_name(db) + " in B";
-  return "dataset " + path + ": shape " + shape_string(sa) + " in A, " + shape_string(sb) +
-         " in B";
+  return "dataset " + path + ": shape " + shape_string(sa) + " in A, " + shape_string(sb) + " in B";
 }
 
 // A read-only view of a dump file, mapped one window at a time so that resident memory
@@ -452,7 +452,8 @@ std::string describe_site(const std::string& path) {
     i = j + 1;
   }
   auto is_number = [](const std::string& s) {
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    return !s.empty() &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
   static const std::map<std::string, std::string> kSingular = {
       {"forward", "forward"}, {"layers", "layer"}, {"taps", "tap"}, {"stages", "stage"}};
@@ -481,8 +482,8 @@ std::string verdict_line(const TensorDiff& diff) {
   if (s.size() == 1) {
     where = "token " + std::to_string(diff.first_row);
   } else if (s.size() == 2) {
-    where = "token " + std::to_string(diff.first_row) + " channel " +
-            std::to_string(diff.first_col);
+    where =
+        "token " + std::to_string(diff.first_row) + " channel " + std::to_string(diff.first_col);
   } else if (s.size() == 3) {
     int64_t middle = (diff.first_index / std::max<int64_t>(s[2], 1)) % std::max<int64_t>(s[1], 1);
     where = "token " + std::to_string(diff.first_row) + " row " + std::to_string(middle) +
@@ -497,8 +498,8 @@ std::string verdict_line(const TensorDiff& diff) {
     where = "index " + shape_string(index);
   }
   std::string line = site + (where.empty() ? "" : " " + where) + ": " +
-                     format_bits(dtype, diff.first_a_bits) + " != " +
-                     format_bits(dtype, diff.first_b_bits);
+                     format_bits(dtype, diff.first_a_bits) +
+                     " != " + format_bits(dtype, diff.first_b_bits);
   return line;
 }
 

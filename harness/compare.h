@@ -44,7 +44,7 @@ struct TensorDiff {
   double max_abs = 0;  // over mismatching non-NaN pairs
   double cosine = 1;   // over the whole tensor, finite pairs only, in double
   bool digest_equal = false;
-  bool nan_mismatch = false;  // some mismatching pair has a NaN on either side
+  bool nan_mismatch = false;      // some mismatching pair has a NaN on either side
   bool within_tolerance = false;  // approximate lane only: differs, but within thresholds
 };
 

@@ -167,8 +167,7 @@ std::string utc_now_iso() {
 herr_t write_string_attr(hid_t obj, const std::string& name, const std::string& value) {
   Handle type(H5Tcopy(H5T_C_S1));
   if (!type.valid() || H5Tset_size(type.get(), value.size() + 1) < 0 ||
-      H5Tset_strpad(type.get(), H5T_STR_NULLTERM) < 0 ||
-      H5Tset_cset(type.get(), H5T_CSET_UTF8) < 0)
+      H5Tset_strpad(type.get(), H5T_STR_NULLTERM) < 0 || H5Tset_cset(type.get(), H5T_CSET_UTF8) < 0)
     return -1;
   Handle space(H5Screate(H5S_SCALAR));
   if (H5Aexists(obj, name.c_str()) > 0 && H5Adelete(obj, name.c_str()) < 0) return -1;
@@ -281,8 +280,9 @@ Result<DatasetInfo> inspect_dataset(hid_t ds, const std::string& path) {
   size_t size = H5Tget_size(type.get());
   bool is_u16 = cls == H5T_INTEGER && size == 2 && H5Tget_sign(type.get()) == H5T_SGN_NONE;
   bool is_i32 = cls == H5T_INTEGER && size == 4 && H5Tget_sign(type.get()) == H5T_SGN_2;
-  bool is_f32 = cls == H5T_FLOAT && size == 4 &&
-                (H5Tequal(type.get(), H5T_IEEE_F32LE) > 0 || H5Tequal(type.get(), H5T_IEEE_F32BE) > 0);
+  bool is_f32 =
+      cls == H5T_FLOAT && size == 4 &&
+      (H5Tequal(type.get(), H5T_IEEE_F32LE) > 0 || H5Tequal(type.get(), H5T_IEEE_F32BE) > 0);
   if (is_u16 && dtype_attr == "bfloat16") {
     info.dtype = DType::kBF16;
   } else if (is_f32 && (dtype_attr.empty() || dtype_attr == "float32")) {
@@ -398,16 +398,19 @@ Result<DumpWriter> DumpWriter::create(const std::string& path, const DumpHeader&
       H5Pset_obj_track_times(fcpl.get(), false) < 0)
     return internal_error(path + ": cannot set file properties" + hdf5_detail());
   w.file_ = H5Fcreate(w.partial_path_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get());
-  if (w.file_ < 0)
-    return internal_error("cannot create " + w.partial_path_ + hdf5_detail());
+  if (w.file_ < 0) return internal_error("cannot create " + w.partial_path_ + hdf5_detail());
 
   Handle root(H5Gopen2(w.file_, "/", H5P_DEFAULT));
   int64_t version = kDumpFormatVersion;
   const std::pair<const char*, const std::string*> strings[] = {
-      {"scenario", &header.scenario_json},    {"scenario_sha256", &header.scenario_sha256},
-      {"model_sha256", &header.model_sha256}, {"partition", &header.partition},
-      {"backend", &header.backend},           {"producer", &header.producer_json},
-      {"env", &header.env_json},              {"level", &header.level},
+      {"scenario", &header.scenario_json},
+      {"scenario_sha256", &header.scenario_sha256},
+      {"model_sha256", &header.model_sha256},
+      {"partition", &header.partition},
+      {"backend", &header.backend},
+      {"producer", &header.producer_json},
+      {"env", &header.env_json},
+      {"level", &header.level},
   };
   std::string created = header.created.empty() ? utc_now_iso() : header.created;
   bool ok = root.valid() && write_string_attr(root.get(), "format", kDumpFormat) >= 0 &&
@@ -417,8 +420,8 @@ Result<DumpWriter> DumpWriter::create(const std::string& path, const DumpHeader&
     ok = ok && write_string_attr(root.get(), name, *value) >= 0;
   ok = ok && write_string_attr(root.get(), "created", created) >= 0 &&
        write_string_attr(root.get(), "volatile", header.volatile_attrs) >= 0;
-  if (!ok) return internal_error(w.partial_path_ + ": cannot write the root attributes" +
-                                 hdf5_detail());
+  if (!ok)
+    return internal_error(w.partial_path_ + ": cannot write the root attributes" + hdf5_detail());
   return w;
 }
 
@@ -495,9 +498,9 @@ Status DumpWriter::write(const std::string& dataset_path, const Tensor& t) {
 
   const Shape& shape = t.shape();
   std::vector<hsize_t> dims(shape.begin(), shape.end());
-  Handle space(shape.empty() ? H5Screate(H5S_SCALAR)
-                             : H5Screate_simple(static_cast<int>(dims.size()), dims.data(),
-                                                nullptr));
+  Handle space(shape.empty()
+                   ? H5Screate(H5S_SCALAR)
+                   : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
   Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
   bool ok = space.valid() && dcpl.valid() && H5Pset_obj_track_times(dcpl.get(), false) >= 0 &&
             H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) >= 0;
@@ -509,8 +512,7 @@ Status DumpWriter::write(const std::string& dataset_path, const Tensor& t) {
     ok = H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) >= 0 &&
          H5Pset_shuffle(dcpl.get()) >= 0 && H5Pset_deflate(dcpl.get(), 4) >= 0;
   }
-  if (!ok)
-    return internal_error(path_ + ": dataset " + path + ": cannot set up" + hdf5_detail());
+  if (!ok) return internal_error(path_ + ": dataset " + path + ": cannot set up" + hdf5_detail());
   Handle ds(H5Dcreate2(file_, path.c_str(), file_type(t.dtype()), space.get(), H5P_DEFAULT,
                        dcpl.get(), H5P_DEFAULT));
   if (!ds.valid())
@@ -551,8 +553,7 @@ Status DumpWriter::set_attr(const std::string& object_path, const std::string& n
   return Status::ok();
 }
 
-Status DumpWriter::set_attr(const std::string& object_path, const std::string& name,
-                            double value) {
+Status DumpWriter::set_attr(const std::string& object_path, const std::string& name, double value) {
   Hdf5Lock lock;
   if (file_ < 0) return internal_error(path_ + ": set_attr after finish");
   ASSIGN_OR_RETURN(int64_t id, open_or_create_object(object_path));
@@ -590,8 +591,7 @@ Status DumpWriter::finish() {
   std::filesystem::rename(partial_path_, path_, ec);
   if (ec) {
     std::filesystem::remove(partial_path_, ec);
-    return internal_error("cannot rename " + partial_path_ + " to " + path_ + ": " +
-                          ec.message());
+    return internal_error("cannot rename " + partial_path_ + " to " + path_ + ": " + ec.message());
   }
   return Status::ok();
 }
@@ -602,8 +602,7 @@ Status DumpWriter::finish() {
 Result<DumpReader> DumpReader::open(const std::string& path) {
   Hdf5Lock lock;
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    return invalid_input(path + ": no such file");
+  if (!std::filesystem::is_regular_file(path, ec)) return invalid_input(path + ": no such file");
   htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   if (is_hdf5 <= 0)
     return invalid_input(path + ": not an HDF5 file" + (is_hdf5 < 0 ? hdf5_detail() : ""));
@@ -618,8 +617,7 @@ Result<DumpReader> DumpReader::open(const std::string& path) {
   Handle root(H5Gopen2(r.file_, "/", H5P_DEFAULT));
   if (!root.valid()) return invalid_input(path + ": cannot open the root group" + hdf5_detail());
   Result<std::string> format = read_string_attr(root.get(), "format");
-  if (!format.is_ok())
-    return format.status().with_context(path + ": not a splitcheck dump");
+  if (!format.is_ok()) return format.status().with_context(path + ": not a splitcheck dump");
   if (*format != kDumpFormat)
     return invalid_input(path + ": not a splitcheck dump (format is \"" + *format +
                          "\", expected \"" + kDumpFormat + "\")");
@@ -660,10 +658,9 @@ Result<DumpReader> DumpReader::open(const std::string& path) {
   if (!state.status.is_ok()) return state.status.with_context(path);
   if (visited < 0) return invalid_input(path + ": cannot list datasets" + hdf5_detail());
   r.datasets_ = std::move(state.datasets);
-  std::sort(r.datasets_.begin(), r.datasets_.end(),
-            [](const DatasetInfo& a, const DatasetInfo& b) {
-              return a.order != b.order ? a.order < b.order : a.path < b.path;
-            });
+  std::sort(r.datasets_.begin(), r.datasets_.end(), [](const DatasetInfo& a, const DatasetInfo& b) {
+    return a.order != b.order ? a.order < b.order : a.path < b.path;
+  });
   for (size_t i = 0; i < r.datasets_.size(); ++i) r.index_[r.datasets_[i].path] = i;
   return r;
 }
@@ -797,8 +794,8 @@ Status DumpReader::read_slab(const std::string& path, const std::vector<int64_t>
     Handle mem_space(H5Screate_simple(static_cast<int>(hcount.size()), hcount.data(), nullptr));
     rc = -1;
     if (file_space.valid() && mem_space.valid() &&
-        H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, hstart.data(), nullptr,
-                            hcount.data(), nullptr) >= 0)
+        H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, hstart.data(), nullptr, hcount.data(),
+                            nullptr) >= 0)
       rc = H5Dread(ds, memory_type(info->dtype), mem_space.get(), file_space.get(), H5P_DEFAULT,
                    out.data());
   }

@@ -80,8 +80,8 @@ class DumpWriter {
   }
   Status set_attr(const std::string& object_path, const std::string& name, double value);
   template <std::integral T>
-    requires(!std::same_as<T, bool>)
-  Status set_attr(const std::string& object_path, const std::string& name, T value) {
+  requires(!std::same_as<T, bool>) Status
+      set_attr(const std::string& object_path, const std::string& name, T value) {
     return set_int_attr(object_path, name, static_cast<int64_t>(value));
   }
 

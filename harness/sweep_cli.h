@@ -10,6 +10,10 @@ struct SweepCli {
   CLI::App* command = nullptr;
   std::string scenario;
   std::string report_dir;
+  int threads = 0;
+  std::string shard;
+  std::string filter;
+  std::string command_line;  // recorded in the report as the command to reproduce
   void add_to(CLI::App& app);
   // Runs the sweep when its subcommand was given; returns the exit code.
   int run();

@@ -16,6 +16,7 @@ enum class StatusCode {
   kOk = 0,
   kInvalidInput = 2,  // a user's file or scenario is wrong (exit 2)
   kInternal = 3,      // a bug or an environment failure (exit 3)
+  kConfigRejected = 4,  // an engine refused its configuration (a verdict, not a crash)
 };
 
 class [[nodiscard]] Status {
@@ -41,6 +42,9 @@ class [[nodiscard]] Status {
 
 inline Status invalid_input(std::string message) {
   return Status(StatusCode::kInvalidInput, std::move(message));
+}
+inline Status config_rejected(std::string message) {
+  return Status(StatusCode::kConfigRejected, std::move(message));
 }
 inline Status internal_error(std::string message) {
   return Status(StatusCode::kInternal, std::move(message));
@@ -81,9 +85,10 @@ class [[nodiscard]] Result {
     if (!_st.is_ok()) return _st __VA_OPT__(.with_context(__VA_ARGS__));    \
   } while (0)
 
-// ASSIGN_OR_RETURN(lhs, expr): `lhs = value` or return the failing status.
-#define ASSIGN_OR_RETURN(lhs, expr)                                  \
-  auto SPLITCHECK_CONCAT(_res_, __LINE__) = (expr);                  \
-  if (!SPLITCHECK_CONCAT(_res_, __LINE__).is_ok())                   \
-    return SPLITCHECK_CONCAT(_res_, __LINE__).status();              \
+// ASSIGN_OR_RETURN(lhs, expr) or ASSIGN_OR_RETURN(lhs, expr, context): `lhs = value`, or
+// return the failing status (with context prepended when given).
+#define ASSIGN_OR_RETURN(lhs, expr, ...)                                                   \
+  auto SPLITCHECK_CONCAT(_res_, __LINE__) = (expr);                                        \
+  if (!SPLITCHECK_CONCAT(_res_, __LINE__).is_ok())                                         \
+    return SPLITCHECK_CONCAT(_res_, __LINE__).status() __VA_OPT__(.with_context(__VA_ARGS__)); \
   lhs = std::move(SPLITCHECK_CONCAT(_res_, __LINE__)).value()

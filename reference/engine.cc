@@ -72,7 +72,7 @@ void record_forward_end(RunRecord* record, const ForwardRequest& req, DumpLevel 
   for (const auto& [k, t] : taps) record->add(path + "taps/" + std::to_string(k), t.clone());
   record->add(path + "next_tokens", head.next_tokens.clone());
   record->add(path + "dispatch", dispatch_table(trace));
-  record->add(path + "dispatch_stage", dispatch_stages(trace));
+  record->add("stage_trace/" + std::to_string(req.index), dispatch_stages(trace));
 }
 
 Tensor concat_taps(const std::vector<std::pair<int, Tensor>>& taps, int64_t tokens,

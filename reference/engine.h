@@ -4,7 +4,8 @@
 // the logits and greedy next tokens of every row. Its tensors go to a RunRecord under
 // "forward/<index>/" in the canonical order: input_ids, layers/<l>/{pre_attn, attn_out,
 // pre_mlp, mlp_out, prefix}, output, bank, logits, taps/<k> (ascending k), next_tokens,
-// dispatch, dispatch_stage, and at level full cache/<l>.
+// dispatch, and at level full cache/<l>; then "stage_trace/<index>" (which stage ran
+// each dispatch event: ignored by comparisons, since it differs by design).
 #pragma once
 
 #include <memory>

@@ -125,8 +125,7 @@ Fixture& fixture() {
   int status = 0;
   waitpid(child, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "compare_benchmark: could not write the dumps in %s\n",
-                 f.dir.c_str());
+    std::fprintf(stderr, "compare_benchmark: could not write the dumps in %s\n", f.dir.c_str());
     std::exit(1);
   }
   f.rss_before_kib = max_rss_kib();
@@ -166,7 +165,8 @@ void BM_MmapMemcmp(benchmark::State& state) {
   for (auto _ : state) {
     auto t0 = Clock::now();
     int fa = ::open(f.a.c_str(), O_RDONLY), fb = ::open(f.b.c_str(), O_RDONLY);
-    struct stat sa{}, sb{};
+    struct stat sa {
+    }, sb{};
     fstat(fa, &sa);
     fstat(fb, &sb);
     size_t n = static_cast<size_t>(std::min(sa.st_size, sb.st_size));

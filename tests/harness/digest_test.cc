@@ -3,13 +3,13 @@
 #include "harness/digest.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string_view>
-#include <unistd.h>
 #include <vector>
 
 namespace splitcheck {

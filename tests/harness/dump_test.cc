@@ -299,8 +299,7 @@ void write_plain_hdf5(const std::string& path) {
   hsize_t dims[1] = {4};
   hid_t space = H5Screate_simple(1, dims, nullptr);
   double data[4] = {1, 2, 3, 4};
-  hid_t ds = H5Dcreate2(f, "/values", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT,
-                        H5P_DEFAULT);
+  hid_t ds = H5Dcreate2(f, "/values", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
   H5Dclose(ds);
   H5Sclose(space);
@@ -342,8 +341,8 @@ TEST_F(DumpTest, RejectsDatasetsOfUnsupportedTypesNamingThem) {
   hsize_t dims[1] = {2};
   hid_t space = H5Screate_simple(1, dims, nullptr);
   double data[2] = {1, 2};
-  hid_t ds = H5Dcreate2(f, "/forward/0/doubles", H5T_IEEE_F64LE, space, H5P_DEFAULT,
-                        H5P_DEFAULT, H5P_DEFAULT);
+  hid_t ds = H5Dcreate2(f, "/forward/0/doubles", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                        H5P_DEFAULT);
   H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
   H5Dclose(ds);
   H5Sclose(space);
@@ -385,8 +384,8 @@ with h5py.File(sys.argv[1], "r") as f:
     assert s(f["forward/0"].attrs["kind"]) == "prefill"
 print("ok")
 )PY";
-  const std::string cmd = "/usr/bin/python3 " + script + " " + path + " > " + file("py.out") +
-                          " 2>&1";
+  const std::string cmd =
+      "/usr/bin/python3 " + script + " " + path + " > " + file("py.out") + " 2>&1";
   int rc = std::system(cmd.c_str());
   EXPECT_EQ(rc, 0) << slurp(file("py.out"));
 }
@@ -396,18 +395,19 @@ TEST_F(DumpTest, ReadsStringAttributesWrittenByH5py) {
   if (std::system("/usr/bin/python3 -c 'import h5py, numpy' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "/usr/bin/python3 cannot import h5py";
   const std::string path = file("py.h5");
-  const std::string cmd = "/usr/bin/python3 -c '\n"
-                          "import sys, h5py, numpy as np\n"
-                          "with h5py.File(sys.argv[1], \"w\") as f:\n"
-                          "    f.attrs[\"format\"] = \"splitcheck.dump\"\n"
-                          "    f.attrs[\"format_version\"] = 1\n"
-                          "    f.attrs[\"backend\"] = \"torch\"\n"
-                          "    d = f.create_dataset(\"forward/0/output\", data=np.arange(6, "
-                          "dtype=np.uint16).reshape(2, 3))\n"
-                          "    d.attrs[\"dtype\"] = \"bfloat16\"\n"
-                          "    d.attrs[\"order\"] = 0\n"
-                          "' " +
-                          path;
+  const std::string cmd =
+      "/usr/bin/python3 -c '\n"
+      "import sys, h5py, numpy as np\n"
+      "with h5py.File(sys.argv[1], \"w\") as f:\n"
+      "    f.attrs[\"format\"] = \"splitcheck.dump\"\n"
+      "    f.attrs[\"format_version\"] = 1\n"
+      "    f.attrs[\"backend\"] = \"torch\"\n"
+      "    d = f.create_dataset(\"forward/0/output\", data=np.arange(6, "
+      "dtype=np.uint16).reshape(2, 3))\n"
+      "    d.attrs[\"dtype\"] = \"bfloat16\"\n"
+      "    d.attrs[\"order\"] = 0\n"
+      "' " +
+      path;
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   Result<DumpReader> r = DumpReader::open(path);
   ASSERT_TRUE(r.is_ok()) << r.status().message();

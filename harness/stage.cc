@@ -1,0 +1,197 @@
+#include "harness/stage.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace splitcheck {
+namespace {
+
+int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+Tensor nan_vector(int64_t n) {
+  Tensor t = Tensor::zeros(DType::kBF16, {n});
+  for (bf16& v : t.span<bf16>()) v = to_bf16(std::numeric_limits<float>::quiet_NaN());
+  return t;
+}
+
+bool has_nan(const Tensor& t) {
+  for (bf16 v : t.span<const bf16>())
+    if (std::isnan(to_f32(v))) return true;
+  return false;
+}
+
+// Rows [0, rows) of a bank [T, R, H] as a new [T, rows, H] tensor.
+Tensor bank_rows(const Tensor& bank, int64_t rows) {
+  const int64_t t = bank.dim(0), r = bank.dim(1), h = bank.dim(2);
+  Tensor out = Tensor::zeros(DType::kBF16, {t, rows, h});
+  for (int64_t i = 0; i < t; ++i)
+    std::memcpy(out.data<bf16>() + i * rows * h, bank.data<bf16>() + i * r * h,
+                static_cast<size_t>(rows * h) * sizeof(bf16));
+  return out;
+}
+
+}  // namespace
+
+bool Stage::captured(int k) const {
+  return std::binary_search(cfg_.capture_ids.begin(), cfg_.capture_ids.end(), k);
+}
+
+bool Stage::owns_tap(int k) const {
+  return (k == 0 && is_first()) || (range_.begin < k && k <= range_.end);
+}
+
+std::vector<int32_t> Stage::incoming_tap_ids() const {
+  std::vector<int32_t> ids;
+  for (int k : cfg_.capture_ids)
+    if (k == 0 ? !is_first() : k <= range_.begin) ids.push_back(k);
+  return ids;
+}
+
+Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSource& source) {
+  std::unique_ptr<Stage> st(new Stage(cfg));
+  const ModelConfig& c = cfg.model;
+  st->range_ = cfg.partition.stage(cfg.index);
+  const StageRange r = st->range_;
+  const int L = c.num_hidden_layers;
+  const bool last = st->is_last();
+
+  // tap.boundary_rejected: the historical refusal of any capture id at a stage end.
+  if (cfg.faults.has("tap.boundary_rejected") && !last && st->captured(r.end)) {
+    return config_rejected(fmt::format("stage {} ends at layer {}, which is a capture id", cfg.index, r.end));
+  }
+
+  // What the stage holds: its layers, the embedding on the first stage, the output
+  // weights on the last.
+  std::vector<std::string> names;
+  if (st->is_first()) names.push_back("embed_tokens.weight");
+  for (int l = r.begin; l < r.end; ++l)
+    for (const TensorSpec& s : layer_tensor_specs(c, l)) names.push_back(s.name);
+  if (last) {
+    for (const char* n : {"norm.weight", "output_attn_res_norm.weight",
+                          "output_attn_res_proj.weight", "lm_head.weight"})
+      names.push_back(n);
+  }
+  ASSIGN_OR_RETURN(st->weights_, load_weights(source, names),
+                   fmt::format("stage {} ({}-{})", cfg.index, r.begin, r.end));
+  for (int l = r.begin; l < r.end; ++l) {
+    ASSIGN_OR_RETURN(LayerWeights w, bind_layer(c, st->weights_, l));
+    st->layers_.push_back(std::move(w));
+  }
+
+  // Boundary copies (SPEC 2.6): a non-last stage that owns the tap at its end keeps its
+  // own copies of layer end's two AttnRes vectors, NaN until loaded.
+  if (!last && r.end < L && st->captured(r.end)) {
+    st->boundary_norm_ = nan_vector(c.hidden_size);
+    st->boundary_proj_ = nan_vector(c.hidden_size);
+    if (!cfg.faults.has("weights.no_boundary_copy")) {
+      const std::string p = "layers." + std::to_string(r.end) + ".";
+      ASSIGN_OR_RETURN(st->boundary_norm_, source.load(p + "self_attention_res_norm.weight"));
+      ASSIGN_OR_RETURN(st->boundary_proj_, source.load(p + "self_attention_res_proj.weight"));
+    }
+    if (has_nan(st->boundary_norm_) || has_nan(st->boundary_proj_)) {
+      return config_rejected(fmt::format(
+          "stage {}: boundary copies (boundary_attn_res_norm, boundary_attn_res_proj) for tap {} "
+          "were not loaded from the checkpoint (still NaN)",
+          cfg.index, r.end));
+    }
+  }
+
+  StageHoldings& h = st->holdings_;
+  h.index = cfg.index;
+  h.range = r;
+  h.embedding = st->is_first() ? "real" : "missing";
+  for (int k : cfg.capture_ids)
+    if (st->owns_tap(k)) h.owned_taps.push_back(k);
+  h.parameter_bytes = st->weights_.parameter_bytes() + st->boundary_norm_.nbytes() +
+                      st->boundary_proj_.nbytes();
+  h.tensors = st->weights_.tensors().size();
+  st->reset_sequence();
+  return st;
+}
+
+void Stage::reset_sequence() {
+  caches_.clear();
+  for (int l = range_.begin; l < range_.end; ++l) caches_.push_back(empty_layer_cache(cfg_.model, l));
+}
+
+Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std::byte>* in,
+                               RunRecord* record, DispatchTrace* trace) {
+  const ModelConfig& c = cfg_.model;
+  const int S = c.attn_res_block_size;
+  const int L = c.num_hidden_layers;
+  const int64_t T = static_cast<int64_t>(req.ids.size());
+  KernelContext ctx{trace, req.index, -1, Site::kEmbed, cfg_.index, -1};
+  StageOutput out;
+  ResidualState& st = out.state;
+  std::vector<std::pair<int, Tensor>>& taps = out.taps;
+
+  if (is_first()) {
+    st = embed_state(ctx, c, weights_.get("embed_tokens.weight"), ids_tensor(req.ids));
+    if (captured(0)) taps.emplace_back(0, st.prefix.clone());
+  } else {
+    if (in == nullptr) return internal_error(fmt::format("stage {} received no payload", cfg_.index));
+    PayloadExpectation expect{req.index, T, c.hidden_size, cdiv(range_.begin, S), incoming_tap_ids()};
+    ASSIGN_OR_RETURN(HandoffPayload p, decode_payload(*in, expect),
+                     fmt::format("stage {} receiving forward {}", cfg_.index, req.index));
+    // The receiver: P = hidden, the bank rows it was sent, and an explicit zero delta
+    // unless its first layer writes a block (then the layer starts a block itself).
+    st.prefix = p.hidden;
+    st.bank = Tensor::zeros(DType::kBF16, {T, c.num_blocks(), c.hidden_size});
+    const int64_t rows = p.bank.dim(1), h = c.hidden_size;
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(st.bank.data<bf16>() + t * c.num_blocks() * h, p.bank.data<bf16>() + t * rows * h,
+                  static_cast<size_t>(rows * h) * sizeof(bf16));
+    if (!c.is_block_write_layer(range_.begin) && !cfg_.faults.has("handoff.no_zero_delta")) {
+      st.delta = Tensor::zeros(DType::kBF16, {T, c.hidden_size});
+      st.has_delta = true;
+    }
+    for (size_t i = 0; i < p.aux_ids.size(); ++i) {
+      Tensor tap = Tensor::zeros(DType::kBF16, {T, h});
+      for (int64_t t = 0; t < T; ++t)
+        std::memcpy(tap.data<bf16>() + t * h,
+                    p.aux.data<bf16>() + t * p.aux.dim(1) + static_cast<int64_t>(i) * h,
+                    static_cast<size_t>(h) * sizeof(bf16));
+      taps.emplace_back(p.aux_ids[i], std::move(tap));
+    }
+  }
+
+  const LayerRecording rec{record, forward_path(req.index), cfg_.level};
+  for (int l = range_.begin; l < range_.end; ++l) {
+    const int i = l - range_.begin;
+    run_layer(ctx, c, l, layers_[i], st, caches_[i], rec);
+    const int k = l + 1;
+    if (!captured(k)) continue;
+    if (k < range_.end) {
+      taps.emplace_back(k, read_tap(ctx, c, k, st, *layers_[i + 1].sa_res_norm,
+                                    *layers_[i + 1].sa_res_proj));
+    } else if (k == L) {
+      taps.emplace_back(k, read_tap(ctx, c, k, st, weights_.get("output_attn_res_norm.weight"),
+                                    weights_.get("output_attn_res_proj.weight")));
+    } else if (cfg_.faults.has("tap.boundary_uses_prefix")) {
+      taps.emplace_back(k, folded_hidden(st));  // the historical bug: the prefix, not the read
+    } else {
+      taps.emplace_back(k, read_tap(ctx, c, k, st, boundary_norm_, boundary_proj_));
+    }
+  }
+
+  if (is_last()) {
+    out.head = run_head(ctx, c, st, weights_);
+    std::stable_sort(taps.begin(), taps.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    return out;
+  }
+  HandoffPayload p;
+  p.forward = req.index;
+  p.hidden = folded_hidden(st);
+  p.bank = bank_rows(st.bank, cdiv(range_.end, S));
+  for (const auto& [k, t] : taps) p.aux_ids.push_back(k);
+  p.aux = concat_taps(taps, T, c.hidden_size);
+  out.payload = encode_payload(p);
+  return out;
+}
+
+}  // namespace splitcheck

@@ -1,0 +1,78 @@
+// One pipeline stage of the partitioned engine: what it holds and one forward over its
+// layers. The code under test lives here and in handoff.h: placement (what a stage
+// loads), the receiver's zero delta, tap ownership, boundary taps and the relay.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/faults.h"
+#include "harness/handoff.h"
+#include "harness/partition.h"
+#include "reference/engine.h"
+#include "reference/weight_source.h"
+
+namespace splitcheck {
+
+struct StageConfig {
+  ModelConfig model;
+  Partition partition;
+  int index = 0;
+  std::vector<int> capture_ids;
+  DumpLevel level = DumpLevel::kLayer;
+  FaultSet faults;
+};
+
+// What a stage holds (SPEC 5.4): recorded under /stages/<s>/ in the dump.
+struct StageHoldings {
+  int index = 0;
+  StageRange range;
+  std::string embedding;  // real | missing | copy-for-drafter
+  std::vector<int> owned_taps;
+  size_t parameter_bytes = 0;
+  size_t tensors = 0;
+};
+
+// The result of one stage's forward: a payload for the next stage, or (last stage) the
+// head's output, the final state and every tap in id order.
+struct StageOutput {
+  std::vector<std::byte> payload;
+  HeadOutput head;
+  ResidualState state;
+  std::vector<std::pair<int, Tensor>> taps;
+};
+
+class Stage {
+ public:
+  // Loads only what the stage holds and refuses configurations it cannot run
+  // (StatusCode::kConfigRejected), e.g. a boundary copy that was never loaded.
+  static Result<std::unique_ptr<Stage>> create(const StageConfig& config, WeightSource& source);
+
+  // One forward over [begin, end). `in` is the previous stage's payload (null on the first).
+  Result<StageOutput> run(const ForwardRequest& request, const std::vector<std::byte>* in,
+                          RunRecord* record, DispatchTrace* trace);
+  void reset_sequence();
+  void save_state() { snapshot_ = caches_; }
+  void restore_state() { caches_ = snapshot_; }
+  const StageHoldings& holdings() const { return holdings_; }
+  bool is_first() const { return cfg_.index == 0; }
+  bool is_last() const { return cfg_.index == cfg_.partition.stages() - 1; }
+
+ private:
+  explicit Stage(StageConfig cfg) : cfg_(std::move(cfg)) {}
+  bool captured(int k) const;
+  bool owns_tap(int k) const;
+  // Ids of taps that arrive in the payload: captured and owned by an earlier stage.
+  std::vector<int32_t> incoming_tap_ids() const;
+
+  StageConfig cfg_;
+  StageRange range_;
+  WeightStore weights_;
+  std::vector<LayerWeights> layers_;  // index l - range_.begin
+  std::vector<LayerCache> caches_, snapshot_;
+  Tensor boundary_norm_, boundary_proj_;  // layer end's AttnRes vectors, for the boundary tap
+  StageHoldings holdings_;
+};
+
+}  // namespace splitcheck

@@ -1,0 +1,51 @@
+// Where engines load weights from, by name. A stage asks only for what it holds.
+//
+// GeneratedWeights memoises generated tensors so that many engines of one sweep load the
+// same bytes without regenerating them (generation is a pure function of seed, name and
+// index, so a memoised tensor equals a fresh one bit for bit). CheckpointWeights reads an
+// HDF5 checkpoint.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "reference/weights.h"
+
+namespace splitcheck {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // The tensor `name` of the model; an error names it when the source lacks it.
+  virtual Result<Tensor> load(const std::string& name) = 0;
+};
+
+class GeneratedWeights : public WeightSource {
+ public:
+  explicit GeneratedWeights(ModelConfig config) : config_(std::move(config)) {}
+  Result<Tensor> load(const std::string& name) override;
+
+ private:
+  ModelConfig config_;
+  std::mutex mu_;
+  std::map<std::string, Tensor> cache_;
+};
+
+class CheckpointWeights : public WeightSource {
+ public:
+  CheckpointWeights(std::string path, ModelConfig config)
+      : path_(std::move(path)), config_(std::move(config)) {}
+  Result<Tensor> load(const std::string& name) override;
+
+ private:
+  std::string path_;
+  ModelConfig config_;
+  std::mutex mu_;
+};
+
+// Loads the named tensors into a store.
+Result<WeightStore> load_weights(WeightSource& source, const std::vector<std::string>& names);
+
+}  // namespace splitcheck

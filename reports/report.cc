@@ -1,0 +1,125 @@
+#include "reports/report.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "harness/build_info.h"
+#include "harness/checks.h"
+#include "harness/faults.h"
+
+namespace splitcheck {
+namespace {
+
+nlohmann::json diff_json(const TensorDiff& d) {
+  return {{"path", d.path},        {"dtype", d.dtype},         {"shape", d.shape},
+          {"mismatches", d.mismatches}, {"token", d.first_row}, {"channel", d.first_col},
+          {"expected_bits", format_bits(d.dtype == "bfloat16" ? DType::kBF16 : d.dtype == "float32" ? DType::kF32 : DType::kI32, d.first_a_bits)},
+          {"actual_bits", format_bits(d.dtype == "bfloat16" ? DType::kBF16 : d.dtype == "float32" ? DType::kF32 : DType::kI32, d.first_b_bits)},
+          {"max_ulp", d.max_ulp},  {"max_abs", d.max_abs},     {"cosine", d.cosine},
+          {"nan_mismatch", d.nan_mismatch}};
+}
+
+Status write_atomically(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path tmp = path.string() + ".partial";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    if (!out) return internal_error(path.string() + ": cannot write");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return internal_error(path.string() + ": cannot rename: " + ec.message());
+  return Status::ok();
+}
+
+}  // namespace
+
+nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
+  nlohmann::json j;
+  j["format"] = "splitcheck.report";
+  j["format_version"] = 1;
+  j["kind"] = "sweep";
+  j["verdict"] = r.conformant() ? "conformant" : "divergent";
+  j["exit_code"] = r.conformant() ? 0 : 1;
+  j["scenario"] = {{"name", r.scenario_name},
+                   {"sha256", r.scenario_sha256},
+                   {"model_sha256", r.model_sha256},
+                   {"resolved", r.scenario}};
+  j["provenance"] = {{"producer", "splitcheck"},
+                     {"version", SPLITCHECK_VERSION},
+                     {"git_revision", SPLITCHECK_GIT_REVISION},
+                     {"compiler", SPLITCHECK_COMPILER},
+                     {"flags", SPLITCHECK_CXX_FLAGS},
+                     {"backend", r.scenario.value("backend", "cpu")}};
+  j["command"] = ctx.command;
+  j["counts"] = {{"total", r.cases.size()},
+                 {"pass", r.count(Verdict::kPass)},
+                 {"diverged", r.count(Verdict::kDiverged)},
+                 {"config_rejected", r.count(Verdict::kConfigRejected)},
+                 {"error", r.count(Verdict::kError)},
+                 {"skipped", r.count(Verdict::kSkipped)}};
+  j["timing"] = {{"pp1_seconds", r.pp1_seconds},
+                 {"total_seconds", r.total_seconds},
+                 {"threads", r.threads},
+                 {"cost_in_pp1_runs", r.pp1_seconds > 0 ? r.total_seconds / r.pp1_seconds : 0.0},
+                 {"reuse", "none: every split point runs every layer; split points run in parallel"}};
+  j["lane"] = {{"name", "exact"}, {"rule", "bitwise on the integer bit pattern; no tolerance"}};
+  nlohmann::json faults = nlohmann::json::array();
+  for (const auto& id : r.scenario.value("faults", std::vector<std::string>{})) {
+    const FaultInfo* f = find_fault(id);
+    faults.push_back({{"id", id},
+                      {"restores", f ? std::string(f->restores) : ""},
+                      {"caught_by", f ? std::string(f->caught_by) : ""}});
+  }
+  j["faults"] = faults;
+  nlohmann::json cases = nlohmann::json::array();
+  for (const CaseResult& c : r.cases) {
+    nlohmann::json cj{{"key", c.key},
+                      {"layout", c.layout},
+                      {"cuts", c.cuts},
+                      {"verdict", verdict_name(c.verdict)},
+                      {"message", c.message},
+                      {"failed_checks", c.failed_checks},
+                      {"datasets_compared", c.datasets_compared},
+                      {"datasets_differing", c.datasets_differing},
+                      {"dispatch_mismatches", c.dispatch_mismatches},
+                      {"seconds", c.seconds}};
+    if (c.first_divergence) {
+      cj["first_divergence"] = diff_json(*c.first_divergence);
+      cj["first_divergence"]["forward"] = c.first_divergence_forward;
+      cj["first_divergence"]["layer"] = c.first_divergence_layer;
+      cj["first_divergence"]["site"] = c.first_divergence_site;
+    }
+    if (c.dispatch) {
+      cj["dispatch"] = {{"forward", c.dispatch->forward}, {"event", c.dispatch->event},
+                        {"layer", c.dispatch->layer},     {"site", c.dispatch->site},
+                        {"expected", c.dispatch->expected}, {"actual", c.dispatch->actual}};
+    }
+    nlohmann::json taps = nlohmann::json::array();
+    for (const TapVerdict& t : c.taps)
+      taps.push_back({{"id", t.id}, {"mismatches", t.mismatches}, {"min_cosine", t.min_cosine},
+                      {"verdict", t.mismatches == 0 ? "pass" : "diverged"}});
+    cj["taps"] = taps;
+    nlohmann::json stages = nlohmann::json::array();
+    for (const StageHoldings& s : c.stages)
+      stages.push_back({{"index", s.index}, {"layers", {s.range.begin, s.range.end}},
+                        {"embedding", s.embedding}, {"owned_taps", s.owned_taps},
+                        {"parameter_bytes", s.parameter_bytes}, {"tensors", s.tensors}});
+    cj["stages"] = stages;
+    cases.push_back(cj);
+  }
+  j["cases"] = cases;
+  j["expect"] = {{"declared", r.scenario.value("expect", nlohmann::json::object())},
+                 {"failures", r.expect_failures},
+                 {"met", r.expect_failures.empty()}};
+  return j;
+}
+
+Status write_reports(const std::string& dir, const nlohmann::json& report) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return invalid_input(dir + ": cannot create report directory: " + ec.message());
+  return write_atomically(std::filesystem::path(dir) / "report.json", report.dump(2) + "\n");
+}
+
+}  // namespace splitcheck
