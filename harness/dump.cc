@@ -504,7 +504,8 @@ Status DumpWriter::write(const std::string& dataset_path, const Tensor& t) {
   Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
   bool ok = space.valid() && dcpl.valid() && H5Pset_obj_track_times(dcpl.get(), false) >= 0 &&
             H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) >= 0;
-  if (ok && compress_ && !shape.empty() && t.numel() > 0) {
+  // Small datasets stay contiguous: a chunk index costs more than deflate saves on them.
+  if (ok && compress_ && !shape.empty() && t.nbytes() >= 16384) {
     // Chunks of about 1 MiB along axis 0: whole rows, so streaming reads stay aligned.
     size_t row_bytes = t.nbytes() / static_cast<size_t>(shape[0]);
     std::vector<hsize_t> chunk = dims;

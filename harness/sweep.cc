@@ -215,14 +215,14 @@ std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const Swe
     const std::string got = r.conformant() ? "conformant" : "divergent";
     if (want != got) fails.push_back(fmt::format("expected verdict {}, got {}", want, got));
   }
-  if (expect.contains("pass_count")) {
-    const int want = expect["pass_count"].get<int>();
+  if (expect.contains("identical_splits")) {
+    const int want = expect["identical_splits"].get<int>();
     if (r.count(Verdict::kPass) != want)
       fails.push_back(fmt::format("expected {} identical split points, got {}", want, r.count(Verdict::kPass)));
   }
-  for (const auto& [field, verdict] : {std::pair{"pass_splits", Verdict::kPass},
-                                       std::pair{"config_rejected_splits", Verdict::kConfigRejected},
-                                       std::pair{"diverged_splits", Verdict::kDiverged}}) {
+  for (const auto& [field, verdict] : {std::pair{"identical", Verdict::kPass},
+                                       std::pair{"config_rejected", Verdict::kConfigRejected},
+                                       std::pair{"diverged", Verdict::kDiverged}}) {
     if (!expect.contains(field)) continue;
     std::vector<std::string> want = expect[field].get<std::vector<std::string>>();
     std::vector<std::string> got = keys_with(verdict);
