@@ -1,0 +1,78 @@
+#include "harness/partition.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace splitcheck {
+namespace {
+
+TEST(Partition, RejectsBoundsThatDoNotIncreaseOrMissTheEnds) {
+  EXPECT_FALSE(Partition::make({0, 12, 12, 32}, 32).is_ok());
+  EXPECT_FALSE(Partition::make({1, 12, 32}, 32).is_ok());
+  EXPECT_FALSE(Partition::make({0, 12, 31}, 32).is_ok());
+  EXPECT_FALSE(Partition::from_cuts({0}, 32).is_ok());
+  EXPECT_TRUE(Partition::from_cuts({12}, 32).is_ok());
+}
+
+TEST(Partition, NamesAndLayoutComeFromTheCuts) {
+  Partition p = *Partition::from_cuts({8, 20}, 32);
+  EXPECT_EQ(p.key(), "split-8-20");
+  EXPECT_EQ(p.layout(), "0-8|8-20|20-32");
+  EXPECT_EQ(p.stages(), 3);
+  EXPECT_EQ(p.stage(1).begin, 8);
+  EXPECT_EQ(p.stage(1).end, 20);
+}
+
+TEST(Partition, AllSplitPointsOfPp2) {
+  auto parts = *enumerate_partitions(PartitionSpec{2, "all", {}}, 32);
+  ASSERT_EQ(parts.size(), 31u);
+  for (int i = 0; i < 31; ++i) EXPECT_EQ(parts[i].cuts(), std::vector<int>{i + 1});
+}
+
+TEST(Partition, ExhaustiveCountsCombinations) {
+  auto parts = *enumerate_partitions(PartitionSpec{3, "exhaustive", {}}, 12);
+  EXPECT_EQ(parts.size(), 55u);  // C(11, 2)
+}
+
+TEST(Partition, PairwiseCoversEveryPairOfCutPositions) {
+  const int layers = 16;
+  auto parts = *enumerate_partitions(PartitionSpec{4, "pairwise", {}}, layers);
+  std::set<std::pair<int, int>> covered;
+  for (const Partition& p : parts) {
+    const auto cuts = p.cuts();
+    ASSERT_EQ(cuts.size(), 3u);
+    for (size_t i = 0; i < cuts.size(); ++i)
+      for (size_t j = i + 1; j < cuts.size(); ++j) covered.insert({cuts[i], cuts[j]});
+  }
+  EXPECT_EQ(covered.size(), static_cast<size_t>((layers - 1) * (layers - 2) / 2));
+  EXPECT_LT(parts.size(), 455u);  // far fewer than all C(15, 3) partitions
+  // Deterministic.
+  auto again = *enumerate_partitions(PartitionSpec{4, "pairwise", {}}, layers);
+  ASSERT_EQ(again.size(), parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) EXPECT_EQ(again[i].bounds(), parts[i].bounds());
+}
+
+TEST(Partition, EveryLayerMakesEachLayerAStage) {
+  auto parts = *enumerate_partitions(PartitionSpec{32, "every-layer", {}}, 32);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].stages(), 32);
+  EXPECT_EQ(parts[0].key(), "every-layer");
+}
+
+TEST(Partition, BalancedStagesDifferByAtMostOne) {
+  auto parts = *enumerate_partitions(PartitionSpec{3, "balanced", {}}, 32);
+  ASSERT_EQ(parts.size(), 1u);
+  for (int s = 0; s < 3; ++s) {
+    const int n = parts[0].stage(s).end - parts[0].stage(s).begin;
+    EXPECT_TRUE(n == 10 || n == 11) << n;
+  }
+}
+
+TEST(Partition, ExplicitListIsValidated) {
+  EXPECT_TRUE(enumerate_partitions(PartitionSpec{2, "list", {{12}, {20}}}, 32).is_ok());
+  EXPECT_FALSE(enumerate_partitions(PartitionSpec{2, "list", {{40}}}, 32).is_ok());
+}
+
+}  // namespace
+}  // namespace splitcheck
