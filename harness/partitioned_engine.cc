@@ -11,7 +11,9 @@ Result<std::unique_ptr<PartitionedEngine>> PartitionedEngine::create(
   e->config_ = config;
   e->options_ = options;
   for (int s = 0; s < partition.stages(); ++s) {
-    StageConfig sc{config, partition, s, options.capture_ids, options.level, faults};
+    StageConfig sc{config,        partition, s,
+                   options.capture_ids, options.level, faults,
+                   options.spec_method, options.context_only_producer};
     ASSIGN_OR_RETURN(std::unique_ptr<Stage> stage, Stage::create(sc, source));
     e->stages_.push_back(std::move(stage));
   }
@@ -99,6 +101,10 @@ Result<ForwardResult> PartitionedEngine::forward(const ForwardRequest& req, RunR
   out.next_tokens = last.head.next_tokens;
   out.taps = concat_taps(last.taps, static_cast<int64_t>(req.ids.size()), config_.hidden_size);
   return out;
+}
+
+const WeightStore& PartitionedEngine::last_stage_weights() const {
+  return stages_.back()->weights();
 }
 
 std::vector<StageHoldings> PartitionedEngine::holdings() const {

@@ -30,6 +30,8 @@ class PartitionedEngine : public Engine {
   void restore_state() override { control(JobKind::kRestore); }
 
   std::vector<StageHoldings> holdings() const;
+  // The last stage's weights: the drafter's target lm_head and embedding copy live here.
+  const WeightStore& last_stage_weights() const;
   // Records /stages/<s>/ (layer range, embedding, owned taps, parameter bytes).
   void record_holdings(RunRecord& record) const;
 

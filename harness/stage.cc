@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include "reference/spec_methods.h"
+
 namespace splitcheck {
 namespace {
 
@@ -67,7 +69,14 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
   // What the stage holds: its layers, the embedding on the first stage, the output
   // weights on the last.
   std::vector<std::string> names;
-  if (st->is_first()) names.push_back("embed_tokens.weight");
+  // The last stage also holds a real copy of the embedding when the registry says its
+  // drafter shares it (SPEC 2.7); pd.producer_embedding restores the historical copy on a
+  // context-only producer.
+  const bool producer =
+      cfg.context_only_producer && !cfg.faults.has("pd.producer_embedding");
+  const bool embedding_copy =
+      last_stage_holds_embedding_copy(cfg.spec_method, last, st->is_first(), producer);
+  if (st->is_first() || embedding_copy) names.push_back("embed_tokens.weight");
   for (int l = r.begin; l < r.end; ++l)
     for (const TensorSpec& s : layer_tensor_specs(c, l)) names.push_back(s.name);
   if (last) {
@@ -103,7 +112,7 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
   StageHoldings& h = st->holdings_;
   h.index = cfg.index;
   h.range = r;
-  h.embedding = st->is_first() ? "real" : "missing";
+  h.embedding = st->is_first() ? "real" : (embedding_copy ? "copy-for-drafter" : "missing");
   for (int k : cfg.capture_ids)
     if (st->owns_tap(k)) h.owned_taps.push_back(k);
   h.parameter_bytes = st->weights_.parameter_bytes() + st->boundary_norm_.nbytes() +

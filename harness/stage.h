@@ -22,6 +22,8 @@ struct StageConfig {
   std::vector<int> capture_ids;
   DumpLevel level = DumpLevel::kLayer;
   FaultSet faults;
+  std::string spec_method = "none";     // the registry's method (spec_methods.h)
+  bool context_only_producer = false;  // the last stage proposes nothing
 };
 
 // What a stage holds (SPEC 5.4): recorded under /stages/<s>/ in the dump.
@@ -56,6 +58,8 @@ class Stage {
   void save_state() { snapshot_ = caches_; }
   void restore_state() { caches_ = snapshot_; }
   const StageHoldings& holdings() const { return holdings_; }
+  // What the stage holds (the last stage's embedding copy and lm_head for the drafter).
+  const WeightStore& weights() const { return weights_; }
   bool is_first() const { return cfg_.index == 0; }
   bool is_last() const { return cfg_.index == cfg_.partition.stages() - 1; }
 

@@ -274,7 +274,8 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   std::vector<std::string> all_names;
   for (const TensorSpec& t : model_tensor_specs(s.model)) all_names.push_back(t.name);
   ASSIGN_OR_RETURN(WeightStore ref_weights, load_weights(*source, all_names));
-  const EngineOptions engine_options{s.capture_ids, s.dump_level};
+  const EngineOptions engine_options{s.capture_ids, s.dump_level, s.speculative.method,
+                                     s.speculative.context_only_producer};
   ASSIGN_OR_RETURN(std::unique_ptr<ReferenceEngine> ref,
                    ReferenceEngine::create(s.model, std::move(ref_weights), engine_options));
   const GenerationOptions gen{s.workload.max_new_tokens, s.prefill_chunk};

@@ -35,6 +35,10 @@ struct ForwardResult {
 struct EngineOptions {
   std::vector<int> capture_ids;  // sorted, unique, in [0, L]
   DumpLevel level = DumpLevel::kLayer;
+  // The speculative method (spec_methods.h) and whether the last stage is a context-only
+  // prefill producer: they decide where a drafter's embedding copy is held (SPEC 2.7).
+  std::string spec_method = "none";
+  bool context_only_producer = false;
 };
 
 class Engine {
