@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 
+#include "harness/bisect.h"
 #include "harness/compare.h"
 #include "harness/golden.h"
 #include "harness/run.h"
@@ -133,6 +134,8 @@ int run_cli(int argc, char** argv) {
 
   SweepCli sweep_cli;
   sweep_cli.add_to(app);
+  BisectCli bisect_cli;
+  bisect_cli.add_to(app);
 
   for (int i = 0; i < argc; ++i) sweep_cli.command_line += (i ? " " : "") + std::string(argv[i]);
   try {
@@ -151,6 +154,7 @@ int run_cli(int argc, char** argv) {
     return kExitOk;
   }
   if (*compare) return cmd_compare(cmp_a, cmp_b, approximate, full);
+  if (*bisect_cli.command) return bisect_cli.run();
   return sweep_cli.run();
 }
 

@@ -1,0 +1,309 @@
+#include "harness/bisect.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+namespace splitcheck {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+bool has_check(const CaseResult& c, const std::string& check) {
+  return std::find(c.failed_checks.begin(), c.failed_checks.end(), check) != c.failed_checks.end();
+}
+
+// The dispatch mismatch comes no later than the first numeric divergence.
+bool dispatch_first(const CaseResult& c) {
+  if (!c.dispatch) return false;
+  if (!c.first_divergence) return true;
+  const DispatchMismatch& d = *c.dispatch;
+  if (d.forward != c.first_divergence_forward) return d.forward < c.first_divergence_forward;
+  // Within one forward: a layer-less divergence (taps, output, logits) comes after layers.
+  return c.first_divergence_layer < 0 || d.layer <= c.first_divergence_layer;
+}
+
+// The first layer of every stage but the first: the layers that read a handoff.
+bool is_stage_first_layer(const CaseResult& c, int32_t layer) {
+  return std::find(c.cuts.begin(), c.cuts.end(), layer) != c.cuts.end();
+}
+
+BisectFinding finding_of(const CaseResult& c) {
+  BisectFinding f;
+  f.key = c.key;
+  f.layout = c.layout;
+  f.cuts = c.cuts;
+  f.verdict = c.verdict;
+  f.cause = classify_cause(c);
+  f.message = c.message;
+  if (c.first_divergence) {
+    f.dataset = c.first_divergence->path;
+    f.forward = c.first_divergence_forward;
+    f.layer = c.first_divergence_layer;
+    f.site = c.first_divergence_site;
+    f.token = c.first_divergence->first_row;
+    f.channel = c.first_divergence->first_col;
+  } else if (c.dispatch) {
+    f.forward = c.dispatch->forward;
+    f.layer = c.dispatch->layer;
+    f.site = c.dispatch->site;
+  }
+  return f;
+}
+
+// One reduction attempt: the scenario as JSON, parsed, swept, classified.
+struct Trial {
+  bool same = false;
+  BisectFinding finding;
+};
+
+}  // namespace
+
+std::string classify_cause(const CaseResult& c) {
+  if (c.verdict == Verdict::kConfigRejected) return kCauseConfigRejected;
+  if (c.verdict == Verdict::kError) return kCauseError;
+  if (has_check(c, "embedding") || has_check(c, "memory")) return kCauseEmbedding;
+  if (c.first_divergence && c.first_divergence->nan_mismatch) return kCauseNan;
+  if (dispatch_first(c)) return kCauseDispatch;
+  if (c.failed_checks.size() == 1 && c.failed_checks.front() == "taps") return kCauseTapSource;
+  if (c.first_divergence && c.first_divergence_layer >= 0 &&
+      is_stage_first_layer(c, c.first_divergence_layer))
+    return kCauseHandoff;
+  return kCausePropagated;
+}
+
+std::optional<BisectFinding> first_failure(const SweepResult& r) {
+  for (const CaseResult& c : r.cases) {
+    if (c.verdict == Verdict::kPass || c.verdict == Verdict::kSkipped) continue;
+    return finding_of(c);
+  }
+  return std::nullopt;
+}
+
+ScenarioSize scenario_size(const Scenario& s) {
+  ScenarioSize z;
+  z.layers = s.model.num_hidden_layers;
+  z.prompts = s.workload.prompts;
+  z.max_new_tokens = s.workload.max_new_tokens;
+  z.max_prompt_tokens = s.workload.max_prompt_tokens;
+  Result<std::vector<Partition>> parts = enumerate_partitions(s.partitions, z.layers);
+  z.partitions = parts.is_ok() ? static_cast<int>(parts->size()) : -1;
+  return z;
+}
+
+Status write_json_atomically(const std::string& path, const json& j) {
+  const fs::path target(path);
+  const fs::path tmp = target.string() + fmt::format(".tmp.{}", ::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return invalid_input(fmt::format("{}: cannot open for writing", tmp.string()));
+    f << j.dump(2) << "\n";
+    f.flush();
+    if (!f) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return internal_error(fmt::format("{}: write failed", tmp.string()));
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return internal_error(fmt::format("{}: cannot rename into place: {}", path, ec.message()));
+  }
+  return Status::ok();
+}
+
+Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
+  BisectResult out;
+  out.before = scenario_size(s);
+  SweepOptions sweep_options;
+  sweep_options.threads = options.threads;
+  ASSIGN_OR_RETURN(SweepResult full, run_sweep(s, sweep_options));
+  out.sweeps = 1;
+  std::optional<BisectFinding> first = first_failure(full);
+  if (!first) {
+    out.after = out.before;
+    return out;
+  }
+  out.conformant = false;
+  out.finding = *first;
+  const std::string cause = first->cause;
+  const std::string base_dir =
+      s.source_path.empty() ? std::string(".") : fs::path(s.source_path).parent_path().string();
+
+  json best = resolved_scenario_json(s);
+  best["name"] = s.name + "-repro";
+  json expect = {{"verdict", "divergent"}};
+  if (s.expect.contains("caught_by")) expect["caught_by"] = s.expect["caught_by"];
+  best["expect"] = expect;
+
+  // Sweeps `j` (one partition) and says whether it still fails with the cause.
+  auto trial = [&](const json& j) -> Result<Trial> {
+    ASSIGN_OR_RETURN(Scenario t, parse_scenario(j, s.name + "-repro", base_dir));
+    SweepOptions o;
+    o.threads = 1;
+    ASSIGN_OR_RETURN(SweepResult r, run_sweep(t, o));
+    ++out.sweeps;
+    Trial tr;
+    if (std::optional<BisectFinding> f = first_failure(r)) {
+      tr.finding = *f;
+      tr.same = f->cause == cause;
+    }
+    return tr;
+  };
+  // Applies `mutate` to a copy of the best scenario and keeps it when it still fails.
+  auto attempt = [&](const std::string& what, const std::function<bool(json&)>& mutate) -> Status {
+    json j = best;
+    if (!mutate(j)) return Status::ok();
+    Result<Trial> t = trial(j);
+    if (!t.is_ok()) {
+      out.steps.push_back(fmt::format("{}: dropped ({})", what, t.status().message()));
+      return Status::ok();
+    }
+    if (t->same) {
+      best = std::move(j);
+      out.steps.push_back(fmt::format("{}: kept", what));
+    } else {
+      out.steps.push_back(fmt::format("{}: dropped (cause became {})", what,
+                                      t->finding.cause.empty() ? "none" : t->finding.cause));
+    }
+    return Status::ok();
+  };
+
+  // The failing split alone; this one must keep the failure or there is nothing to shrink.
+  {
+    json j = best;
+    j["partitions"] = {{"pp", s.partitions.pp}, {"splits", json::array({first->cuts})}};
+    ASSIGN_OR_RETURN(Trial t, trial(j));
+    if (!t.same) {
+      return internal_error(fmt::format("{}: {} alone does not reproduce the cause {} (got {})",
+                                        s.name, first->key, cause,
+                                        t.finding.cause.empty() ? "pass" : t.finding.cause));
+    }
+    best = std::move(j);
+    out.steps.push_back(fmt::format("partitions: only {}: kept", first->key));
+  }
+  RETURN_IF_ERROR(attempt("prompts -> 1", [](json& j) {
+    if (j["workload"]["prompts"].get<int>() <= 1) return false;
+    j["workload"]["prompts"] = 1;
+    return true;
+  }));
+  for (int n : {1, 2}) {
+    RETURN_IF_ERROR(attempt(fmt::format("max_new_tokens -> {}", n), [n](json& j) {
+      if (j["workload"]["max_new_tokens"].get<int>() <= n) return false;
+      j["workload"]["max_new_tokens"] = n;
+      return true;
+    }));
+  }
+  for (int n : {4, 8}) {
+    RETURN_IF_ERROR(attempt(fmt::format("max_prompt_tokens -> {}", n), [n](json& j) {
+      const int cur = j["workload"]["max_prompt_tokens"].get<int>();
+      if (cur != 0 && cur <= n) return false;
+      j["workload"]["max_prompt_tokens"] = n;
+      return true;
+    }));
+  }
+  // Fewer layers: multiples of the AttnRes block size S that still hold every cut, so
+  // each layer keeps its place in its block; capture ids past the end are dropped and
+  // the final capture (id L) follows the new L. Not with a checkpoint (its shapes are fixed).
+  if (s.checkpoint.empty()) {
+    const int layers = s.model.num_hidden_layers;
+    const int block = std::max(1, s.model.attn_res_block_size);
+    const int last_cut = first->cuts.empty() ? 0 : first->cuts.back();
+    for (int l = block; l < layers; l += block) {
+      if (l <= last_cut || l < s.partitions.pp) continue;
+      const size_t steps_before = out.steps.size();
+      RETURN_IF_ERROR(attempt(fmt::format("num_hidden_layers -> {}", l), [&](json& j) {
+        j["model"]["overrides"]["num_hidden_layers"] = l;
+        std::vector<int> ids;
+        for (int id : j["capture_ids"].get<std::vector<int>>()) {
+          if (id == layers) {
+            ids.push_back(l);
+          } else if (id <= l) {
+            ids.push_back(id);
+          }
+        }
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+        j["capture_ids"] = ids;
+        return true;
+      }));
+      if (out.steps.size() > steps_before && out.steps.back().ends_with(": kept")) break;
+    }
+  }
+
+  ASSIGN_OR_RETURN(Scenario repro, parse_scenario(best, s.name + "-repro", base_dir));
+  out.after = scenario_size(repro);
+  out.repro = resolved_scenario_json(repro);
+  return out;
+}
+
+void BisectCli::add_to(CLI::App& app) {
+  command = app.add_subcommand(
+      "bisect",
+      "Find the first divergent split of a failing sweep, name the cause, write a minimised "
+      "scenario that still fails");
+  command->add_option("scenario", scenario, "Scenario JSON")->required();
+  command->add_option("--out", out, "Minimised scenario to write (default: <name>-repro.json)");
+  command->add_option("--threads", threads, "Split points run at once in the first sweep");
+}
+
+int BisectCli::run() {
+  auto fail = [](const Status& st) {
+    fmt::print(stderr, "splitcheck: error: {}\n", st.message());
+    return st.code() == StatusCode::kInvalidInput ? 2 : 3;
+  };
+  Result<Scenario> s = load_scenario(scenario);
+  if (!s.is_ok()) return fail(s.status());
+  BisectOptions opts;
+  opts.threads = threads;
+  Result<BisectResult> r = bisect(*s, opts);
+  if (!r.is_ok()) return fail(r.status());
+  if (r->conformant) {
+    fmt::print("bisect {}: conformant at all {} split points, nothing to bisect\n", s->name,
+               r->before.partitions);
+    return 0;
+  }
+  const BisectFinding& f = r->finding;
+  const std::string path = out.empty() ? s->name + "-repro.json" : out;
+  json repro = r->repro;
+  repro["description"] = fmt::format(
+      "Minimised by `splitcheck bisect {}`: {} of {} fails with cause '{}'. Replay: "
+      "splitcheck sweep {}",
+      scenario, f.key, s->name, f.cause, path);
+  Status st = write_json_atomically(path, repro);
+  if (!st.is_ok()) return fail(st);
+
+  fmt::print("bisect {}: first failing split {} ({}), verdict {}\n", s->name, f.key, f.layout,
+             verdict_name(f.verdict));
+  if (!f.dataset.empty()) {
+    fmt::print("  first divergence: forward {}, layer {}, site {}, token {}, channel {} ({})\n",
+               f.forward, f.layer, f.site, f.token, f.channel, f.dataset);
+  } else if (f.forward >= 0) {
+    fmt::print("  first divergence: forward {}, layer {}, site {} (dispatch)\n", f.forward, f.layer,
+               f.site);
+  }
+  fmt::print("  detail: {}\n", f.message);
+  fmt::print("  cause: {}\n", f.cause);
+  for (const std::string& step : r->steps) fmt::print("  minimise: {}\n", step);
+  auto size = [](const ScenarioSize& z) {
+    return fmt::format(
+        "{} layers, {} prompts, {} new tokens, {} prompt tokens, {} split points", z.layers,
+        z.prompts, z.max_new_tokens,
+        z.max_prompt_tokens == 0 ? std::string("all") : std::to_string(z.max_prompt_tokens),
+        z.partitions);
+  };
+  fmt::print("  before: {}\n", size(r->before));
+  fmt::print("  after:  {}\n", size(r->after));
+  fmt::print("  repro: {} (replay: splitcheck sweep {})\n", path, path);
+  return 1;
+}
+
+}  // namespace splitcheck
