@@ -2,20 +2,36 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "harness/build_info.h"
 #include "harness/checks.h"
 #include "harness/faults.h"
+#include "harness/partition.h"
+#include "harness/scenario.h"
+#include "reports/writers.h"
 
 namespace splitcheck {
 namespace {
 
 nlohmann::json diff_json(const TensorDiff& d) {
-  return {{"path", d.path},        {"dtype", d.dtype},         {"shape", d.shape},
-          {"mismatches", d.mismatches}, {"token", d.first_row}, {"channel", d.first_col},
-          {"expected_bits", format_bits(d.dtype == "bfloat16" ? DType::kBF16 : d.dtype == "float32" ? DType::kF32 : DType::kI32, d.first_a_bits)},
-          {"actual_bits", format_bits(d.dtype == "bfloat16" ? DType::kBF16 : d.dtype == "float32" ? DType::kF32 : DType::kI32, d.first_b_bits)},
-          {"max_ulp", d.max_ulp},  {"max_abs", d.max_abs},     {"cosine", d.cosine},
+  return {{"path", d.path},
+          {"dtype", d.dtype},
+          {"shape", d.shape},
+          {"mismatches", d.mismatches},
+          {"token", d.first_row},
+          {"channel", d.first_col},
+          {"expected_bits", format_bits(d.dtype == "bfloat16"  ? DType::kBF16
+                                        : d.dtype == "float32" ? DType::kF32
+                                                               : DType::kI32,
+                                        d.first_a_bits)},
+          {"actual_bits", format_bits(d.dtype == "bfloat16"  ? DType::kBF16
+                                      : d.dtype == "float32" ? DType::kF32
+                                                             : DType::kI32,
+                                      d.first_b_bits)},
+          {"max_ulp", d.max_ulp},
+          {"max_abs", d.max_abs},
+          {"cosine", d.cosine},
           {"nan_mismatch", d.nan_mismatch}};
 }
 
@@ -32,6 +48,19 @@ Status write_atomically(const std::filesystem::path& path, const std::string& te
   return Status::ok();
 }
 
+// Each case key's position in the scenario's full partition enumeration (before shard
+// and filter), so shard reports can be merged back into the unsharded order.
+std::map<std::string, int64_t> enumeration_index(const nlohmann::json& resolved) {
+  std::map<std::string, int64_t> index;
+  Result<Scenario> s = parse_scenario(resolved, "report", ".");
+  if (!s.is_ok()) return index;
+  Result<std::vector<Partition>> all =
+      enumerate_partitions(s->partitions, s->model.num_hidden_layers);
+  if (!all.is_ok()) return index;
+  for (size_t i = 0; i < all->size(); ++i) index.emplace((*all)[i].key(), static_cast<int64_t>(i));
+  return index;
+}
+
 }  // namespace
 
 nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
@@ -44,6 +73,9 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   j["scenario"] = {{"name", r.scenario_name},
                    {"sha256", r.scenario_sha256},
                    {"model_sha256", r.model_sha256},
+                   {"layers", r.scenario.contains("model")
+                                  ? r.scenario["model"]["overrides"].value("num_hidden_layers", 0)
+                                  : 0},
                    {"resolved", r.scenario}};
   j["provenance"] = {{"producer", "splitcheck"},
                      {"version", SPLITCHECK_VERSION},
@@ -58,11 +90,12 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                  {"config_rejected", r.count(Verdict::kConfigRejected)},
                  {"error", r.count(Verdict::kError)},
                  {"skipped", r.count(Verdict::kSkipped)}};
-  j["timing"] = {{"pp1_seconds", r.pp1_seconds},
-                 {"total_seconds", r.total_seconds},
-                 {"threads", r.threads},
-                 {"cost_in_pp1_runs", r.pp1_seconds > 0 ? r.total_seconds / r.pp1_seconds : 0.0},
-                 {"reuse", "none: every split point runs every layer; split points run in parallel"}};
+  j["timing"] = {
+      {"pp1_seconds", r.pp1_seconds},
+      {"total_seconds", r.total_seconds},
+      {"threads", r.threads},
+      {"cost_in_pp1_runs", r.pp1_seconds > 0 ? r.total_seconds / r.pp1_seconds : 0.0},
+      {"reuse", "none: every split point runs every layer; split points run in parallel"}};
   j["lane"] = {{"name", "exact"}, {"rule", "bitwise on the integer bit pattern; no tolerance"}};
   nlohmann::json faults = nlohmann::json::array();
   for (const auto& id : r.scenario.value("faults", std::vector<std::string>{})) {
@@ -73,8 +106,12 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   }
   j["faults"] = faults;
   nlohmann::json cases = nlohmann::json::array();
-  for (const CaseResult& c : r.cases) {
+  const std::map<std::string, int64_t> index = enumeration_index(r.scenario);
+  for (size_t i = 0; i < r.cases.size(); ++i) {
+    const CaseResult& c = r.cases[i];
+    const auto at = index.find(c.key);
     nlohmann::json cj{{"key", c.key},
+                      {"index", at != index.end() ? at->second : static_cast<int64_t>(i)},
                       {"layout", c.layout},
                       {"cuts", c.cuts},
                       {"verdict", verdict_name(c.verdict)},
@@ -91,20 +128,25 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
       cj["first_divergence"]["site"] = c.first_divergence_site;
     }
     if (c.dispatch) {
-      cj["dispatch"] = {{"forward", c.dispatch->forward}, {"event", c.dispatch->event},
-                        {"layer", c.dispatch->layer},     {"site", c.dispatch->site},
+      cj["dispatch"] = {{"forward", c.dispatch->forward},   {"event", c.dispatch->event},
+                        {"layer", c.dispatch->layer},       {"site", c.dispatch->site},
                         {"expected", c.dispatch->expected}, {"actual", c.dispatch->actual}};
     }
     nlohmann::json taps = nlohmann::json::array();
     for (const TapVerdict& t : c.taps)
-      taps.push_back({{"id", t.id}, {"mismatches", t.mismatches}, {"min_cosine", t.min_cosine},
+      taps.push_back({{"id", t.id},
+                      {"mismatches", t.mismatches},
+                      {"min_cosine", t.min_cosine},
                       {"verdict", t.mismatches == 0 ? "pass" : "diverged"}});
     cj["taps"] = taps;
     nlohmann::json stages = nlohmann::json::array();
     for (const StageHoldings& s : c.stages)
-      stages.push_back({{"index", s.index}, {"layers", {s.range.begin, s.range.end}},
-                        {"embedding", s.embedding}, {"owned_taps", s.owned_taps},
-                        {"parameter_bytes", s.parameter_bytes}, {"tensors", s.tensors}});
+      stages.push_back({{"index", s.index},
+                        {"layers", {s.range.begin, s.range.end}},
+                        {"embedding", s.embedding},
+                        {"owned_taps", s.owned_taps},
+                        {"parameter_bytes", s.parameter_bytes},
+                        {"tensors", s.tensors}});
     cj["stages"] = stages;
     cases.push_back(cj);
   }
@@ -119,7 +161,13 @@ Status write_reports(const std::string& dir, const nlohmann::json& report) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return invalid_input(dir + ": cannot create report directory: " + ec.message());
-  return write_atomically(std::filesystem::path(dir) / "report.json", report.dump(2) + "\n");
+  const std::filesystem::path base(dir);
+  const std::pair<const char*, std::string> files[] = {{"report.json", report.dump(2) + "\n"},
+                                                       {"report.html", render_html(report)},
+                                                       {"junit.xml", render_junit(report)},
+                                                       {"summary.md", render_markdown(report)}};
+  for (const auto& [name, text] : files) RETURN_IF_ERROR(write_atomically(base / name, text));
+  return Status::ok();
 }
 
 }  // namespace splitcheck

@@ -1,0 +1,310 @@
+// report.html: one self-contained page rendered from the report model. Inline CSS and
+// SVG only: no script, no fonts, no network access. Every string is escaped.
+#include <fmt/format.h>
+
+#include <set>
+
+#include "reports/writers.h"
+
+namespace splitcheck {
+namespace {
+
+std::string esc(const std::string& s) { return xml_escape(s); }
+
+// A scalar model value as text (strings unquoted).
+std::string text_of(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "";
+  return v.dump();
+}
+
+constexpr const char* kStyle = R"css(
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1d2327;background:#fff}
+h1{font-size:22px;margin:0 0 6px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+.verdict{display:inline-block;padding:4px 12px;border-radius:4px;color:#fff;font-weight:700;letter-spacing:.04em}
+.verdict.conformant{background:#1a7f37}.verdict.divergent{background:#cf222e}
+table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
+code,pre{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}
+pre{background:#f6f8fa;border:1px solid #d0d7de;padding:8px;white-space:pre-wrap;word-break:break-all}
+.v-pass{color:#1a7f37;font-weight:600}.v-diverged{color:#cf222e;font-weight:600}
+.v-config-rejected{color:#9a6700;font-weight:600}.v-error{color:#8250df;font-weight:600}.v-skipped{color:#6e7781}
+.prov td:first-child{color:#57606a}.small{font-size:12px;color:#57606a}
+.legend span{display:inline-block;margin-right:14px}.sw{display:inline-block;width:12px;height:12px;vertical-align:middle;margin-right:4px;border:1px solid #999}
+)css";
+
+// Cell colours of the map.
+constexpr const char* kIdentical = "#9fd8a8";
+constexpr const char* kFirst = "#cf222e";
+constexpr const char* kPropagated = "#f4a582";
+constexpr const char* kRejected = "#d4c26a";
+constexpr const char* kError = "#b39ddb";
+constexpr const char* kSkipped = "#e1e4e8";
+
+std::string map_svg(const nlohmann::json& r) {
+  const nlohmann::json& cases = r["cases"];
+  int layers = r["scenario"].value("layers", 0);
+  for (const nlohmann::json& c : cases) {
+    for (const auto& cut : c.value("cuts", nlohmann::json::array()))
+      layers = std::max(layers, cut.get<int>() + 1);
+    layers = std::max(layers, first_divergent_layer(c) + 1);
+  }
+  if (layers <= 0 || cases.empty()) return "<p class=\"small\">No split points to map.</p>\n";
+  constexpr int kCellW = 22, kCellH = 16, kLabelW = 130, kTop = 22;
+  const int width = kLabelW + layers * kCellW + 10;
+  const int height = kTop + static_cast<int>(cases.size()) * kCellH + 8;
+  std::string out = fmt::format(
+      "<svg id=\"split-map\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "viewBox=\"0 0 {} {}\" data-rows=\"{}\" data-layers=\"{}\" role=\"img\" "
+      "aria-label=\"split point by layer map\" font-family=\"ui-monospace,monospace\" "
+      "font-size=\"10\">\n",
+      width, height, width, height, cases.size(), layers);
+  for (int l = 0; l < layers; ++l)
+    out +=
+        fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#57606a\">{}</text>\n",
+                    kLabelW + l * kCellW + kCellW / 2, kTop - 8, l);
+  for (size_t row = 0; row < cases.size(); ++row) {
+    const nlohmann::json& c = cases[row];
+    const std::string verdict = str_field(c, "verdict");
+    const int first = verdict == "diverged" ? first_divergent_layer(c) : -1;
+    const int y = kTop + static_cast<int>(row) * kCellH;
+    out += fmt::format(
+        "<g class=\"map-row\" data-key=\"{}\" data-verdict=\"{}\" data-first-layer=\"{}\">\n",
+        esc(str_field(c, "key")), esc(verdict), first);
+    out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kLabelW - 6,
+                       y + kCellH - 4, esc(str_field(c, "key")));
+    for (int l = 0; l < layers; ++l) {
+      const char* colour = kIdentical;
+      const char* state = "identical";
+      if (verdict == "config-rejected") {
+        colour = kRejected, state = "config-rejected";
+      } else if (verdict == "error") {
+        colour = kError, state = "error";
+      } else if (verdict == "skipped") {
+        colour = kSkipped, state = "skipped";
+      } else if (verdict == "diverged" && first >= 0 && l == first) {
+        colour = kFirst, state = "first divergence";
+      } else if (verdict == "diverged" && (first < 0 || l > first)) {
+        colour = kPropagated, state = "propagated";
+      }
+      out += fmt::format(
+          "<rect class=\"cell\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" "
+          "stroke=\"#fff\" "
+          "data-state=\"{}\"><title>{} layer {}: {}</title></rect>\n",
+          kLabelW + l * kCellW, y, kCellW, kCellH, colour, state, esc(str_field(c, "key")), l,
+          state);
+    }
+    for (const auto& cut : c.value("cuts", nlohmann::json::array())) {
+      const int x = kLabelW + cut.get<int>() * kCellW;
+      out += fmt::format(
+          "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#1d2327\" stroke-width=\"2\"/>\n",
+          x, y, x, y + kCellH);
+    }
+    out += "</g>\n";
+  }
+  out += "</svg>\n";
+  out += "<p class=\"legend small\">";
+  for (const auto& [colour, label] :
+       {std::pair{kIdentical, "identical"}, std::pair{kFirst, "first divergence"},
+        std::pair{kPropagated, "propagated after it"}, std::pair{kRejected, "config-rejected"},
+        std::pair{kError, "error"}})
+    out +=
+        fmt::format("<span><i class=\"sw\" style=\"background:{}\"></i>{}</span>", colour, label);
+  out += "<span>black bar: stage boundary (cut)</span></p>\n";
+  return out;
+}
+
+std::string first_divergence_text(const nlohmann::json& c) {
+  if (!c.contains("first_divergence")) return "";
+  const nlohmann::json& d = c["first_divergence"];
+  return fmt::format("forward {} layer {} {} token {} channel {}: {} != {} (max ulp {}, cosine {})",
+                     text_of(d.value("forward", nlohmann::json())),
+                     text_of(d.value("layer", nlohmann::json())), str_field(d, "site"),
+                     text_of(d.value("token", nlohmann::json())),
+                     text_of(d.value("channel", nlohmann::json())), str_field(d, "expected_bits"),
+                     str_field(d, "actual_bits"), text_of(d.value("max_ulp", nlohmann::json())),
+                     text_of(d.value("cosine", nlohmann::json())));
+}
+
+std::string cases_table(const nlohmann::json& r) {
+  std::string out =
+      "<table id=\"cases\"><thead><tr><th>#</th><th>split</th><th>layout</th><th>verdict</th>"
+      "<th>failed checks</th><th>cause</th><th>first numeric divergence</th><th>dispatch "
+      "differences</th>"
+      "<th>taps (min cosine)</th><th>datasets</th><th>s</th></tr></thead><tbody>\n";
+  for (const nlohmann::json& c : r["cases"]) {
+    const std::string verdict = str_field(c, "verdict");
+    std::string checks;
+    for (const auto& f : c.value("failed_checks", nlohmann::json::array()))
+      checks += (checks.empty() ? "" : ", ") + text_of(f);
+    std::string dispatch;
+    if (c.contains("dispatch")) {
+      const nlohmann::json& d = c["dispatch"];
+      dispatch = fmt::format(
+          "{} mismatching events; first: forward {} event {} layer {} {}: {} at PP=1, {} here",
+          c.value("dispatch_mismatches", 0), text_of(d.value("forward", nlohmann::json())),
+          text_of(d.value("event", nlohmann::json())), text_of(d.value("layer", nlohmann::json())),
+          str_field(d, "site"), str_field(d, "expected"), str_field(d, "actual"));
+    } else if (c.value("dispatch_mismatches", 0) > 0) {
+      dispatch = fmt::format("{} mismatching events", c.value("dispatch_mismatches", 0));
+    }
+    std::string taps;
+    for (const nlohmann::json& t : c.value("taps", nlohmann::json::array())) {
+      const bool ok = str_field(t, "verdict") == "pass";
+      taps += fmt::format(
+          "<span class=\"tap {}\" data-tap=\"{}\">{}: {} {:.6f}</span><br>",
+          ok ? "v-pass" : "v-diverged", text_of(t.value("id", nlohmann::json())),
+          text_of(t.value("id", nlohmann::json())),
+          ok ? "pass"
+             : esc(fmt::format("{} mismatches", text_of(t.value("mismatches", nlohmann::json())))),
+          t.value("min_cosine", 1.0));
+    }
+    out += fmt::format(
+        "<tr class=\"case case-{}\" data-key=\"{}\" data-index=\"{}\" data-verdict=\"{}\" "
+        "data-first-layer=\"{}\">"
+        "<td class=\"num\">{}</td><td><code>{}</code></td><td><code>{}</code></td><td "
+        "class=\"v-{}\">{}</td>"
+        "<td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"num\">{} "
+        "/ {}</td>"
+        "<td class=\"num\">{:.2f}</td></tr>\n",
+        esc(verdict), esc(str_field(c, "key")), text_of(c.value("index", nlohmann::json())),
+        esc(verdict), first_divergent_layer(c), text_of(c.value("index", nlohmann::json())),
+        esc(str_field(c, "key")), esc(str_field(c, "layout")), esc(verdict), esc(verdict),
+        esc(checks), esc(str_field(c, "message")), esc(first_divergence_text(c)), esc(dispatch),
+        taps, c.value("datasets_differing", 0), c.value("datasets_compared", 0),
+        c.value("seconds", 0.0));
+  }
+  out += "</tbody></table>\n";
+  return out;
+}
+
+std::string stages_table(const nlohmann::json& r) {
+  std::string out =
+      "<table "
+      "id=\"stages\"><thead><tr><th>split</th><th>stage</th><th>layers</th><th>embedding</th>"
+      "<th>owned taps</th><th>parameter bytes</th><th>tensors</th></tr></thead><tbody>\n";
+  for (const nlohmann::json& c : r["cases"]) {
+    for (const nlohmann::json& s : c.value("stages", nlohmann::json::array())) {
+      const nlohmann::json layers = s.value("layers", nlohmann::json::array());
+      std::string taps;
+      for (const auto& t : s.value("owned_taps", nlohmann::json::array()))
+        taps += (taps.empty() ? "" : ", ") + text_of(t);
+      out += fmt::format(
+          "<tr class=\"stage-row\" data-key=\"{}\"><td><code>{}</code></td><td "
+          "class=\"num\">{}</td>"
+          "<td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td "
+          "class=\"num\">{}</td></tr>\n",
+          esc(str_field(c, "key")), esc(str_field(c, "key")),
+          text_of(s.value("index", nlohmann::json())),
+          layers.size() == 2 ? fmt::format("[{}, {})", text_of(layers[0]), text_of(layers[1]))
+                             : esc(layers.dump()),
+          esc(str_field(s, "embedding")), esc(taps),
+          text_of(s.value("parameter_bytes", nlohmann::json())),
+          text_of(s.value("tensors", nlohmann::json())));
+    }
+  }
+  out += "</tbody></table>\n";
+  return out;
+}
+
+// A generic table for an array of flat objects (the acceptance table).
+std::string object_table(const char* id, const nlohmann::json& rows) {
+  if (rows.is_object()) {
+    std::string out = fmt::format("<table id=\"{}\"><tbody>\n", id);
+    for (const auto& [k, v] : rows.items())
+      out += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", esc(k), esc(text_of(v)));
+    return out + "</tbody></table>\n";
+  }
+  if (!rows.is_array()) return "<pre>" + esc(rows.dump(2)) + "</pre>\n";
+  std::vector<std::string> columns;
+  std::set<std::string> seen;
+  for (const nlohmann::json& row : rows)
+    if (row.is_object())
+      for (const auto& [k, v] : row.items())
+        if (seen.insert(k).second) columns.push_back(k);
+  std::string out = fmt::format("<table id=\"{}\"><thead><tr>", id);
+  for (const std::string& c : columns) out += "<th>" + esc(c) + "</th>";
+  out += "</tr></thead><tbody>\n";
+  for (const nlohmann::json& row : rows) {
+    out += "<tr class=\"row\">";
+    for (const std::string& c : columns)
+      out += "<td>" + esc(row.is_object() && row.contains(c) ? text_of(row[c]) : "") + "</td>";
+    out += "</tr>\n";
+  }
+  return out + "</tbody></table>\n";
+}
+
+}  // namespace
+
+std::string render_html(const nlohmann::json& r) {
+  const nlohmann::json& counts = r["counts"];
+  const nlohmann::json& scenario = r["scenario"];
+  const std::string verdict = str_field(r, "verdict");
+  const std::string name = str_field(scenario, "name");
+  std::string out = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
+  out +=
+      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
+      "'unsafe-inline'; img-src data:\">\n";
+  out += fmt::format("<title>splitcheck {}: {}</title>\n<style>{}</style></head><body>\n",
+                     esc(name), esc(verdict), kStyle);
+  out += fmt::format(
+      "<header><h1>splitcheck {} <code>{}</code></h1>\n<p><span id=\"verdict\" class=\"verdict "
+      "{}\" "
+      "data-verdict=\"{}\" data-exit-code=\"{}\">{}</span></p>\n",
+      esc(str_field(r, "kind", "sweep")), esc(name), esc(verdict), esc(verdict),
+      text_of(r.value("exit_code", nlohmann::json())),
+      esc(verdict == "conformant" ? "CONFORMANT: every split point is bit-identical to PP=1"
+                                  : "DIVERGENT"));
+  out +=
+      "<table "
+      "id=\"counts\"><thead><tr><th>pass</th><th>diverged</th><th>config-rejected</th><th>error</"
+      "th>"
+      "<th>skipped</th><th>total</th></tr></thead><tbody><tr>";
+  for (const char* k : {"pass", "diverged", "config_rejected", "error", "skipped", "total"})
+    out += fmt::format("<td class=\"num\" data-count=\"{}\">{}</td>", k, counts.value(k, 0));
+  out += "</tr></tbody></table>\n";
+  if (r.contains("expect") && r["expect"].contains("failures")) {
+    const nlohmann::json& fails = r["expect"]["failures"];
+    out += fmt::format("<p id=\"expect\" data-met=\"{}\">Scenario expectations: <b>{}</b></p>\n",
+                       fails.empty(), fails.empty() ? "met" : "NOT MET");
+    if (!fails.empty()) {
+      out += "<ul class=\"expect-failures\">";
+      for (const auto& f : fails) out += "<li>" + esc(text_of(f)) + "</li>";
+      out += "</ul>\n";
+    }
+  }
+  out += "<h2>Provenance</h2>\n<table class=\"prov\" id=\"provenance\"><tbody>\n";
+  out += fmt::format("<tr><td>scenario</td><td><code>{}</code> sha256 <code>{}</code></td></tr>\n",
+                     esc(name), esc(str_field(scenario, "sha256")));
+  out += fmt::format("<tr><td>model</td><td>sha256 <code>{}</code>, {} layers</td></tr>\n",
+                     esc(str_field(scenario, "model_sha256")), scenario.value("layers", 0));
+  if (r.contains("provenance"))
+    for (const auto& [k, v] : r["provenance"].items())
+      out += fmt::format("<tr><td>{}</td><td><code>{}</code></td></tr>\n", esc(k), esc(text_of(v)));
+  if (r.contains("lane"))
+    out += fmt::format("<tr><td>lane</td><td>{}: {}</td></tr>\n", esc(str_field(r["lane"], "name")),
+                       esc(str_field(r["lane"], "rule")));
+  std::string faults;
+  for (const nlohmann::json& f : r.value("faults", nlohmann::json::array()))
+    faults += fmt::format("{}<code>{}</code> (caught by {}; restores: {})",
+                          faults.empty() ? "" : "<br>", esc(str_field(f, "id")),
+                          esc(str_field(f, "caught_by")), esc(str_field(f, "restores")));
+  out += fmt::format("<tr><td>injected faults</td><td>{}</td></tr>\n",
+                     faults.empty() ? "none" : faults);
+  if (r.contains("timing"))
+    out += fmt::format(
+        "<tr><td>timing</td><td>PP=1 {:.2f} s, sweep {:.2f} s on {} threads</td></tr>\n",
+        r["timing"].value("pp1_seconds", 0.0), r["timing"].value("total_seconds", 0.0),
+        text_of(r["timing"].value("threads", nlohmann::json())));
+  out += "</tbody></table>\n</header>\n";
+  out += "<h2>Where each split point first diverged</h2>\n" + map_svg(r);
+  out += "<h2>Split points</h2>\n" + cases_table(r);
+  if (r.contains("acceptance"))
+    out += "<h2>Acceptance against PP=1</h2>\n" + object_table("acceptance", r["acceptance"]);
+  out += "<h2>Embedding and memory per stage</h2>\n" + stages_table(r);
+  out += "<h2>Reproduce</h2>\n<pre id=\"command\">" + esc(str_field(r, "command")) + "</pre>\n";
+  out += "</body></html>\n";
+  return out;
+}
+
+}  // namespace splitcheck

@@ -1,0 +1,61 @@
+// junit.xml: one test case per split point; diverged and config-rejected cases are
+// failures (type "diverged" / "config-rejected"), errors are <error>, skipped <skipped/>.
+#include <fmt/format.h>
+
+#include "reports/writers.h"
+
+namespace splitcheck {
+
+std::string render_junit(const nlohmann::json& r) {
+  const nlohmann::json& counts = r["counts"];
+  const int64_t total = counts.value("total", 0);
+  const int64_t failures = counts.value("diverged", 0) + counts.value("config_rejected", 0);
+  const int64_t errors = counts.value("error", 0);
+  const int64_t skipped = counts.value("skipped", 0);
+  const double seconds = r.contains("timing") ? r["timing"].value("total_seconds", 0.0) : 0.0;
+  const std::string suite = xml_escape(str_field(r["scenario"], "name", "scenario"));
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  out += fmt::format(
+      "<testsuites name=\"splitcheck\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
+      "time=\"{:.3f}\">\n",
+      total, failures, errors, skipped, seconds);
+  out += fmt::format(
+      "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
+      "time=\"{:.3f}\">\n",
+      suite, total, failures, errors, skipped, seconds);
+  out += fmt::format("    <properties>\n      <property name=\"verdict\" value=\"{}\"/>\n",
+                     xml_escape(str_field(r, "verdict")));
+  out += fmt::format("      <property name=\"scenario_sha256\" value=\"{}\"/>\n",
+                     xml_escape(str_field(r["scenario"], "sha256")));
+  out += fmt::format("      <property name=\"command\" value=\"{}\"/>\n    </properties>\n",
+                     xml_escape(str_field(r, "command")));
+  for (const nlohmann::json& c : r["cases"]) {
+    const std::string verdict = str_field(c, "verdict");
+    const std::string message = xml_escape(str_field(c, "message"));
+    out += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\"", suite,
+                       xml_escape(str_field(c, "key")), c.value("seconds", 0.0));
+    if (verdict == "pass") {
+      out += "/>\n";
+      continue;
+    }
+    out += ">\n";
+    std::string checks;
+    for (const auto& f : c.value("failed_checks", nlohmann::json::array()))
+      checks += (checks.empty() ? "" : ", ") + f.get<std::string>();
+    if (verdict == "diverged" || verdict == "config-rejected") {
+      out += fmt::format(
+          "      <failure type=\"{}\" message=\"{}\">layout {}; failed checks: {}\n{}</failure>\n",
+          verdict, message, xml_escape(str_field(c, "layout")), xml_escape(checks), message);
+    } else if (verdict == "error") {
+      out +=
+          fmt::format("      <error type=\"error\" message=\"{}\">{}</error>\n", message, message);
+    } else {
+      out += fmt::format("      <skipped message=\"{}\"/>\n", message);
+    }
+    out += "    </testcase>\n";
+  }
+  out += "  </testsuite>\n</testsuites>\n";
+  return out;
+}
+
+}  // namespace splitcheck

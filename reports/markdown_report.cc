@@ -1,0 +1,72 @@
+// summary.md: a short report for a PR comment.
+#include <fmt/format.h>
+
+#include "reports/writers.h"
+
+namespace splitcheck {
+namespace {
+
+// Markdown table cells: no pipes or newlines.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    if (ch == '|') {
+      out += "\\|";
+    } else if (ch == '\n' || ch == '\r') {
+      out += ' ';
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+constexpr size_t kShownDivergences = 5;
+
+}  // namespace
+
+std::string render_markdown(const nlohmann::json& r) {
+  const nlohmann::json& counts = r["counts"];
+  const std::string verdict = str_field(r, "verdict");
+  const bool ok = verdict == "conformant";
+  std::string out =
+      fmt::format("## splitcheck {}: **{}** {}\n\n", cell(str_field(r, "kind", "sweep")),
+                  ok ? "CONFORMANT" : "DIVERGENT", ok ? "✅" : "❌");
+  out += fmt::format("Scenario `{}` (sha256 `{}`), {} split points, exit code {}.\n\n",
+                     cell(str_field(r["scenario"], "name")),
+                     str_field(r["scenario"], "sha256").substr(0, 12), counts.value("total", 0),
+                     r.value("exit_code", 0));
+  out += "| pass | diverged | config-rejected | error | skipped | total |\n";
+  out += "|---:|---:|---:|---:|---:|---:|\n";
+  out +=
+      fmt::format("| {} | {} | {} | {} | {} | {} |\n\n", counts.value("pass", 0),
+                  counts.value("diverged", 0), counts.value("config_rejected", 0),
+                  counts.value("error", 0), counts.value("skipped", 0), counts.value("total", 0));
+  std::vector<const nlohmann::json*> bad;
+  for (const nlohmann::json& c : r["cases"])
+    if (str_field(c, "verdict") != "pass") bad.push_back(&c);
+  if (!bad.empty()) {
+    out += fmt::format("### First divergences ({} of {})\n\n",
+                       std::min(bad.size(), kShownDivergences), bad.size());
+    out += "| split | layout | verdict | first layer | cause |\n|---|---|---|---:|---|\n";
+    for (size_t i = 0; i < bad.size() && i < kShownDivergences; ++i) {
+      const nlohmann::json& c = *bad[i];
+      const int layer = first_divergent_layer(c);
+      out += fmt::format("| `{}` | `{}` | {} | {} | {} |\n", cell(str_field(c, "key")),
+                         cell(str_field(c, "layout")), cell(str_field(c, "verdict")),
+                         layer >= 0 ? std::to_string(layer) : "-", cell(str_field(c, "message")));
+    }
+    out += "\n";
+  }
+  if (r.contains("expect") && r["expect"].contains("failures") &&
+      !r["expect"]["failures"].empty()) {
+    out += "**Scenario expectations not met:**\n\n";
+    for (const auto& f : r["expect"]["failures"])
+      out += fmt::format("- {}\n", cell(f.get<std::string>()));
+    out += "\n";
+  }
+  out += fmt::format("Reproduce:\n\n```sh\n{}\n```\n", str_field(r, "command"));
+  return out;
+}
+
+}  // namespace splitcheck

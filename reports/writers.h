@@ -1,0 +1,30 @@
+// Renderers of the report model (see report.h): each takes the JSON model, as written
+// to report.json, and returns the text of one file. They read only the model, so a
+// merged report renders exactly like an unsharded one.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace splitcheck {
+
+// report.html: one self-contained page (inline CSS and SVG, no script, no network).
+std::string render_html(const nlohmann::json& report);
+
+// junit.xml: one <testcase> per split point.
+std::string render_junit(const nlohmann::json& report);
+
+// summary.md: a verdict line, the counts and the first divergences, for a PR comment.
+std::string render_markdown(const nlohmann::json& report);
+
+// Escapes &, <, >, " and ' for HTML and XML text and attribute values.
+std::string xml_escape(const std::string& text);
+
+// The first layer where a case diverged: the earlier of its first dispatch mismatch and
+// its first numeric divergence; -1 when neither names a layer.
+int first_divergent_layer(const nlohmann::json& case_json);
+
+// A JSON string field, or `fallback` when it is absent or not a string.
+std::string str_field(const nlohmann::json& j, const char* key, const std::string& fallback = "");
+
+}  // namespace splitcheck
