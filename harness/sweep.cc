@@ -13,6 +13,7 @@
 
 #include "harness/checks.h"
 #include "harness/partitioned_engine.h"
+#include "reference/spec_methods.h"
 
 namespace splitcheck {
 namespace {
@@ -77,8 +78,10 @@ std::optional<DispatchMismatch> diff_dispatch(int32_t forward, const Tensor& a, 
     m.expected = in_a ? kernel_name(pa[i * 4 + 2]) : "(no event)";
     m.actual = in_b ? kernel_name(pb[i * 4 + 2]) : "(no event)";
     if (in_a && in_b && pa[i * 4 + 2] == pb[i * 4 + 2]) {
-      m.expected += fmt::format(" at layer {} {}", pa[i * 4], site_name(static_cast<Site>(pa[i * 4 + 1])));
-      m.actual += fmt::format(" at layer {} {}", pb[i * 4], site_name(static_cast<Site>(pb[i * 4 + 1])));
+      m.expected +=
+          fmt::format(" at layer {} {}", pa[i * 4], site_name(static_cast<Site>(pa[i * 4 + 1])));
+      m.actual +=
+          fmt::format(" at layer {} {}", pb[i * 4], site_name(static_cast<Site>(pb[i * 4 + 1])));
     }
     first = m;
   }
@@ -105,6 +108,37 @@ std::string case_message(const CaseResult& c) {
   return msg;
 }
 
+// SPEC 5.4: the embedding each stage holds against the placement rule of the method
+// registry (SPEC 2.7), which PP=1 satisfies by construction (one stage, the real
+// embedding, no copy). A last-stage copy where no drafter needs it fails `memory` with
+// the extra V x H x 2 bytes; a drafter stage without the target's embedding fails
+// `embedding`.
+void check_placement(const Scenario& s, CaseResult& c) {
+  const int64_t copy_bytes = static_cast<int64_t>(s.model.vocab_size) * s.model.hidden_size * 2;
+  for (const StageHoldings& h : c.stages) {
+    const bool first = h.index == 0;
+    const bool last = h.index + 1 == static_cast<int>(c.stages.size());
+    const bool copy = last_stage_holds_embedding_copy(s.speculative.method, last, first,
+                                                      s.speculative.context_only_producer);
+    const std::string want = first ? "real" : (copy ? "copy-for-drafter" : "missing");
+    if (h.embedding == want) continue;
+    std::string msg;
+    if (h.embedding == "copy-for-drafter") {
+      add_failed(c, "memory");
+      msg = fmt::format(
+          "memory: stage {} holds an embedding copy no drafter needs: {} extra bytes "
+          "(V x H x 2)",
+          h.index, copy_bytes);
+    } else {
+      add_failed(c, "embedding");
+      msg = fmt::format("embedding: stage {} holds '{}', the {} drafter needs '{}'", h.index,
+                        h.embedding, s.speculative.method, want);
+    }
+    if (c.verdict == Verdict::kPass || c.message.empty()) c.message = msg;
+    if (c.verdict == Verdict::kPass) c.verdict = Verdict::kDiverged;
+  }
+}
+
 }  // namespace
 
 const char* verdict_name(Verdict v) {
@@ -129,8 +163,9 @@ int SweepResult::count(Verdict v) const {
 }
 
 bool SweepResult::conformant() const {
-  return std::all_of(cases.begin(), cases.end(),
-                     [](const CaseResult& c) { return c.verdict == Verdict::kPass || c.verdict == Verdict::kSkipped; });
+  return std::all_of(cases.begin(), cases.end(), [](const CaseResult& c) {
+    return c.verdict == Verdict::kPass || c.verdict == Verdict::kSkipped;
+  });
 }
 
 Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& c) {
@@ -152,7 +187,8 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
     }
     const Tensor& b = *it->second;
     if (check == "dispatch") {
-      std::optional<DispatchMismatch> m = diff_dispatch(forward_of(e.path), e.tensor, b, c.dispatch_mismatches);
+      std::optional<DispatchMismatch> m =
+          diff_dispatch(forward_of(e.path), e.tensor, b, c.dispatch_mismatches);
       if (m) {
         ++c.datasets_differing;
         add_failed(c, check);
@@ -218,7 +254,8 @@ std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const Swe
   if (expect.contains("identical_splits")) {
     const int want = expect["identical_splits"].get<int>();
     if (r.count(Verdict::kPass) != want)
-      fails.push_back(fmt::format("expected {} identical split points, got {}", want, r.count(Verdict::kPass)));
+      fails.push_back(
+          fmt::format("expected {} identical split points, got {}", want, r.count(Verdict::kPass)));
   }
   for (const auto& [field, verdict] : {std::pair{"identical", Verdict::kPass},
                                        std::pair{"config_rejected", Verdict::kConfigRejected},
@@ -229,13 +266,15 @@ std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const Swe
     std::sort(want.begin(), want.end());
     std::sort(got.begin(), got.end());
     if (want != got)
-      fails.push_back(fmt::format("expected {} = [{}], got [{}]", field, fmt::join(want, ", "), fmt::join(got, ", ")));
+      fails.push_back(fmt::format("expected {} = [{}], got [{}]", field, fmt::join(want, ", "),
+                                  fmt::join(got, ", ")));
   }
   if (expect.contains("caught_by")) {
     const std::string check = expect["caught_by"].get<std::string>();
     int caught = 0;
     for (const CaseResult& c : r.cases) {
-      const bool named = std::find(c.failed_checks.begin(), c.failed_checks.end(), check) != c.failed_checks.end();
+      const bool named =
+          std::find(c.failed_checks.begin(), c.failed_checks.end(), check) != c.failed_checks.end();
       if (c.verdict == Verdict::kDiverged && !named)
         fails.push_back(fmt::format("{} diverged but the {} check did not fail", c.key, check));
       caught += named || (check == "config" && c.verdict == Verdict::kConfigRejected);
@@ -243,7 +282,8 @@ std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const Swe
     if (caught == 0) fails.push_back(fmt::format("no split point failed the {} check", check));
   }
   for (const CaseResult& c : r.cases)
-    if (c.verdict == Verdict::kError) fails.push_back(fmt::format("{}: error: {}", c.key, c.message));
+    if (c.verdict == Verdict::kError)
+      fails.push_back(fmt::format("{}: error: {}", c.key, c.message));
   return fails;
 }
 
@@ -254,7 +294,8 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   result.scenario = resolved_scenario_json(s);
   ASSIGN_OR_RETURN(result.scenario_sha256, scenario_identity_sha256(s));
   ASSIGN_OR_RETURN(result.model_sha256, model_identity_sha256(s));
-  ASSIGN_OR_RETURN(std::vector<Partition> all, enumerate_partitions(s.partitions, s.model.num_hidden_layers));
+  ASSIGN_OR_RETURN(std::vector<Partition> all,
+                   enumerate_partitions(s.partitions, s.model.num_hidden_layers));
   std::vector<Partition> parts;
   for (size_t i = 0; i < all.size(); ++i) {
     if (static_cast<int>(i % options.shard_count) != options.shard_index) continue;
@@ -280,7 +321,8 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
                    ReferenceEngine::create(s.model, std::move(ref_weights), engine_options));
   const GenerationOptions gen{s.workload.max_new_tokens, s.prefill_chunk};
   RunRecord ref_record;
-  ASSIGN_OR_RETURN(GenerationResult ref_gen, generate_greedy(*ref, workload.prompts, gen, &ref_record));
+  ASSIGN_OR_RETURN(GenerationResult ref_gen,
+                   generate_greedy(*ref, workload.prompts, gen, &ref_record));
   ref.reset();
   result.pp1_seconds = seconds_since(t_ref);
 
@@ -315,6 +357,8 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
           if (!st.is_ok()) {
             c.verdict = Verdict::kError;
             c.message = st.message();
+          } else {
+            check_placement(s, c);
           }
         }
       }
@@ -329,8 +373,9 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
       }
     }
   };
-  int threads = options.threads > 0 ? options.threads
-                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = options.threads > 0
+                    ? options.threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = std::max(1, std::min<int>(threads, static_cast<int>(parts.size())));
   result.threads = threads;
   std::vector<std::thread> pool;

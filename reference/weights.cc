@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "reference/dspark.h"
+
 namespace splitcheck {
 namespace {
 
@@ -98,8 +100,8 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
   s.push_back(vec("output_attn_res_norm.weight", h, WeightInit::kOnePlus, 0.1f));
   s.push_back(vec("output_attn_res_proj.weight", h, WeightInit::kUniform,
                   2.0f / std::sqrt(static_cast<float>(h))));
-  s.push_back(TensorSpec{"lm_head.weight", {c.vocab_size, h}, WeightInit::kUniform,
-                         linear_scale(h, 4.0f)});
+  s.push_back(
+      TensorSpec{"lm_head.weight", {c.vocab_size, h}, WeightInit::kUniform, linear_scale(h, 4.0f)});
   return s;
 }
 
@@ -115,6 +117,12 @@ std::optional<TensorSpec> find_tensor_spec(const ModelConfig& c, const std::stri
     }
     if (l < 0 || l >= c.num_hidden_layers) return std::nullopt;
     for (TensorSpec& t : layer_tensor_specs(c, l))
+      if (t.name == name) return t;
+    return std::nullopt;
+  }
+  // The drafter's own tensors (dspark, its default five taps).
+  if (name.rfind("drafter.", 0) == 0) {
+    for (TensorSpec& t : drafter_tensor_specs(c, "dspark", 5))
       if (t.name == name) return t;
     return std::nullopt;
   }
