@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 namespace splitcheck {
 namespace {
@@ -70,8 +71,13 @@ std::string classify_cause(const CaseResult& c) {
   if (c.verdict == Verdict::kError) return kCauseError;
   if (has_check(c, "embedding") || has_check(c, "memory")) return kCauseEmbedding;
   if (c.first_divergence && c.first_divergence->nan_mismatch) return kCauseNan;
+  // Only taps differ (and at most the tap's own dispatch): the tap's source is wrong.
+  const bool only_taps =
+      has_check(c, "taps") &&
+      std::all_of(c.failed_checks.begin(), c.failed_checks.end(),
+                  [](const std::string& k) { return k == "taps" || k == "dispatch"; });
+  if (only_taps && (!c.dispatch || c.dispatch->site == "tap")) return kCauseTapSource;
   if (dispatch_first(c)) return kCauseDispatch;
-  if (c.failed_checks.size() == 1 && c.failed_checks.front() == "taps") return kCauseTapSource;
   if (c.first_divergence && c.first_divergence_layer >= 0 &&
       is_stage_first_layer(c, c.first_divergence_layer))
     return kCauseHandoff;
@@ -125,9 +131,27 @@ Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
   out.before = scenario_size(s);
   SweepOptions sweep_options;
   sweep_options.threads = options.threads;
-  ASSIGN_OR_RETURN(SweepResult full, run_sweep(s, sweep_options));
-  out.sweeps = 1;
-  std::optional<BisectFinding> first = first_failure(full);
+  // The split points in enumeration order, a batch at a time, up to the first failing
+  // batch: cases are independent, so this finds what a full sweep would find first.
+  const std::string base_dir =
+      s.source_path.empty() ? std::string(".") : fs::path(s.source_path).parent_path().string();
+  ASSIGN_OR_RETURN(std::vector<Partition> parts,
+                   enumerate_partitions(s.partitions, s.model.num_hidden_layers));
+  const size_t batch = std::max<size_t>(
+      8, options.threads > 0 ? static_cast<size_t>(options.threads)
+                             : static_cast<size_t>(std::thread::hardware_concurrency()));
+  std::optional<BisectFinding> first;
+  for (size_t begin = 0; begin < parts.size() && !first; begin += batch) {
+    json j = resolved_scenario_json(s);
+    json list = json::array();
+    for (size_t i = begin; i < std::min(parts.size(), begin + batch); ++i)
+      list.push_back(parts[i].cuts());
+    j["partitions"] = {{"pp", s.partitions.pp}, {"splits", list}};
+    ASSIGN_OR_RETURN(Scenario part, parse_scenario(j, s.name, base_dir));
+    ASSIGN_OR_RETURN(SweepResult r, run_sweep(part, sweep_options));
+    ++out.sweeps;
+    first = first_failure(r);
+  }
   if (!first) {
     out.after = out.before;
     return out;
@@ -135,8 +159,6 @@ Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
   out.conformant = false;
   out.finding = *first;
   const std::string cause = first->cause;
-  const std::string base_dir =
-      s.source_path.empty() ? std::string(".") : fs::path(s.source_path).parent_path().string();
 
   json best = resolved_scenario_json(s);
   best["name"] = s.name + "-repro";

@@ -93,7 +93,7 @@ TEST(BisectTest, ConformantScenarioHasNothingToBisect) {
   Result<BisectResult> r = bisect(*small, BisectOptions{});
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_TRUE(r->conformant);
-  EXPECT_EQ(r->sweeps, 1);
+  EXPECT_GE(r->sweeps, 1);
 }
 
 }  // namespace
