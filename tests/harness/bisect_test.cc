@@ -19,6 +19,7 @@ const std::map<std::string, std::string>& expected_causes() {
       {"tap.boundary_uses_prefix", kCauseTapSource},
       {"tap.boundary_rejected", kCauseConfigRejected},
       {"weights.no_boundary_copy", kCauseConfigRejected},
+      {"pd.producer_embedding", kCauseEmbedding},
   };
   return m;
 }
