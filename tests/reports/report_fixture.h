@@ -1,0 +1,72 @@
+// Shared fixtures of the report tests: small sweeps run once per test binary, their
+// reports written into temporary directories, and count extraction from each form.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "harness/sweep.h"
+#include "reports/report.h"
+
+namespace splitcheck::testing {
+
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos;
+       at = text.find(needle, at + needle.size()))
+    ++n;
+  return n;
+}
+
+// Runs the scenario (optionally filtered or sharded) and writes its reports into a
+// fresh directory named `tag`; cached per tag.
+inline const std::filesystem::path& sweep_reports(const std::string& tag,
+                                                  const std::string& scenario,
+                                                  const std::string& filter = "",
+                                                  int shard_index = 0, int shard_count = 1) {
+  static std::map<std::string, std::filesystem::path> cache;
+  auto it = cache.find(tag);
+  if (it != cache.end()) return it->second;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("splitcheck_report_test_" + std::to_string(::getpid()) + "_" + tag);
+  std::filesystem::remove_all(dir);
+  Result<Scenario> s =
+      load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/" + scenario + ".json");
+  EXPECT_TRUE(s.is_ok()) << s.status().message();
+  SweepOptions opts;
+  opts.filter = filter;
+  opts.shard_index = shard_index;
+  opts.shard_count = shard_count;
+  Result<SweepResult> r = run_sweep(*s, opts);
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  Status st = write_reports(
+      dir.string(), sweep_report(*r, ReportContext{"splitcheck sweep scenarios/" + scenario +
+                                                   ".json --report " + dir.string()}));
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  return cache.emplace(tag, dir).first->second;
+}
+
+// The fault scenario, filtered to a few split points (split-3, split-30, split-31).
+inline const std::filesystem::path& fault_reports() {
+  return sweep_reports("fault", "fault-handoff-no-zero-delta", "split-3");
+}
+
+inline const std::filesystem::path& pairwise_reports() {
+  return sweep_reports("pairwise", "pp4-pairwise");
+}
+
+}  // namespace splitcheck::testing
