@@ -71,12 +71,14 @@ std::string classify_cause(const CaseResult& c) {
   if (c.verdict == Verdict::kError) return kCauseError;
   if (has_check(c, "embedding") || has_check(c, "memory")) return kCauseEmbedding;
   if (c.first_divergence && c.first_divergence->nan_mismatch) return kCauseNan;
-  // Only taps differ (and at most the tap's own dispatch): the tap's source is wrong.
-  const bool only_taps =
-      has_check(c, "taps") &&
-      std::all_of(c.failed_checks.begin(), c.failed_checks.end(),
-                  [](const std::string& k) { return k == "taps" || k == "dispatch"; });
-  if (only_taps && (!c.dispatch || c.dispatch->site == "tap")) return kCauseTapSource;
+  // The layers, logits and output all agree and the first divergence is a tap (at most
+  // the tap's own dispatch differs): the tap's source is wrong. What differs after it
+  // (a drafter's proposals and acceptance, the verify blocks' ids) follows from the tap.
+  const bool first_is_tap =
+      c.first_divergence && c.first_divergence->path.find("/taps/") != std::string::npos;
+  const bool dispatch_before =
+      c.dispatch && c.dispatch->site != "tap" && c.dispatch->forward <= c.first_divergence_forward;
+  if (first_is_tap && !dispatch_before) return kCauseTapSource;
   if (dispatch_first(c)) return kCauseDispatch;
   if (c.first_divergence && c.first_divergence_layer >= 0 &&
       is_stage_first_layer(c, c.first_divergence_layer))

@@ -1,7 +1,9 @@
 // Goldens: committed PP=1 dumps of the committed CPU scenarios, listed in
 // golden/MANIFEST.json (file, sha256, scenario, scenario and model hashes, producer,
 // env fingerprint, reason). `verify` recomputes each and compares bit for bit;
-// `update` is the only way to change one and records why.
+// `update` is the only way to change one and records why. A golden keeps every tensor
+// of the prefill forwards and the summary (tokens, taps, logits, dispatch, speculative
+// figures) of the others.
 #pragma once
 
 #include <string>

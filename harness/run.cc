@@ -7,6 +7,8 @@
 
 #include "harness/build_info.h"
 #include "harness/digest.h"
+#include "harness/generation.h"
+#include "harness/partitioned_engine.h"
 
 namespace splitcheck {
 
@@ -81,16 +83,44 @@ Result<DumpHeader> make_dump_header(const Scenario& s, const std::string& partit
   return h;
 }
 
+std::unique_ptr<WeightSource> scenario_weight_source(const Scenario& s) {
+  if (s.checkpoint.empty()) return std::make_unique<GeneratedWeights>(s.model);
+  return std::make_unique<CheckpointWeights>(s.checkpoint, s.model);
+}
+
 Result<ReferenceRun> run_reference(const Scenario& s) {
   ReferenceRun run;
   ASSIGN_OR_RETURN(run.workload, prepare_workload(s));
-  ASSIGN_OR_RETURN(WeightStore weights, scenario_weights(s));
+  std::unique_ptr<WeightSource> source = scenario_weight_source(s);
+  std::vector<std::string> names;
+  for (const TensorSpec& t : model_tensor_specs(s.model)) names.push_back(t.name);
+  ASSIGN_OR_RETURN(WeightStore weights, load_weights(*source, names));
   ASSIGN_OR_RETURN(std::unique_ptr<ReferenceEngine> engine,
                    ReferenceEngine::create(s.model, std::move(weights),
-                                           EngineOptions{s.capture_ids, s.dump_level}));
-  GenerationOptions opts{s.workload.max_new_tokens, s.prefill_chunk};
-  ASSIGN_OR_RETURN(run.generation,
-                   generate_greedy(*engine, run.workload.prompts, opts, &run.record));
+                                           EngineOptions{s.capture_ids, s.dump_level,
+                                                         s.speculative.method,
+                                                         s.speculative.context_only_producer}));
+  ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->weights(), 0, true, *source,
+                                               run.workload, &run.record));
+  run.generation = run.summary.generation;
+  return run;
+}
+
+Result<ReferenceRun> run_partitioned(const Scenario& s, const std::vector<int>& cuts) {
+  ReferenceRun run;
+  ASSIGN_OR_RETURN(run.workload, prepare_workload(s));
+  ASSIGN_OR_RETURN(Partition partition, Partition::from_cuts(cuts, s.model.num_hidden_layers));
+  std::unique_ptr<WeightSource> source = scenario_weight_source(s);
+  const EngineOptions options{s.capture_ids, s.dump_level, s.speculative.method,
+                              s.speculative.context_only_producer};
+  ASSIGN_OR_RETURN(std::unique_ptr<PartitionedEngine> engine,
+                   PartitionedEngine::create(s.model, partition, options, FaultSet{s.faults},
+                                             *source));
+  const int last = partition.stages() - 1;
+  ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->last_stage_weights(), last,
+                                               last == 0, *source, run.workload, &run.record));
+  run.generation = run.summary.generation;
+  engine->record_holdings(run.record);
   return run;
 }
 

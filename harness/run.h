@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "harness/dump.h"
+#include "harness/generation.h"
 #include "harness/scenario.h"
 #include "reference/engine.h"
 #include "reference/generate.h"
@@ -12,13 +13,7 @@
 
 namespace splitcheck {
 
-// The scenario's prompts: its workload file (or the generator), the first `prompts`
-// problems, byte-tokenised, cut to the last max_prompt_tokens when that is set.
-struct PreparedWorkload {
-  std::vector<Problem> problems;
-  std::vector<std::vector<int32_t>> prompts;
-};
-Result<PreparedWorkload> prepare_workload(const Scenario& scenario);
+
 
 // The named tensors (all when empty), generated from the model seed or read from the
 // scenario's checkpoint.
@@ -38,10 +33,18 @@ struct ReferenceRun {
   RunRecord record;
   GenerationResult generation;
   PreparedWorkload workload;
+  GenerationSummary summary;  // speculative figures and the drafter's binding
 };
 
 // The PP=1 run of the scenario with everything recorded at the scenario's dump level.
 Result<ReferenceRun> run_reference(const Scenario& scenario);
+
+// One partitioned run of the scenario at the partition with these interior cuts, with
+// /stages/<s>/ recorded (what each stage holds).
+Result<ReferenceRun> run_partitioned(const Scenario& scenario, const std::vector<int>& cuts);
+
+// The scenario's weights by name: generated from the model seed, or its checkpoint.
+std::unique_ptr<WeightSource> scenario_weight_source(const Scenario& scenario);
 
 // Writes a record as one dump file (temporary name, then renamed).
 Status write_record(const std::string& path, const RunRecord& record, const DumpHeader& header,

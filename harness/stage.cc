@@ -46,10 +46,22 @@ bool Stage::owns_tap(int k) const {
   return (k == 0 && is_first()) || (range_.begin < k && k <= range_.end);
 }
 
+bool Stage::relays_tap0() const {
+  // tap.embed_resident_by_module: the last stage's embedding copy makes tap 0 look
+  // resident there, so stage 0 never relays it (SPEC 2.7: a copy held for a drafter never
+  // makes tap 0 resident).
+  if (!cfg_.faults.has("tap.embed_resident_by_module")) return true;
+  const int stages = cfg_.partition.stages();
+  const bool producer = cfg_.context_only_producer && !cfg_.faults.has("pd.producer_embedding");
+  return !last_stage_holds_embedding_copy(cfg_.spec_method, true, stages == 1, producer);
+}
+
 std::vector<int32_t> Stage::incoming_tap_ids() const {
   std::vector<int32_t> ids;
-  for (int k : cfg_.capture_ids)
+  for (int k : cfg_.capture_ids) {
+    if (k == 0 && !relays_tap0()) continue;
     if (k == 0 ? !is_first() : k <= range_.begin) ids.push_back(k);
+  }
   return ids;
 }
 
@@ -189,6 +201,10 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
 
   if (is_last()) {
     out.head = run_head(ctx, c, st, weights_);
+    if (!is_first() && captured(0) && !relays_tap0()) {
+      // The "resident" tap 0 is a buffer nothing ever filled.
+      taps.emplace_back(0, Tensor::zeros(DType::kBF16, {T, c.hidden_size}));
+    }
     std::stable_sort(taps.begin(), taps.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     return out;
@@ -197,8 +213,13 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
   p.forward = req.index;
   p.hidden = folded_hidden(st);
   p.bank = bank_rows(st.bank, cdiv(range_.end, S));
-  for (const auto& [k, t] : taps) p.aux_ids.push_back(k);
-  p.aux = concat_taps(taps, T, c.hidden_size);
+  std::vector<std::pair<int, Tensor>> relayed;
+  for (const auto& [k, t] : taps) {
+    if (k == 0 && !relays_tap0()) continue;
+    p.aux_ids.push_back(k);
+    relayed.emplace_back(k, t);
+  }
+  p.aux = concat_taps(relayed, T, c.hidden_size);
   out.payload = encode_payload(p);
   return out;
 }

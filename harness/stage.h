@@ -69,6 +69,8 @@ class Stage {
   bool owns_tap(int k) const;
   // Ids of taps that arrive in the payload: captured and owned by an earlier stage.
   std::vector<int32_t> incoming_tap_ids() const;
+  // Whether tap 0 travels in the payload (always, unless a fault says otherwise).
+  bool relays_tap0() const;
 
   StageConfig cfg_;
   StageRange range_;

@@ -139,6 +139,37 @@ void check_placement(const Scenario& s, CaseResult& c) {
   }
 }
 
+// SPEC 5.4 for the drafter: it must use the target's embedding object, and a missing
+// placeholder must be refused at load (the refusal must be reachable).
+void check_drafter(const Scenario& s, const Partition& p, CaseResult& c) {
+  const SpecMethodInfo* m = find_spec_method(s.speculative.method);
+  if (m == nullptr || !m->has_drafter || !m->shares_target_embedding) return;
+  auto fail = [&](const std::string& msg) {
+    add_failed(c, "embedding");
+    if (c.verdict == Verdict::kPass) {
+      c.verdict = Verdict::kDiverged;
+      c.message = msg;
+    } else {
+      c.message += "; " + msg;
+    }
+  };
+  if (c.drafter.embedding_source != "none" && !s.speculative.context_only_producer &&
+      (c.drafter.embedding_source != "target" || !c.drafter.same_object_as_target)) {
+    fail(fmt::format("embedding: the {} drafter on stage {} uses a '{}' embedding{}, not the "
+                     "target's object",
+                     s.speculative.method, c.drafter.stage, c.drafter.embedding_source,
+                     c.drafter.embedding_source == "own" ? " (never loaded)" : ""));
+  }
+  if (p.stages() < 2 || s.speculative.context_only_producer) return;
+  const Status probe = probe_missing_embedding_refusal(s, p.stages() - 1);
+  c.refusal_probe = probe.is_ok() ? "accepted a missing placeholder" : probe.message();
+  if (probe.code() != StatusCode::kConfigRejected) {
+    fail(fmt::format("embedding: the refusal of a missing drafter embedding never appears "
+                     "(unreachable refusal: {})",
+                     c.refusal_probe));
+  }
+}
+
 }  // namespace
 
 const char* verdict_name(Verdict v) {
@@ -319,10 +350,12 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
                                      s.speculative.context_only_producer};
   ASSIGN_OR_RETURN(std::unique_ptr<ReferenceEngine> ref,
                    ReferenceEngine::create(s.model, std::move(ref_weights), engine_options));
-  const GenerationOptions gen{s.workload.max_new_tokens, s.prefill_chunk};
   RunRecord ref_record;
-  ASSIGN_OR_RETURN(GenerationResult ref_gen,
-                   generate_greedy(*ref, workload.prompts, gen, &ref_record));
+  ASSIGN_OR_RETURN(GenerationSummary ref_gen,
+                   run_generation(s, *ref, ref->weights(), 0, true, *source, workload, &ref_record),
+                   "PP=1 run");
+  result.pp1_acceptance = acceptance_figures(ref_gen);
+  result.pp1_drafter = ref_gen.drafter;
   ref.reset();
   result.pp1_seconds = seconds_since(t_ref);
 
@@ -348,17 +381,24 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
       } else {
         c.stages = (*engine)->holdings();
         RunRecord rec;
-        Result<GenerationResult> g = generate_greedy(**engine, workload.prompts, gen, &rec);
+        const int last = parts[i].stages() - 1;
+        Result<GenerationSummary> g = run_generation(s, **engine, (*engine)->last_stage_weights(),
+                                                     last, last == 0, *source, workload, &rec);
         if (!g.is_ok()) {
-          c.verdict = Verdict::kError;
+          const bool rejected = g.status().code() == StatusCode::kConfigRejected;
+          c.verdict = rejected ? Verdict::kConfigRejected : Verdict::kError;
           c.message = g.status().message();
+          if (rejected) c.failed_checks.push_back("config");
         } else {
+          c.acceptance = acceptance_figures(*g);
+          c.drafter = g->drafter;
           Status st = compare_records(ref_record, rec, c);
           if (!st.is_ok()) {
             c.verdict = Verdict::kError;
             c.message = st.message();
           } else {
             check_placement(s, c);
+            check_drafter(s, parts[i], c);
           }
         }
       }

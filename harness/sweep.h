@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness/compare.h"
+#include "harness/generation.h"
 #include "harness/partition.h"
 #include "harness/run.h"
 #include "harness/stage.h"
@@ -55,6 +56,9 @@ struct CaseResult {
   int64_t datasets_compared = 0;
   int64_t datasets_differing = 0;
   double seconds = 0;
+  AcceptanceFigures acceptance;  // this partition's speculative figures
+  DrafterPlacement drafter;      // what the drafter on the last stage was bound to
+  std::string refusal_probe;     // what a missing drafter embedding placeholder gets
 };
 
 struct SweepOptions {
@@ -71,6 +75,8 @@ struct SweepResult {
   std::string model_sha256;
   nlohmann::json scenario;  // resolved
   std::vector<CaseResult> cases;
+  AcceptanceFigures pp1_acceptance;  // PP=1's speculative figures
+  DrafterPlacement pp1_drafter;
   double pp1_seconds = 0;
   double total_seconds = 0;
   int threads = 1;

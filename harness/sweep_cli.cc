@@ -52,6 +52,21 @@ int SweepCli::run() {
              r->count(Verdict::kConfigRejected), r->count(Verdict::kError), r->count(Verdict::kSkipped));
   fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s on {} threads ({:.1f} PP=1 runs)\n", r->pp1_seconds,
              r->total_seconds, r->threads, r->total_seconds / std::max(1e-9, r->pp1_seconds));
+  if (r->pp1_acceptance.speculative) {
+    const AcceptanceFigures& a = r->pp1_acceptance;
+    int equal = 0;
+    for (const CaseResult& c : r->cases) {
+      equal += c.acceptance.speculative && c.acceptance.steps == a.steps &&
+               c.acceptance.accepted == a.accepted;
+    }
+    fmt::print(
+        "speculative ({}, gamma {}): PP=1 {} steps, mean accepted length {:.3f}, acceptance rate "
+        "{:.3f}, tokens per forward {:.3f}, GSM8K strict {}/{}, flexible {}/{}; {} of {} split "
+        "points with the same acceptance\n",
+        s->speculative.method, s->speculative.gamma, a.steps, a.mean_accepted, a.acceptance_rate,
+        a.tokens_per_forward, a.strict_correct, a.prompts, a.flexible_correct, a.prompts, equal,
+        r->cases.size());
+  }
   for (const std::string& f : r->expect_failures) fmt::print("expect: NOT MET: {}\n", f);
   if (!report_dir.empty()) {
     ReportContext ctx{command_line};

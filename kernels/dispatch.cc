@@ -37,6 +37,8 @@ const KernelRow kRegistry[] = {
     {"kda", "recurrent", always, call<KdaArgs, cpu::kda_attention>},
     {"dense_mlp", "swiglu", always, call<DenseMlpArgs, cpu::dense_mlp>},
     {"moe", "grouped", always, call<MoeArgs, cpu::moe>},
+    {"linear", "matmul", always, call<LinearArgs, cpu::linear>},
+    {"dense_attention", "softmax", always, call<DenseAttentionArgs, cpu::dense_attention>},
 };
 
 }  // namespace

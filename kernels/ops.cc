@@ -22,5 +22,9 @@ void mla_attention(const KernelContext& ctx, MlaArgs& args) { run_kernel(ctx, "m
 void kda_attention(const KernelContext& ctx, KdaArgs& args) { run_kernel(ctx, "kda", &args); }
 void dense_mlp(const KernelContext& ctx, DenseMlpArgs& args) { run_kernel(ctx, "dense_mlp", &args); }
 void moe(const KernelContext& ctx, MoeArgs& args) { run_kernel(ctx, "moe", &args); }
+void linear(const KernelContext& ctx, LinearArgs& args) { run_kernel(ctx, "linear", &args); }
+void dense_attention(const KernelContext& ctx, DenseAttentionArgs& args) {
+  run_kernel(ctx, "dense_attention", &args);
+}
 
 }  // namespace splitcheck

@@ -115,6 +115,25 @@ struct MoeArgs {
   Tensor* out = nullptr;
 };
 
+// out = bf16(x W), x bf16 [T, in], W bf16 [in, out] (the drafters' projections).
+struct LinearArgs {
+  const Tensor* x = nullptr;
+  const Tensor* weight = nullptr;
+  Tensor* out = nullptr;
+};
+
+// Softmax attention where every key is visible to every query (a draft block attends to
+// the whole draft cache and to itself). q [Tq, heads*hd], k/v [Tk, heads*hd], out
+// [Tq, heads*hd], all bf16; scores, softmax and the weighted sum in float32.
+struct DenseAttentionArgs {
+  const Tensor* q = nullptr;
+  const Tensor* k = nullptr;
+  const Tensor* v = nullptr;
+  int heads = 0;
+  int head_dim = 0;
+  Tensor* out = nullptr;
+};
+
 // Entry points: dispatch through the registry and record the call in ctx.trace.
 void attn_res(const KernelContext& ctx, AttnResArgs& args);
 void embed(const KernelContext& ctx, EmbedArgs& args);
@@ -125,6 +144,8 @@ void mla_attention(const KernelContext& ctx, MlaArgs& args);
 void kda_attention(const KernelContext& ctx, KdaArgs& args);
 void dense_mlp(const KernelContext& ctx, DenseMlpArgs& args);
 void moe(const KernelContext& ctx, MoeArgs& args);
+void linear(const KernelContext& ctx, LinearArgs& args);
+void dense_attention(const KernelContext& ctx, DenseAttentionArgs& args);
 
 // SPEC 2.2's eligibility of attn_res.native, and the fallback's source tile width.
 bool attn_res_native_eligible(const AttnResArgs& args);

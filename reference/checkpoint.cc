@@ -45,7 +45,10 @@ Status write_checkpoint(const std::string& path, const ModelConfig& config,
   {
     H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     H5Pset_libver_bounds(fapl.id, H5F_LIBVER_V18, H5F_LIBVER_V18);
-    H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id), H5Fclose);
+    // No object times anywhere (the root group included): equal weights give equal bytes.
+    H5Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+    H5Pset_obj_track_times(fcpl.id, false);
+    H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.id, fapl.id), H5Fclose);
     if (file.id < 0) return invalid_input(path + ": cannot create checkpoint file");
     H5Handle root(H5Gopen2(file.id, "/", H5P_DEFAULT), H5Gclose);
     RETURN_IF_ERROR(write_string_attr(root.id, "format", "splitcheck.checkpoint"), path);

@@ -4,35 +4,76 @@
 #include <cstring>
 
 namespace splitcheck {
+namespace {
+
+Tensor rows_tensor(const std::vector<bf16>& v, int64_t h) {
+  Tensor t = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(v.size()) / h, h});
+  std::copy(v.begin(), v.end(), t.data<bf16>());
+  return t;
+}
+
+void append_rows(std::vector<bf16>& cache, const Tensor& t) {
+  cache.insert(cache.end(), t.data<bf16>(), t.data<bf16>() + t.numel());
+}
+
+Tensor apply_linear(const KernelContext& ctx, const Tensor& x, const Tensor& w) {
+  Tensor out = Tensor::zeros(DType::kBF16, {x.dim(0), w.dim(1)});
+  LinearArgs a{&x, &w, &out};
+  linear(ctx, a);
+  return out;
+}
+
+Tensor apply_norm(const KernelContext& ctx, const Tensor& x, const Tensor& w, float eps) {
+  Tensor out = Tensor::zeros(DType::kBF16, x.shape());
+  RmsNormArgs a{&x, &w, eps, &out};
+  rms_norm(ctx, a);
+  return out;
+}
+
+}  // namespace
 
 std::vector<TensorSpec> drafter_tensor_specs(const ModelConfig& c, const std::string& method,
                                              int n_taps) {
   std::vector<TensorSpec> s;
   if (method != "dspark") return s;
   const int64_t h = c.hidden_size;
-  auto lin = [&](const std::string& name, int64_t out, int64_t in) {
-    s.push_back(TensorSpec{
-        name, {out, in}, WeightInit::kUniform, std::sqrt(3.0f / static_cast<float>(in))});
-  };
-  auto vec = [&](const std::string& name, WeightInit init, float scale) {
-    s.push_back(TensorSpec{name, {h}, init, scale});
-  };
-  lin("drafter.ctx_proj.weight", h, h * n_taps);
-  vec("drafter.ctx_norm.weight", WeightInit::kOnePlus, 0.1f);
-  vec("drafter.mask_embedding", WeightInit::kUniform, 1.0f);
+  const float lin = std::sqrt(3.0f / static_cast<float>(h));
+  for (int i = 0; i < n_taps; ++i)
+    s.push_back(TensorSpec{"drafter.ctx_proj." + std::to_string(i) + ".weight", {h, h},
+                           WeightInit::kUniform, lin / std::sqrt(static_cast<float>(n_taps))});
+  s.push_back(TensorSpec{"drafter.ctx_norm.weight", {h}, WeightInit::kOnePlus, 0.1f});
+  s.push_back(TensorSpec{"drafter.mask_embedding", {h}, WeightInit::kUniform, 1.0f});
   for (int j = 0; j < kDsparkLayers; ++j) {
     const std::string p = "drafter.layers." + std::to_string(j) + ".";
-    vec(p + "input_norm.weight", WeightInit::kOnePlus, 0.1f);
-    for (const char* n : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"})
-      lin(p + n, h, h);
+    s.push_back(TensorSpec{p + "input_norm.weight", {h}, WeightInit::kOnePlus, 0.1f});
+    for (const char* n : {"q_proj.weight", "k_proj.weight", "v_proj.weight"})
+      s.push_back(TensorSpec{p + n, {h, h}, WeightInit::kUniform, lin});
+    s.push_back(TensorSpec{p + "o_proj.weight", {h, h}, WeightInit::kUniform, 0.5f * lin});
   }
-  vec("drafter.norm.weight", WeightInit::kOnePlus, 0.1f);
-  for (const char* n : {"drafter.markov.w1", "drafter.markov.w2"})
-    s.push_back(TensorSpec{n,
-                           {c.vocab_size, kDsparkMarkovRank},
-                           WeightInit::kUniform,
-                           std::sqrt(3.0f / kDsparkMarkovRank)});
+  // The block pass's logits U are a correction on top of the Markov head: a small final
+  // norm weight keeps them below the Markov scores' spread, so they move some picks only.
+  s.push_back(TensorSpec{"drafter.norm.weight", {h}, WeightInit::kUniform, 0.5f});
+  s.push_back(TensorSpec{"drafter.markov.w1", {c.vocab_size, dspark_markov_rank(c)},
+                         WeightInit::kMarkovW1, 1.0f});
+  s.push_back(TensorSpec{"drafter.markov.w2", {c.vocab_size, dspark_markov_rank(c)},
+                         WeightInit::kMarkovW2, 1.0f});
   return s;
+}
+
+Tensor generate_markov_factor(const ModelConfig& c, const TensorSpec& spec) {
+  const int64_t h = c.hidden_size, v = c.vocab_size;
+  const bool w1 = spec.init == WeightInit::kMarkovW1;
+  const TensorSpec src = *find_tensor_spec(c, w1 ? "embed_tokens.weight" : "lm_head.weight");
+  const TensorSpec norm = *find_tensor_spec(c, "norm.weight");
+  Tensor out = Tensor::zeros(DType::kBF16, {v, h});
+  for (int64_t x = 0; x < v; ++x) {
+    for (int64_t d = 0; d < h; ++d) {
+      const float e = round_bf16(generated_value(c.seed, src, x * h + d));
+      const float n = w1 ? round_bf16(generated_value(c.seed, norm, d)) : 1.0f;
+      out.data<bf16>()[x * h + d] = to_bf16(e * n);
+    }
+  }
+  return out;
 }
 
 std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, const Tensor& w1,
@@ -57,6 +98,125 @@ std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, cons
     x.push_back(prev);
   }
   return x;
+}
+
+DrafterBinding share_with_target(const WeightStore& stage_weights) {
+  DrafterBinding b;
+  b.embed = stage_weights.find("embed_tokens.weight");
+  b.lm_head = stage_weights.find("lm_head.weight");
+  b.source = b.embed != nullptr ? "target" : "missing";
+  b.same_object = b.embed != nullptr;
+  return b;
+}
+
+Status check_shared_embedding(const DrafterBinding& b, const ModelConfig& c, int stage,
+                              std::string_view method, bool vocab_from_embedding) {
+  int64_t vocab = c.vocab_size;
+  if (vocab_from_embedding) {
+    // The historical order: the vocabulary is read from the embedding module first.
+    if (b.embed == nullptr || b.embed->empty())
+      return internal_error("reading the vocabulary size from a missing embedding module");
+    vocab = b.embed->dim(0);
+  }
+  if (b.embed == nullptr || b.embed->empty() || b.embed->dim(0) != vocab ||
+      b.embed->dim(1) != c.hidden_size) {
+    return config_rejected("stage " + std::to_string(stage) + ": the " + std::string(method) +
+                           " drafter shares the target's embedding, but its placeholder [" +
+                           std::to_string(vocab) + ", " + std::to_string(c.hidden_size) +
+                           "] is missing on this stage");
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(const ModelConfig& c,
+                                                             const WeightStore& own,
+                                                             const DrafterBinding& binding,
+                                                             int n_taps) {
+  std::unique_ptr<DsparkDrafter> d(new DsparkDrafter());
+  d->config_ = c;
+  d->embed_ = binding.embed;
+  d->lm_head_ = binding.lm_head;
+  d->n_taps_ = n_taps;
+  if (d->embed_ == nullptr || d->lm_head_ == nullptr)
+    return config_rejected("dspark drafter: embedding or lm_head not bound");
+  auto need = [&](const std::string& name) -> const Tensor* { return own.find(name); };
+  const int64_t h = c.hidden_size;
+  d->ctx_proj_ = Tensor::zeros(DType::kBF16, {n_taps * h, h});
+  for (int i = 0; i < n_taps; ++i) {
+    const Tensor* t = need("drafter.ctx_proj." + std::to_string(i) + ".weight");
+    if (t == nullptr) return invalid_input("dspark drafter: missing drafter.ctx_proj." + std::to_string(i) + ".weight");
+    std::memcpy(d->ctx_proj_.data<bf16>() + i * h * h, t->data<bf16>(), t->nbytes());
+  }
+  d->ctx_norm_ = need("drafter.ctx_norm.weight");
+  d->mask_ = need("drafter.mask_embedding");
+  d->norm_ = need("drafter.norm.weight");
+  d->w1_ = need("drafter.markov.w1");
+  d->w2_ = need("drafter.markov.w2");
+  if (!d->ctx_norm_ || !d->mask_ || !d->norm_ || !d->w1_ || !d->w2_)
+    return invalid_input("dspark drafter: its checkpoint tensors are incomplete");
+  for (int j = 0; j < kDsparkLayers; ++j) {
+    const std::string p = "drafter.layers." + std::to_string(j) + ".";
+    Layer l{need(p + "input_norm.weight"), need(p + "q_proj.weight"), need(p + "k_proj.weight"),
+            need(p + "v_proj.weight"), need(p + "o_proj.weight"), {}, {}};
+    if (!l.input_norm || !l.q || !l.k || !l.v || !l.o)
+      return invalid_input("dspark drafter: missing tensors of draft layer " + std::to_string(j));
+    d->layers_.push_back(std::move(l));
+  }
+  return d;
+}
+
+void DsparkDrafter::reset() {
+  for (Layer& l : layers_) {
+    l.cache_k.clear();
+    l.cache_v.clear();
+  }
+}
+
+Status DsparkDrafter::observe(const std::vector<int32_t>& ids, const Tensor& taps) {
+  const int64_t h = config_.hidden_size;
+  if (taps.dim(0) != static_cast<int64_t>(ids.size()) || taps.dim(1) != n_taps_ * h)
+    return internal_error("dspark drafter: taps of shape " + shape_string(taps.shape()) +
+                          " for " + std::to_string(ids.size()) + " positions and " +
+                          std::to_string(n_taps_) + " taps");
+  const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
+  // Context projection, then write_context_kv for each draft layer.
+  const Tensor c = apply_norm(ctx, apply_linear(ctx, taps, ctx_proj_), *ctx_norm_, config_.rms_norm_eps);
+  for (Layer& l : layers_) {
+    append_rows(l.cache_k, apply_linear(ctx, c, *l.k));
+    append_rows(l.cache_v, apply_linear(ctx, c, *l.v));
+  }
+  return Status::ok();
+}
+
+Result<std::vector<int32_t>> DsparkDrafter::propose(int32_t anchor, int gamma) {
+  const int64_t h = config_.hidden_size;
+  const int64_t rows = gamma + 1;
+  const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
+  if (anchor < 0 || anchor >= embed_->dim(0)) return internal_error("dspark drafter: anchor outside the vocabulary");
+  Tensor x = Tensor::zeros(DType::kBF16, {rows, h});
+  std::memcpy(x.data<bf16>(), embed_->data<bf16>() + static_cast<int64_t>(anchor) * h, h * sizeof(bf16));
+  for (int64_t r = 1; r < rows; ++r) std::memcpy(x.data<bf16>() + r * h, mask_->data<bf16>(), h * sizeof(bf16));
+  const int heads = config_.num_attention_heads;
+  const int head_dim = static_cast<int>(h / heads);
+  for (Layer& l : layers_) {
+    const Tensor n = apply_norm(ctx, x, *l.input_norm, config_.rms_norm_eps);
+    const Tensor q = apply_linear(ctx, n, *l.q);
+    std::vector<bf16> k = l.cache_k, v = l.cache_v;
+    append_rows(k, apply_linear(ctx, n, *l.k));
+    append_rows(v, apply_linear(ctx, n, *l.v));
+    const Tensor kt = rows_tensor(k, h), vt = rows_tensor(v, h);
+    Tensor o = Tensor::zeros(DType::kBF16, {rows, h});
+    DenseAttentionArgs a{&q, &kt, &vt, heads, head_dim, &o};
+    dense_attention(ctx, a);
+    const Tensor delta = apply_linear(ctx, o, *l.o);
+    for (int64_t i = 0; i < rows * h; ++i)
+      x.data<bf16>()[i] = to_bf16(to_f32(x.data<bf16>()[i]) + to_f32(delta.data<bf16>()[i]));
+  }
+  const Tensor hf = apply_norm(ctx, x.rows(1, rows), *norm_, config_.rms_norm_eps);
+  Tensor u = Tensor::zeros(DType::kF32, {gamma, config_.vocab_size});
+  LmHeadArgs la{&hf, lm_head_, &u};
+  lm_head(ctx, la);
+  return markov_head(ctx, u, *w1_, *w2_, anchor);
 }
 
 }  // namespace splitcheck

@@ -1,35 +1,104 @@
-// DSpark-lite (SPEC 3.1), the parts built so far: its checkpoint tensors (`drafter.*`)
-// and the low-rank Markov head. Layout choice: drafter linear weights are [out, in], so
-// every projection runs through the registry's lm_head (matmul_nt) kernel at site draft.
+// DSpark-lite (SPEC 3.1): the block drafter, its checkpoint tensors (`drafter.*`), the
+// low-rank Markov head, and how a drafter binds the target's embedding and lm_head.
+//
+//   context  c = rmsnorm(bf16(concat(taps) W_ctx), ctx_norm) per verified position
+//   write_context_kv  each draft layer j appends K_j = bf16(c W_k^j), V_j = bf16(c W_v^j)
+//   block pass  [embed(anchor), mask, ..., mask] (gamma + 1 rows), kDsparkLayers pre-norm
+//               residual layers attending to the draft cache and to the whole block,
+//               U = lm_head(rmsnorm(h, drafter.norm)) of the gamma mask rows
+//   Markov head x_k = argmax(U_k + W1[x_{k-1}] · W2ᵀ), x_0 the anchor
+//
+// Layouts follow the target: linear weights [in, out]. The Markov factors are not free
+// random tensors: they are the target's bigram logits in factored form, W1 =
+// bf16(embed_tokens ⊙ norm) and W2 = lm_head, rank r = H < V. The target's small
+// residual writes make its next token often its bigram choice, so this is the fit a
+// trained drafter approximates (SPEC 3.3: make acceptance meaningful); the block pass
+// adds its logits U on top.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/ops.h"
 #include "reference/config.h"
+#include "reference/speculative.h"
 #include "reference/weights.h"
 
 namespace splitcheck {
 
-// The Markov head's rank r (W1, W2 are [V, r]).
-inline constexpr int kDsparkMarkovRank = 32;
+// The Markov head's rank r (W1, W2 are [V, r]): the hidden size.
+inline int dspark_markov_rank(const ModelConfig& config) { return config.hidden_size; }
 // The number of draft layers of the block pass.
 inline constexpr int kDsparkLayers = 2;
+// How many tap slots the drafter's context projection can have (drafter.ctx_proj.<i>).
+inline constexpr int kMaxDrafterTaps = 16;
 
-// The drafter's own tensors for `method` ("dspark"; empty for any other method) consuming
-// `n_taps` taps: drafter.ctx_proj.weight [H, n_taps*H], drafter.ctx_norm.weight [H],
-// drafter.mask_embedding [H], per draft layer j drafter.layers.j.{input_norm [H],
-// q_proj, k_proj, v_proj, o_proj [H, H]}, drafter.norm.weight [H],
+// The drafter's own tensors for `method` ("dspark"; empty for other methods) consuming
+// `n_taps` taps: drafter.ctx_proj.<i>.weight [H, H] per tap slot (stacked, they are
+// W_ctx [n*H, H]), drafter.ctx_norm.weight, drafter.mask_embedding, per draft layer j
+// drafter.layers.j.{input_norm.weight, q_proj, k_proj, v_proj, o_proj}, drafter.norm.weight,
 // drafter.markov.w1 / w2 [V, r]. The embedding and lm_head are the target's (shared).
 std::vector<TensorSpec> drafter_tensor_specs(const ModelConfig& config, const std::string& method,
                                              int n_taps);
 
+// Generates a derived Markov factor (spec.init kMarkovW1 or kMarkovW2) from the target's
+// generated embedding, norm and lm_head.
+Tensor generate_markov_factor(const ModelConfig& config, const TensorSpec& spec);
+
 // The Markov head: x_0 = anchor, x_k = argmax_v(U[k-1, v] + W1[x_{k-1}] · W2[v]) for
-// k = 1..gamma, lowest index on ties. U float32 [gamma, V] (the block pass's logits of the
-// mask positions), W1/W2 bf16 [V, r]. The bias row runs through the lm_head kernel
-// (float32), the sum is float32, the pick is the argmax kernel.
+// k = 1..gamma, lowest index on ties. U float32 [gamma, V], W1/W2 bf16 [V, r].
 std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, const Tensor& w1,
                                  const Tensor& w2, int32_t anchor);
+
+// What a drafter's embedding and lm_head are bound to (SPEC 5.4).
+struct DrafterBinding {
+  const Tensor* embed = nullptr;    // nullptr: the placeholder is missing
+  const Tensor* lm_head = nullptr;
+  std::string source = "missing";  // target | own | missing
+  bool same_object = false;         // the very object the target's stage holds
+  Tensor own_embedding;             // storage when the drafter built its own
+};
+
+// share_with_target: binds the drafter to the embedding and lm_head objects that the
+// stage where it runs holds (the target's, or its copy for the drafter there).
+DrafterBinding share_with_target(const WeightStore& stage_weights);
+
+// check_shared_embedding: refuses a missing placeholder with a load error naming the
+// stage and the method (StatusCode::kConfigRejected). The vocabulary size comes from the
+// configuration, never from the embedding module, so the refusal is reachable. With
+// `vocab_from_embedding` (fault draft.vocab_from_embedding) the historical order is
+// restored: the vocabulary is read from the missing module first, which fails before
+// the refusal can be made (StatusCode::kInternal).
+Status check_shared_embedding(const DrafterBinding& binding, const ModelConfig& config, int stage,
+                              std::string_view method, bool vocab_from_embedding);
+
+// DSpark-lite as the verify loop sees it.
+class DsparkDrafter : public Drafter {
+ public:
+  // `own` holds the drafter.* tensors; `binding` the shared embedding and lm_head.
+  static Result<std::unique_ptr<DsparkDrafter>> create(const ModelConfig& config,
+                                                       const WeightStore& own,
+                                                       const DrafterBinding& binding, int n_taps);
+  void reset() override;
+  Status observe(const std::vector<int32_t>& ids, const Tensor& taps) override;
+  Result<std::vector<int32_t>> propose(int32_t anchor, int gamma) override;
+
+ private:
+  DsparkDrafter() = default;
+  ModelConfig config_;
+  const Tensor* embed_ = nullptr;
+  const Tensor* lm_head_ = nullptr;
+  Tensor ctx_proj_;  // [n*H, H]
+  const Tensor *ctx_norm_ = nullptr, *mask_ = nullptr, *norm_ = nullptr, *w1_ = nullptr,
+               *w2_ = nullptr;
+  struct Layer {
+    const Tensor *input_norm, *q, *k, *v, *o;
+    std::vector<bf16> cache_k, cache_v;  // [n, H] each
+  };
+  std::vector<Layer> layers_;
+  int n_taps_ = 0;
+};
 
 }  // namespace splitcheck

@@ -10,7 +10,7 @@ Result<Tensor> GeneratedWeights::load(const std::string& name) {
   }
   std::optional<TensorSpec> spec = find_tensor_spec(config_, name);
   if (!spec) return invalid_input("no tensor named '" + name + "' in model " + config_.preset);
-  Tensor t = generate_tensor(config_.seed, *spec);
+  Tensor t = generate_model_tensor(config_, *spec);
   std::lock_guard<std::mutex> lock(mu_);
   return cache_.emplace(name, t).first->second;
 }

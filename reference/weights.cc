@@ -21,6 +21,12 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// Gain of the projections that write into the residual stream (attention o_proj, MLP
+// down_proj). Small enough that the embedding row (bank row 0) dominates the output
+// mixture: the target is then bigram-dominant, which the drafter's Markov head can fit
+// (SPEC 3.3), while every layer still moves the logits.
+constexpr float kResidualWriteGain = 0.05f;
+
 float linear_scale(int64_t fan_in, float gain) {
   return gain * std::sqrt(3.0f / static_cast<float>(fan_in));
 }
@@ -36,7 +42,7 @@ TensorSpec mat(const std::string& name, int64_t in, int64_t out, float gain) {
 void append_swiglu(std::vector<TensorSpec>& s, const std::string& p, int64_t h, int64_t inter) {
   s.push_back(mat(p + ".gate_proj.weight", h, inter, 1.0f));
   s.push_back(mat(p + ".up_proj.weight", h, inter, 1.0f));
-  s.push_back(mat(p + ".down_proj.weight", inter, h, 0.5f));
+  s.push_back(mat(p + ".down_proj.weight", inter, h, kResidualWriteGain));
 }
 
 }  // namespace
@@ -63,7 +69,7 @@ std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& c, int l) {
     s.push_back(mat(a + "k_b_proj.weight", c.kv_lora_rank, qd, 1.0f));
     s.push_back(mat(a + "v_b_proj.weight", c.kv_lora_rank, qd, 1.0f));
     s.push_back(mat(a + "g_proj.weight", h, qd, 1.0f));
-    s.push_back(mat(a + "o_proj.weight", qd, h, 0.5f));
+    s.push_back(mat(a + "o_proj.weight", qd, h, kResidualWriteGain));
   } else {
     s.push_back(mat(a + "q_proj.weight", h, qd, 1.0f));
     s.push_back(mat(a + "k_proj.weight", h, qd, 1.0f));
@@ -72,7 +78,7 @@ std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& c, int l) {
     s.push_back(mat(a + "a_proj.weight", h, qd, 1.0f));
     s.push_back(mat(a + "g_proj.weight", h, qd, 1.0f));
     s.push_back(vec(a + "o_norm.weight", c.head_dim, WeightInit::kOnePlus, 0.1f));
-    s.push_back(mat(a + "o_proj.weight", qd, h, 0.5f));
+    s.push_back(mat(a + "o_proj.weight", qd, h, kResidualWriteGain));
   }
   const std::string m = p + "mlp.";
   if (!c.is_moe_layer(l)) {
@@ -122,7 +128,7 @@ std::optional<TensorSpec> find_tensor_spec(const ModelConfig& c, const std::stri
   }
   // The drafter's own tensors (dspark, its default five taps).
   if (name.rfind("drafter.", 0) == 0) {
-    for (TensorSpec& t : drafter_tensor_specs(c, "dspark", 5))
+    for (TensorSpec& t : drafter_tensor_specs(c, "dspark", kMaxDrafterTaps))
       if (t.name == name) return t;
     return std::nullopt;
   }
@@ -146,8 +152,21 @@ Tensor generate_tensor(uint64_t seed, const TensorSpec& spec) {
   Tensor t = Tensor::zeros(DType::kBF16, spec.shape);
   bf16* d = t.data<bf16>();
   const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) d[i] = to_bf16(generated_value(seed, spec, i));
+  // generated_value(seed, spec, i) for every i, with the per-tensor key hoisted.
+  const uint64_t key = splitmix64(seed ^ fnv1a(spec.name));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t r = splitmix64(key + static_cast<uint64_t>(i) * 0xd1b54a32d192ed03ull);
+    const float u = static_cast<float>(static_cast<int32_t>(r >> 40) - (1 << 23)) / 8388608.0f;
+    const float v = spec.scale * u;
+    d[i] = to_bf16(spec.init == WeightInit::kOnePlus ? 1.0f + v : v);
+  }
   return t;
+}
+
+Tensor generate_model_tensor(const ModelConfig& config, const TensorSpec& spec) {
+  if (spec.init == WeightInit::kMarkovW1 || spec.init == WeightInit::kMarkovW2)
+    return generate_markov_factor(config, spec);
+  return generate_tensor(config.seed, spec);
 }
 
 const Tensor* WeightStore::find(const std::string& name) const {
@@ -172,13 +191,13 @@ Result<WeightStore> generate_weights(const ModelConfig& config,
   WeightStore store;
   if (names.empty()) {
     for (const TensorSpec& s : model_tensor_specs(config))
-      store.put(s.name, generate_tensor(config.seed, s));
+      store.put(s.name, generate_model_tensor(config, s));
     return store;
   }
   for (const std::string& name : names) {
     std::optional<TensorSpec> s = find_tensor_spec(config, name);
     if (!s) return invalid_input("no tensor named '" + name + "' in model " + config.preset);
-    store.put(name, generate_tensor(config.seed, *s));
+    store.put(name, generate_model_tensor(config, *s));
   }
   return store;
 }

@@ -16,7 +16,8 @@ namespace splitcheck {
 
 // How a tensor's values are drawn: value = scale * u (+ 1 for kOnePlus), u uniform in
 // [-1, 1) from a counter-based generator keyed by (seed, name, element index).
-enum class WeightInit { kUniform, kOnePlus };
+// kMarkovW1/kMarkovW2 are derived from other generated tensors (reference/dspark.h).
+enum class WeightInit { kUniform, kOnePlus, kMarkovW1, kMarkovW2 };
 
 struct TensorSpec {
   std::string name;
@@ -34,8 +35,10 @@ std::optional<TensorSpec> find_tensor_spec(const ModelConfig& config, const std:
 
 // The value at `index` of a generated tensor: a pure function of (seed, name, index).
 float generated_value(uint64_t seed, const TensorSpec& spec, int64_t index);
-// A whole generated tensor (bf16).
+// A whole generated tensor (bf16) of a free (kUniform, kOnePlus) spec.
 Tensor generate_tensor(uint64_t seed, const TensorSpec& spec);
+// Any generated tensor of the model, derived ones included.
+Tensor generate_model_tensor(const ModelConfig& config, const TensorSpec& spec);
 
 // Name -> tensor. What a stage holds; parameter bytes are the sum of its tensors.
 class WeightStore {

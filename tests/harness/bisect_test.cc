@@ -20,6 +20,9 @@ const std::map<std::string, std::string>& expected_causes() {
       {"tap.boundary_rejected", kCauseConfigRejected},
       {"weights.no_boundary_copy", kCauseConfigRejected},
       {"pd.producer_embedding", kCauseEmbedding},
+      {"draft.own_embedding", kCauseEmbedding},
+      {"draft.vocab_from_embedding", kCauseEmbedding},
+      {"tap.embed_resident_by_module", kCauseTapSource},
   };
   return m;
 }

@@ -76,13 +76,14 @@ TEST(ScenarioTest, DefaultScenarioParses) {
   EXPECT_TRUE(s.partitions.cuts.empty());
   EXPECT_EQ(s.capture_ids, (std::vector<int>{0, 7, 16, 25, 32}));
   EXPECT_EQ(s.workload.prompts, 2);
-  EXPECT_EQ(s.workload.max_new_tokens, 8);
+  EXPECT_EQ(s.workload.max_new_tokens, 12);
   EXPECT_EQ(s.workload.file, (std::filesystem::path(kSourceDir) /
                               "scenarios/workloads/gsm8k_style_seed2026_n32.json")
                                  .lexically_normal()
                                  .string());
   EXPECT_EQ(s.dump_level, DumpLevel::kLayer);
-  EXPECT_EQ(s.speculative.method, "none");
+  EXPECT_EQ(s.speculative.method, "dspark");
+  EXPECT_EQ(s.speculative.gamma, 7);
   EXPECT_TRUE(s.faults.empty());
   EXPECT_EQ(s.checks.size(), check_registry().size());
   EXPECT_EQ(s.backend, "cpu");

@@ -91,8 +91,8 @@ TEST(Bf16RoundTest, InfinityStaysInfinity) {
 
 TEST(Bf16RoundTest, NanStaysNanAndNeverBecomesInfinity) {
   // NaNs whose payload sits only in the low 16 bits would become Inf under plain rounding.
-  for (uint32_t u : {0x7f800001u, 0x7f80ffffu, 0x7fbfffffu, 0x7fc00000u, 0x7fffffffu,
-                     0xff800001u, 0xffc00000u, 0xffffffffu}) {
+  for (uint32_t u : {0x7f800001u, 0x7f80ffffu, 0x7fbfffffu, 0x7fc00000u, 0x7fffffffu, 0xff800001u,
+                     0xffc00000u, 0xffffffffu}) {
     const uint16_t b = round_bits(u);
     EXPECT_TRUE(is_bf16_nan(b)) << std::hex << u << " -> " << b;
     EXPECT_EQ(b & 0x8000u, (u >> 16) & 0x8000u) << "sign of " << std::hex << u;

@@ -28,7 +28,7 @@ TEST(MatmulTest, SmallIntegerInputsGiveExactProducts) {
                                            -1, 4, 2, 1});
   std::vector<float> out(8, -99.0f);
   cpu::matmul(x.data(), 2, 3, w.data(), 4, out.data());
-  const std::vector<float> want = {4, 14, 5, 1,  //
+  const std::vector<float> want = {4,  14,  5,  1,  //
                                    17, -19, -8, -24};
   EXPECT_EQ(out, want);
 }
@@ -48,7 +48,8 @@ TEST(MatmulNtTest, SmallIntegerInputsGiveExactProductsInBlockedAndTailColumns) {
   const std::vector<float> x = {1, 2, 3, -4, 5, -6};
   std::vector<float> wf;
   for (int64_t n = 0; n < kN; ++n) {
-    for (int64_t k = 0; k < kK; ++k) wf.push_back(static_cast<float>((n + 1) * (k % 2 ? -1 : 1) + k));
+    for (int64_t k = 0; k < kK; ++k)
+      wf.push_back(static_cast<float>((n + 1) * (k % 2 ? -1 : 1) + k));
   }
   const std::vector<bf16> w = bf16_vector(wf);  // [N, K]
   std::vector<float> out(kRows * kN, -99.0f);

@@ -141,10 +141,13 @@ TEST(MarkovHead, FollowsTheBigramChainThenTheBlockLogits) {
 
 TEST(DrafterSpecs, FoundByName) {
   const ModelConfig c = *model_preset("k3-tiny");
-  std::optional<TensorSpec> s = find_tensor_spec(c, "drafter.ctx_proj.weight");
+  // One [H, H] slice of W_ctx per tap slot; stacked they are W_ctx [n*H, H].
+  std::optional<TensorSpec> s = find_tensor_spec(c, "drafter.ctx_proj.4.weight");
   ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->shape, (Shape{c.hidden_size, 5 * c.hidden_size}));
-  EXPECT_TRUE(find_tensor_spec(c, "drafter.markov.w1").has_value());
+  EXPECT_EQ(s->shape, (Shape{c.hidden_size, c.hidden_size}));
+  std::optional<TensorSpec> w1 = find_tensor_spec(c, "drafter.markov.w1");
+  ASSERT_TRUE(w1.has_value());
+  EXPECT_EQ(w1->shape, (Shape{c.vocab_size, dspark_markov_rank(c)}));
   EXPECT_FALSE(find_tensor_spec(c, "drafter.nothing").has_value());
   EXPECT_TRUE(drafter_tensor_specs(c, "eagle3", 3).empty());
 }

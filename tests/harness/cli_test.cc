@@ -1,0 +1,267 @@
+// The real `splitcheck` binary, driven as a user drives it: a run twice gives equal dumps;
+// every bad input exits 2 with one line naming the file and the place and leaves no
+// output file behind; `golden verify` passes on the committed goldens and catches a
+// single flipped bit in a freshly made golden.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "harness/compare.h"
+#include "reference/config.h"
+#include "reference/weights.h"
+
+namespace splitcheck {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("splitcheck-cli-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path path(const std::string& name) const { return dir_ / name; }
+
+  // Runs `splitcheck <args>` with stdout and stderr captured in files of the test dir.
+  CliResult cli(const std::string& args) const {
+    const fs::path out = dir_ / "stdout.txt";
+    const fs::path err = dir_ / "stderr.txt";
+    const std::string cmd = quote(SPLITCHECK_BINARY) + " " + args + " >" + quote(out.string()) +
+                            " 2>" + quote(err.string());
+    const int status = std::system(cmd.c_str());
+    CliResult r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = read_text(out);
+    r.err = read_text(err);
+    return r;
+  }
+
+  // SPEC-style refusal: exit 2, exactly one line on stderr that names every `needles`.
+  static void expect_one_line_refusal(const CliResult& r,
+                                      std::initializer_list<std::string> needles) {
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("splitcheck: error: ", 0), 0u) << r.err;
+    for (const std::string& n : needles)
+      EXPECT_NE(r.err.find(n), std::string::npos) << n << " in: " << r.err;
+  }
+
+  // A two-layer k3-tiny scenario with one short prompt, optionally reading `checkpoint`.
+  fs::path small_scenario(const std::string& name, const std::string& checkpoint = "") const {
+    nlohmann::json j = {
+        {"model", {{"preset", "k3-tiny"}, {"overrides", {{"num_hidden_layers", 2}}}}},
+        {"workload", {{"prompts", 1}, {"max_new_tokens", 2}, {"max_prompt_tokens", 8}}},
+        {"partitions", {{"pp", 2}}},
+    };
+    if (!checkpoint.empty()) j["checkpoint"] = checkpoint;
+    write_text(path(name), j.dump(2));
+    return path(name);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CliTest, RunTwiceGivesDumpsThatCompareEqual) {
+  const std::string scenario = SPLITCHECK_SOURCE_DIR "/scenarios/default.json";
+  const CliResult a = cli("run " + quote(scenario) + " --out " + quote(path("a.h5").string()));
+  ASSERT_EQ(a.code, 0) << a.err;
+  const CliResult b = cli("run " + quote(scenario) + " --out " + quote(path("b.h5").string()));
+  ASSERT_EQ(b.code, 0) << b.err;
+  // The printed summary (tokens, scores) is equal too, once the dump names are aligned.
+  std::string b_out = b.out;
+  const std::string b_name = path("b.h5").string();
+  b_out.replace(b_out.find(b_name), b_name.size(), path("a.h5").string());
+  EXPECT_EQ(a.out, b_out);
+
+  const CliResult cmp =
+      cli("compare " + quote(path("a.h5").string()) + " " + quote(path("b.h5").string()));
+  EXPECT_EQ(cmp.code, 0) << cmp.out << cmp.err;
+  const CliResult full =
+      cli("compare --full " + quote(path("a.h5").string()) + " " + quote(path("b.h5").string()));
+  EXPECT_EQ(full.code, 0) << full.out << full.err;
+
+  Result<CompareResult> r = compare_dumps(path("a.h5").string(), path("b.h5").string());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_TRUE(r->equal()) << verdict(*r);
+  EXPECT_GT(r->datasets_compared, 100);
+}
+
+struct BadScenario {
+  const char* name;
+  const char* json;
+  std::vector<std::string> needles;  // besides the file's path
+};
+
+TEST_F(CliTest, BadScenarioFilesExitTwoWithOneLineNamingFileAndPlace) {
+  const BadScenario cases[] = {
+      {"malformed_json",
+       "{\n  \"model\": {\"preset\": \"k3-tiny\"},,\n}\n",
+       {":2:", "malformed JSON"}},
+      {"unknown_key",
+       R"({"model": {"preset": "k3-tiny", "overrides": {"hidden_sise": 64}}})",
+       {"/model/overrides/hidden_sise", "unknown key"}},
+      {"wrong_type",
+       R"({"workload": {"prompts": "two"}})",
+       {"/workload/prompts", "expected integer"}},
+      {"unknown_preset", R"({"model": {"preset": "k3-huge"}})", {"/model/preset", "k3-huge"}},
+  };
+  for (const BadScenario& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path scenario = path(std::string(c.name) + ".json");
+    write_text(scenario, c.json);
+    const fs::path out = path(std::string(c.name) + ".h5");
+    const CliResult r = cli("run " + quote(scenario.string()) + " --out " + quote(out.string()));
+    std::vector<std::string> needles = c.needles;
+    needles.push_back(scenario.string());
+    for (const std::string& n : needles)
+      EXPECT_NE(r.err.find(n), std::string::npos) << n << " in: " << r.err;
+    expect_one_line_refusal(r, {});
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_FALSE(fs::exists(out.string() + ".partial"));
+  }
+  const CliResult missing = cli("run " + quote(path("absent.json").string()) + " --out " +
+                                quote(path("absent.h5").string()));
+  expect_one_line_refusal(missing, {path("absent.json").string()});
+  EXPECT_FALSE(fs::exists(path("absent.h5")));
+}
+
+TEST_F(CliTest, CheckpointLackingATensorIsRefusedNamingTensorAndFile) {
+  // A complete checkpoint written by the CLI runs; the same model lacking one tensor does not.
+  const CliResult made = cli("checkpoint " + quote(small_scenario("gen.json").string()) +
+                             " --out " + quote(path("full.h5").string()));
+  ASSERT_EQ(made.code, 0) << made.err;
+  const CliResult ok = cli("run " + quote(small_scenario("full.json", "full.h5").string()) +
+                           " --out " + quote(path("ok.h5").string()));
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_TRUE(fs::exists(path("ok.h5")));
+
+  ModelConfig c = *model_preset("k3-tiny");
+  c.num_hidden_layers = 2;
+  Result<WeightStore> all = generate_weights(c);
+  ASSERT_TRUE(all.is_ok());
+  const std::string missing = "layers.1.mlp.experts.2.gate_proj.weight";
+  WeightStore lacking;
+  for (const auto& [name, t] : all->tensors())
+    if (name != missing) lacking.put(name, t);
+  ASSERT_TRUE(write_checkpoint(path("lacking.h5").string(), c, lacking).is_ok());
+  const CliResult r = cli("run " + quote(small_scenario("lacking.json", "lacking.h5").string()) +
+                          " --out " + quote(path("never.h5").string()));
+  expect_one_line_refusal(r, {path("lacking.h5").string(), missing});
+  EXPECT_FALSE(fs::exists(path("never.h5")));
+  EXPECT_FALSE(fs::exists(path("never.h5.partial")));
+}
+
+TEST_F(CliTest, CheckpointThatIsNotHdf5IsRefusedNamingTheFile) {
+  write_text(path("weights.h5"), "not an HDF5 file, just text\n");
+  const CliResult r = cli("run " + quote(small_scenario("text.json", "weights.h5").string()) +
+                          " --out " + quote(path("never.h5").string()));
+  expect_one_line_refusal(r, {path("weights.h5").string()});
+  EXPECT_FALSE(fs::exists(path("never.h5")));
+}
+
+TEST_F(CliTest, CompareRefusesNonHdf5AndTruncatedDumpsNamingTheFile) {
+  const CliResult run = cli("run " + quote(small_scenario("s.json").string()) + " --out " +
+                            quote(path("good.h5").string()));
+  ASSERT_EQ(run.code, 0) << run.err;
+  const CliResult same =
+      cli("compare " + quote(path("good.h5").string()) + " " + quote(path("good.h5").string()));
+  EXPECT_EQ(same.code, 0) << same.err;
+
+  write_text(path("text.h5"), "plain text pretending to be a dump\n");
+  const CliResult text =
+      cli("compare " + quote(path("good.h5").string()) + " " + quote(path("text.h5").string()));
+  expect_one_line_refusal(text, {path("text.h5").string()});
+
+  const std::string bytes = read_text(path("good.h5"));
+  ASSERT_GT(bytes.size(), 4096u);
+  write_text(path("truncated.h5"), bytes.substr(0, bytes.size() / 2));
+  const CliResult cut = cli("compare " + quote(path("good.h5").string()) + " " +
+                            quote(path("truncated.h5").string()));
+  expect_one_line_refusal(cut, {path("truncated.h5").string()});
+}
+
+bool committed_goldens_exist() { return fs::exists(SPLITCHECK_SOURCE_DIR "/golden/MANIFEST.json"); }
+
+TEST_F(CliTest, GoldenVerifyPassesOnCommittedGoldens) {
+  if (!committed_goldens_exist()) GTEST_SKIP() << "no golden/MANIFEST.json in the source tree";
+  const CliResult r = cli("golden verify");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find(" 0 failed"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, GoldenVerifyCatchesOneFlippedBitInAFreshGolden) {
+  if (std::system("/usr/bin/python3 -c 'import h5py, numpy' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "h5py is not available to /usr/bin/python3";
+  // A golden of the default scenario made now, in a directory of the test (the committed
+  // one may lag behind the code; GoldenVerifyPassesOnCommittedGoldens covers that). The
+  // manifest stores the scenario path relative to the source tree, so verify finds it.
+  const fs::path golden_dir = path("golden");
+  const CliResult made = cli("golden --dir " + quote(golden_dir.string()) +
+                             " update --reason 'cli_test fresh golden' scenarios/default.json");
+  ASSERT_EQ(made.code, 0) << made.out << made.err;
+  const nlohmann::json manifest = nlohmann::json::parse(read_text(golden_dir / "MANIFEST.json"));
+  ASSERT_EQ(manifest["goldens"].size(), 1u);
+  EXPECT_EQ(manifest["goldens"][0]["scenario"], "scenarios/default.json");
+  const std::string file = manifest["goldens"][0]["file"].get<std::string>();
+
+  const CliResult before = cli("golden --dir " + quote(golden_dir.string()) + " verify");
+  ASSERT_EQ(before.code, 0) << before.out << before.err;
+
+  // Flip the lowest mantissa bit of one logit.
+  const std::string flip =
+      "import h5py, numpy as np, sys\n"
+      "with h5py.File(sys.argv[1], 'r+') as f:\n"
+      "    d = f['/forward/0/logits']\n"
+      "    v = np.array(d[0, 3], dtype=np.float32)\n"
+      "    d[0, 3] = (v.view(np.uint32) ^ np.uint32(1)).view(np.float32)\n";
+  write_text(path("flip.py"), flip);
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + quote(path("flip.py").string()) + " " +
+                         quote((golden_dir / file).string()))
+                            .c_str()),
+            0);
+
+  const CliResult after = cli("golden --dir " + quote(golden_dir.string()) + " verify");
+  EXPECT_EQ(after.code, 1) << after.out << after.err;
+  EXPECT_NE(after.out.find("FAIL"), std::string::npos) << after.out;
+  EXPECT_NE(after.out.find("logits"), std::string::npos) << after.out;
+  EXPECT_NE(after.out.find("forward 0"), std::string::npos) << after.out;
+  EXPECT_NE(after.out.find("token 0 channel 3"), std::string::npos) << after.out;
+}
+
+}  // namespace
+}  // namespace splitcheck
