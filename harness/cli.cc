@@ -8,6 +8,7 @@
 #include "harness/bisect.h"
 #include "harness/compare.h"
 #include "harness/golden.h"
+#include "harness/partition.h"
 #include "harness/run.h"
 #include "harness/sweep_cli.h"
 
@@ -26,15 +27,23 @@ int report_status(const Status& st) {
   return st.code() == StatusCode::kInvalidInput ? kExitInvalid : kExitInternal;
 }
 
-int cmd_run(const std::string& scenario_path, const std::string& out) {
+int cmd_run(const std::string& scenario_path, const std::string& out, const std::vector<int>& split) {
   Result<Scenario> s = load_scenario(scenario_path);
   if (!s.is_ok()) return report_status(s.status());
-  Result<ReferenceRun> run = run_reference(*s);
+  Result<ReferenceRun> run = split.empty() ? run_reference(*s) : run_partitioned(*s, split);
   if (!run.is_ok()) return report_status(run.status());
   const auto& seqs = run->generation.sequences;
-  fmt::print("scenario {} ({}, L={}, H={}): PP=1, {} prompts, {} forwards\n", s->name,
-             s->model.preset, s->model.num_hidden_layers, s->model.hidden_size, seqs.size(),
+  const std::string layout = split.empty() ? "PP=1" : fmt::format("cuts {}", fmt::join(split, ","));
+  fmt::print("scenario {} ({}, L={}, H={}): {}, {} prompts, {} forwards\n", s->name,
+             s->model.preset, s->model.num_hidden_layers, s->model.hidden_size, layout, seqs.size(),
              run->generation.forwards);
+  if (run->summary.speculative) {
+    const SpeculativeResult& sp = run->summary.spec;
+    fmt::print("  speculative {} (gamma {}): {} steps, mean accepted length {:.3f}, acceptance "
+               "rate {:.3f}, tokens per forward {:.3f}\n",
+               s->speculative.method, s->speculative.gamma, sp.steps, sp.mean_accepted,
+               sp.acceptance_rate, sp.tokens_per_forward);
+  }
   int strict = 0, flexible = 0;
   for (size_t p = 0; p < seqs.size(); ++p) {
     const std::string text = detokenize(seqs[p].emitted);
@@ -48,7 +57,9 @@ int cmd_run(const std::string& scenario_path, const std::string& out) {
   fmt::print("  GSM8K-style score: strict {}/{}, flexible {}/{}\n", strict, seqs.size(), flexible,
              seqs.size());
   if (!out.empty()) {
-    Result<DumpHeader> header = make_dump_header(*s, fmt::format("0-{}", s->model.num_hidden_layers));
+    std::string partition = fmt::format("0-{}", s->model.num_hidden_layers);
+    if (!split.empty()) partition = Partition::from_cuts(split, s->model.num_hidden_layers)->layout();
+    Result<DumpHeader> header = make_dump_header(*s, partition);
     if (!header.is_ok()) return report_status(header.status());
     Status st = write_record(out, run->record, *header);
     if (!st.is_ok()) return report_status(st);
@@ -110,6 +121,11 @@ int run_cli(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "Run the PP=1 reference on a scenario, print a summary, write its dump");
   run->add_option("scenario", scenario, "Scenario JSON (default: the embedded default scenario)");
   run->add_option("--out", out, "Dump file (HDF5) to write");
+  std::vector<int> run_split;
+  run->add_option("--split", run_split,
+                  "Run the partitioned engine with these cuts instead of PP=1 (e.g. --split 12 or "
+                  "--split 8,20)")
+      ->delimiter(',');
 
   std::string ckpt_out;
   std::string ckpt_scenario = default_scenario();
@@ -147,7 +163,7 @@ int run_cli(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitInvalid;
   }
-  if (*run) return cmd_run(scenario, out);
+  if (*run) return cmd_run(scenario, out, run_split);
   if (*ckpt) return cmd_checkpoint(ckpt_scenario, ckpt_out);
   if (*verify) return cmd_golden_verify(golden_dir);
   if (*update) {
