@@ -8,6 +8,7 @@
 #include "harness/bisect.h"
 #include "harness/compare.h"
 #include "harness/golden.h"
+#include "harness/merge.h"
 #include "harness/partition.h"
 #include "harness/run.h"
 #include "harness/sweep_cli.h"
@@ -156,6 +157,13 @@ int run_cli(int argc, char** argv) {
   BisectCli bisect_cli;
   bisect_cli.add_to(app);
 
+  std::vector<std::string> merge_inputs;
+  std::string merge_dir;
+  auto* merge = app.add_subcommand(
+      "merge", "Join shard reports (sweep --shard i/N --report DIR) into one unsharded report");
+  merge->add_option("reports", merge_inputs, "Shard report.json files")->required();
+  merge->add_option("--report", merge_dir, "Directory for the merged report")->required();
+
   for (int i = 0; i < argc; ++i) sweep_cli.command_line += (i ? " " : "") + std::string(argv[i]);
   try {
     app.parse(argc, argv);
@@ -174,6 +182,7 @@ int run_cli(int argc, char** argv) {
   }
   if (*compare) return cmd_compare(cmp_a, cmp_b, approximate, full);
   if (*bisect_cli.command) return bisect_cli.run();
+  if (*merge) return run_merge(merge_inputs, merge_dir);
   return sweep_cli.run();
 }
 

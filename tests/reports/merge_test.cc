@@ -1,0 +1,167 @@
+// Sharded and merged equals unsharded: pp4-pairwise swept as shards 0/2 and 1/2, merged
+// (in process and through `splitcheck merge`), equals the unsharded report once the
+// volatile fields (timing, cases[].seconds, command) are removed. Bad inputs to merge
+// (wrong format_version, truncated file, mismatched scenario sha256, missing or
+// duplicated shards) exit 2 with the file named.
+#include "harness/merge.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <functional>
+
+#include "tests/reports/report_fixture.h"
+
+namespace splitcheck::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json stable(nlohmann::json j) {
+  j.erase("timing");
+  j.erase("command");
+  for (auto& c : j["cases"]) c.erase("seconds");
+  return j;
+}
+
+nlohmann::json load(const fs::path& p) { return nlohmann::json::parse(read_text(p)); }
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+class MergeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("splitcheck-merge-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static const fs::path& shard(int i) {
+    return sweep_reports("pairwise-shard" + std::to_string(i), "pp4-pairwise", "", i, 2);
+  }
+  static fs::path shard_json(int i) { return shard(i) / "report.json"; }
+
+  CliResult cli(const std::string& args) const {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string cmd = quote(SPLITCHECK_BINARY) + " " + args + " >" + quote(out.string()) +
+                            " 2>" + quote(err.string());
+    const int status = std::system(cmd.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
+  }
+
+  // A copy of shard 1's report.json, edited by `edit`, written as `name`.
+  fs::path edited_shard1(const std::string& name,
+                         const std::function<void(nlohmann::json&)>& edit) const {
+    nlohmann::json j = load(shard_json(1));
+    edit(j);
+    const fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary) << j.dump(2);
+    return p;
+  }
+
+  void expect_refused(const CliResult& r, const std::vector<std::string>& needles) const {
+    EXPECT_EQ(r.code, 2) << r.out << r.err;
+    EXPECT_EQ(r.err.rfind("splitcheck: error: ", 0), 0u) << r.err;
+    for (const std::string& n : needles)
+      EXPECT_NE(r.err.find(n), std::string::npos) << n << "\n" << r.err;
+    EXPECT_FALSE(fs::exists(dir_ / "merged" / "report.json"));
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(MergeTest, ShardedAndMergedEqualsUnsharded) {
+  const nlohmann::json whole = load(pairwise_reports() / "report.json");
+  const nlohmann::json s0 = load(shard_json(0)), s1 = load(shard_json(1));
+  ASSERT_GT(s0["cases"].size(), 0u);
+  ASSERT_GT(s1["cases"].size(), 0u);
+  EXPECT_EQ(s0["cases"].size() + s1["cases"].size(), whole["cases"].size());
+
+  // Either order of the inputs gives the same report.
+  for (const auto& order :
+       {std::vector<nlohmann::json>{s0, s1}, std::vector<nlohmann::json>{s1, s0}}) {
+    Result<nlohmann::json> merged =
+        merge_reports(order, {"a/report.json", "b/report.json"}, (dir_ / "merged").string());
+    ASSERT_TRUE(merged.is_ok()) << merged.status().message();
+    EXPECT_EQ(stable(*merged), stable(whole)) << "merged:\n"
+                                              << stable(*merged).dump(1) << "\nunsharded:\n"
+                                              << stable(whole).dump(1);
+    EXPECT_EQ((*merged)["timing"]["shards"], 2);
+    EXPECT_EQ((*merged)["command"].get<std::string>().find("--shard"), std::string::npos);
+  }
+
+  // Through the CLI: same report, and the exit code is the merged verdict's.
+  const CliResult r =
+      cli("merge " + quote(shard_json(0).string()) + " " + quote(shard_json(1).string()) +
+          " --report " + quote((dir_ / "merged").string()));
+  EXPECT_EQ(r.code, whole["exit_code"].get<int>()) << r.out << r.err;
+  const nlohmann::json written = load(dir_ / "merged" / "report.json");
+  EXPECT_EQ(stable(written), stable(whole));
+  for (const char* f : {"report.html", "junit.xml", "summary.md"})
+    EXPECT_TRUE(fs::exists(dir_ / "merged" / f)) << f;
+  // JUnit carries no volatile field but the per-case time: the test case lists agree.
+  EXPECT_EQ(count_of(read_text(dir_ / "merged" / "junit.xml"), "<testcase"),
+            count_of(read_text(pairwise_reports() / "junit.xml"), "<testcase"));
+}
+
+TEST_F(MergeTest, WrongFormatVersionExits2NamingTheFile) {
+  const fs::path bad =
+      edited_shard1("v99.json", [](nlohmann::json& j) { j["format_version"] = 99; });
+  expect_refused(cli("merge " + quote(shard_json(0).string()) + " " + quote(bad.string()) +
+                     " --report " + quote((dir_ / "merged").string())),
+                 {bad.string(), "format_version"});
+}
+
+TEST_F(MergeTest, TruncatedFileExits2NamingFileAndPosition) {
+  const std::string text = read_text(shard_json(1));
+  const fs::path bad = dir_ / "truncated.json";
+  std::ofstream(bad, std::ios::binary) << text.substr(0, text.size() / 2);
+  const CliResult r = cli("merge " + quote(shard_json(0).string()) + " " + quote(bad.string()) +
+                          " --report " + quote((dir_ / "merged").string()));
+  expect_refused(r, {bad.string(), "at byte"});
+}
+
+TEST_F(MergeTest, MismatchedScenarioHashExits2NamingBothFiles) {
+  const fs::path bad = edited_shard1(
+      "other.json", [](nlohmann::json& j) { j["scenario"]["sha256"] = std::string(64, '0'); });
+  expect_refused(cli("merge " + quote(shard_json(0).string()) + " " + quote(bad.string()) +
+                     " --report " + quote((dir_ / "merged").string())),
+                 {shard_json(0).string(), bad.string(), "sha256"});
+}
+
+TEST_F(MergeTest, MissingShardExits2) {
+  expect_refused(cli("merge " + quote(shard_json(0).string()) + " --report " +
+                     quote((dir_ / "merged").string())),
+                 {"missing"});
+}
+
+TEST_F(MergeTest, DuplicatedShardExits2) {
+  expect_refused(
+      cli("merge " + quote(shard_json(0).string()) + " " + quote(shard_json(1).string()) + " " +
+          quote(shard_json(0).string()) + " --report " + quote((dir_ / "merged").string())),
+      {"appears twice"});
+}
+
+TEST_F(MergeTest, NotAReportExits2) {
+  const fs::path bad =
+      edited_shard1("other-format.json", [](nlohmann::json& j) { j["format"] = "something.else"; });
+  expect_refused(
+      cli("merge " + quote(bad.string()) + " --report " + quote((dir_ / "merged").string())),
+      {bad.string(), "splitcheck.report"});
+}
+
+}  // namespace
+}  // namespace splitcheck::testing
