@@ -117,6 +117,44 @@ TEST_F(MergeTest, ShardedAndMergedEqualsUnsharded) {
             count_of(read_text(pairwise_reports() / "junit.xml"), "<testcase"));
 }
 
+// End to end through the CLI, with a filter and three shards of a diverging sweep: the
+// merged report equals the unsharded one, `command` reproduces the unsharded run, and
+// merge exits 1 like that sweep.
+TEST_F(MergeTest, CliShardsWithFilterMergeToTheUnshardedReport) {
+  const std::string scenario =
+      quote(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/fault-handoff-no-zero-delta.json");
+  const std::string whole_dir = (dir_ / "whole").string();
+  const CliResult whole =
+      cli("sweep " + scenario + " --filter split-1 --threads 2 --report " + quote(whole_dir));
+  ASSERT_EQ(whole.code, 1) << whole.out << whole.err;
+  std::string inputs;
+  for (int i = 0; i < 3; ++i) {
+    const std::string d = (dir_ / ("shard" + std::to_string(i))).string();
+    const CliResult r = cli("sweep " + scenario + " --shard " + std::to_string(i) +
+                            "/3 --filter split-1 --threads 2 --report " + quote(d));
+    ASSERT_EQ(r.code, 1) << r.out << r.err;
+    inputs += quote(d + "/report.json") + " ";
+  }
+  const std::string merged_dir = (dir_ / "merged").string();
+  const CliResult r = cli("merge " + inputs + "--report " + quote(merged_dir));
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  const nlohmann::json w = load(fs::path(whole_dir) / "report.json");
+  const nlohmann::json m = load(fs::path(merged_dir) / "report.json");
+  EXPECT_EQ(stable(m), stable(w));
+  EXPECT_EQ(m["counts"]["total"], w["counts"]["total"]);
+  EXPECT_EQ(m["timing"]["shards"], 3);
+  std::string expected_command = w["command"].get<std::string>();
+  expected_command.replace(expected_command.find(whole_dir), whole_dir.size(), merged_dir);
+  EXPECT_EQ(m["command"], expected_command);
+
+  // Two of the three shards: the third's split points are missing.
+  const CliResult partial = cli("merge " + quote((dir_ / "shard0" / "report.json").string()) + " " +
+                                quote((dir_ / "shard2" / "report.json").string()) + " --report " +
+                                quote((dir_ / "partial").string()));
+  EXPECT_EQ(partial.code, 2) << partial.out << partial.err;
+  EXPECT_NE(partial.err.find("missing"), std::string::npos) << partial.err;
+}
+
 TEST_F(MergeTest, WrongFormatVersionExits2NamingTheFile) {
   const fs::path bad =
       edited_shard1("v99.json", [](nlohmann::json& j) { j["format_version"] = 99; });
