@@ -143,6 +143,15 @@ TEST_F(MergeTest, CliShardsWithFilterMergeToTheUnshardedReport) {
   EXPECT_EQ(stable(m), stable(w));
   EXPECT_EQ(m["counts"]["total"], w["counts"]["total"]);
   EXPECT_EQ(m["timing"]["shards"], 3);
+  if (std::system("/usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1") == 0) {
+    const std::string validate =
+        "/usr/bin/python3 -c 'import json,sys,jsonschema; "
+        "jsonschema.Draft202012Validator(json.load(open(sys.argv[1])))"
+        ".validate(json.load(open(sys.argv[2])))' " +
+        quote(std::string(SPLITCHECK_SOURCE_DIR) + "/reports/report.schema.json") + " " +
+        quote(merged_dir + "/report.json");
+    EXPECT_EQ(std::system(validate.c_str()), 0) << validate;
+  }
   std::string expected_command = w["command"].get<std::string>();
   expected_command.replace(expected_command.find(whole_dir), whole_dir.size(), merged_dir);
   EXPECT_EQ(m["command"], expected_command);
