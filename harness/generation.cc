@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "reference/dspark.h"
+#include "reference/eagle3.h"
 #include "reference/spec_methods.h"
 
 namespace splitcheck {
@@ -51,7 +52,8 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine,
   const SpecMethodInfo* method = find_spec_method(s.speculative.method);
   out.drafter.method = s.speculative.method;
   out.drafter.stage = host_stage;
-  if (method == nullptr || !method->has_drafter || s.speculative.method != "dspark") {
+  const bool eagle3 = s.speculative.method == "eagle3";
+  if (method == nullptr || !method->has_drafter || (s.speculative.method != "dspark" && !eagle3)) {
     ASSIGN_OR_RETURN(out.generation, generate_greedy(engine, workload.prompts, gen, record));
     score(s, workload, out.generation, out);
     return out;
@@ -79,16 +81,26 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine,
     }
   }
   const int n_taps = static_cast<int>(s.capture_ids.size());
+  if (eagle3 && n_taps != kEagle3Taps)
+    return config_rejected("the eagle3 drafter fuses " + std::to_string(kEagle3Taps) +
+                           " taps; the scenario captures " + std::to_string(n_taps));
   std::vector<std::string> names;
-  for (const TensorSpec& t : drafter_tensor_specs(s.model, "dspark", n_taps)) names.push_back(t.name);
-  ASSIGN_OR_RETURN(WeightStore own, load_weights(source, names), "dspark drafter");
+  for (const TensorSpec& t :
+       eagle3 ? eagle3_tensor_specs(s.model) : drafter_tensor_specs(s.model, "dspark", n_taps))
+    names.push_back(t.name);
+  ASSIGN_OR_RETURN(WeightStore own, load_weights(source, names),
+                   std::string(s.speculative.method) + " drafter");
   if (producer) {
     // A context-only producer writes the draft's context KV for every prompt position and
     // proposes nothing: prefill only, no embedding needed.
     binding.embed = binding.embed ? binding.embed : &binding.own_embedding;
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> drafter,
-                   DsparkDrafter::create(s.model, own, binding, n_taps));
+  std::unique_ptr<Drafter> drafter;
+  if (eagle3) {
+    ASSIGN_OR_RETURN(drafter, Eagle3Drafter::create(s.model, own, binding));
+  } else {
+    ASSIGN_OR_RETURN(drafter, DsparkDrafter::create(s.model, own, binding, n_taps));
+  }
   SpeculativeOptions opts{gen, s.speculative.gamma};
   if (producer) opts.generation.max_new_tokens = 1;
   ASSIGN_OR_RETURN(out.spec, generate_speculative(engine, *drafter, workload.prompts, opts, record));

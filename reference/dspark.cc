@@ -63,6 +63,10 @@ std::vector<TensorSpec> drafter_tensor_specs(const ModelConfig& c, const std::st
 Tensor generate_markov_factor(const ModelConfig& c, const TensorSpec& spec) {
   const int64_t h = c.hidden_size, v = c.vocab_size;
   const bool w1 = spec.init == WeightInit::kMarkovW1;
+  if (w1 && spec.shape.size() == 1) {
+    // W1's norm factor alone: the target's norm.weight (EAGLE-3-lite's final norm).
+    return generate_tensor(c.seed, *find_tensor_spec(c, "norm.weight"));
+  }
   const TensorSpec src = *find_tensor_spec(c, w1 ? "embed_tokens.weight" : "lm_head.weight");
   const TensorSpec norm = *find_tensor_spec(c, "norm.weight");
   Tensor out = Tensor::zeros(DType::kBF16, {v, h});

@@ -44,7 +44,8 @@ std::vector<TensorSpec> drafter_tensor_specs(const ModelConfig& config, const st
                                              int n_taps);
 
 // Generates a derived Markov factor (spec.init kMarkovW1 or kMarkovW2) from the target's
-// generated embedding, norm and lm_head.
+// generated embedding, norm and lm_head. A kMarkovW1 spec of shape [H] is W1's norm
+// factor alone: the target's norm.weight (reference/eagle3.h uses it).
 Tensor generate_markov_factor(const ModelConfig& config, const TensorSpec& spec);
 
 // The Markov head: x_0 = anchor, x_k = argmax_v(U[k-1, v] + W1[x_{k-1}] · W2[v]) for

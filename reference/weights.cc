@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "reference/dspark.h"
+#include "reference/eagle3.h"
 
 namespace splitcheck {
 namespace {
@@ -123,6 +124,12 @@ std::optional<TensorSpec> find_tensor_spec(const ModelConfig& c, const std::stri
     }
     if (l < 0 || l >= c.num_hidden_layers) return std::nullopt;
     for (TensorSpec& t : layer_tensor_specs(c, l))
+      if (t.name == name) return t;
+    return std::nullopt;
+  }
+  // EAGLE-3-lite's own tensors.
+  if (name.rfind("drafter.eagle3.", 0) == 0) {
+    for (TensorSpec& t : eagle3_tensor_specs(c))
       if (t.name == name) return t;
     return std::nullopt;
   }
