@@ -1,0 +1,161 @@
+// EAGLE-3-lite (SPEC 3.2): its tensors, and that speculative decoding with it and with
+// DSpark-lite is lossless against plain greedy decoding, rollback included (SPEC 3.3).
+#include "reference/eagle3.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "reference/spec_methods.h"
+#include "reference/weight_source.h"
+#include "reference/workload.h"
+
+namespace splitcheck {
+namespace {
+
+ModelConfig small_config() {
+  ModelConfig c = *model_preset("k3-tiny");
+  c.num_hidden_layers = 8;
+  return c;
+}
+
+std::vector<std::vector<int32_t>> workload_prompts(int n) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const Problem& p : generate_gsm8k_style(2026, n)) {
+    std::vector<int32_t> ids = tokenize_bytes(p.prompt());
+    ids.resize(std::min<size_t>(ids.size(), 40));
+    prompts.push_back(std::move(ids));
+  }
+  return prompts;
+}
+
+std::unique_ptr<ReferenceEngine> make_engine(const ModelConfig& c, std::vector<int> ids,
+                                             const std::string& method) {
+  Result<WeightStore> w = generate_weights(c);
+  EXPECT_TRUE(w.is_ok());
+  EngineOptions o{std::move(ids), DumpLevel::kSummary, method};
+  auto engine = ReferenceEngine::create(c, std::move(*w), o);
+  EXPECT_TRUE(engine.is_ok()) << engine.status().message();
+  return std::move(*engine);
+}
+
+std::vector<std::string> names_of(const std::vector<TensorSpec>& specs) {
+  std::vector<std::string> names;
+  for (const TensorSpec& t : specs) names.push_back(t.name);
+  return names;
+}
+
+std::unique_ptr<Drafter> make_drafter(const ModelConfig& c, const ReferenceEngine& target,
+                                      const std::string& method, int n_taps, WeightStore& own) {
+  GeneratedWeights source(c);
+  const std::vector<TensorSpec> specs =
+      method == "eagle3" ? eagle3_tensor_specs(c) : drafter_tensor_specs(c, method, n_taps);
+  Result<WeightStore> loaded = load_weights(source, names_of(specs));
+  EXPECT_TRUE(loaded.is_ok()) << loaded.status().message();
+  own = std::move(*loaded);
+  const DrafterBinding binding = share_with_target(target.weights());
+  EXPECT_TRUE(check_shared_embedding(binding, c, 0, method, false).is_ok());
+  if (method == "eagle3") {
+    auto d = Eagle3Drafter::create(c, own, binding);
+    EXPECT_TRUE(d.is_ok()) << d.status().message();
+    return std::move(*d);
+  }
+  auto d = DsparkDrafter::create(c, own, binding, n_taps);
+  EXPECT_TRUE(d.is_ok()) << d.status().message();
+  return std::move(*d);
+}
+
+TEST(Eagle3, TensorNamesAreRegistered) {
+  const ModelConfig c = small_config();
+  const std::vector<TensorSpec> specs = eagle3_tensor_specs(c);
+  ASSERT_FALSE(specs.empty());
+  const int64_t h = c.hidden_size;
+  for (const TensorSpec& t : specs) {
+    EXPECT_EQ(t.name.rfind("drafter.eagle3.", 0), 0u) << t.name;
+    const std::optional<TensorSpec> found = find_tensor_spec(c, t.name);
+    ASSERT_TRUE(found.has_value()) << t.name;
+    EXPECT_EQ(found->shape, t.shape) << t.name;
+  }
+  EXPECT_EQ(find_tensor_spec(c, "drafter.eagle3.fc.weight")->shape, (Shape{3 * h, h}));
+  EXPECT_EQ(find_tensor_spec(c, "drafter.eagle3.lm_head.weight")->shape, (Shape{c.vocab_size, h}));
+  EXPECT_FALSE(find_tensor_spec(c, "drafter.eagle3.nonexistent").has_value());
+  // The registry row: shares the target's embedding, owns its head.
+  const SpecMethodInfo* m = find_spec_method("eagle3");
+  ASSERT_NE(m, nullptr);
+  EXPECT_TRUE(m->shares_target_embedding);
+  EXPECT_FALSE(m->shares_lm_head);
+  // Its head holds the target's lm_head values under its own name (derived), and the
+  // generated store of the drafter loads through GeneratedWeights.
+  GeneratedWeights source(c);
+  Result<WeightStore> own = load_weights(source, names_of(specs));
+  ASSERT_TRUE(own.is_ok()) << own.status().message();
+  Result<WeightStore> target = generate_weights(c, {"lm_head.weight"});
+  ASSERT_TRUE(target.is_ok());
+  const Tensor& a = own->get("drafter.eagle3.lm_head.weight");
+  const Tensor& b = target->get("lm_head.weight");
+  ASSERT_EQ(a.nbytes(), b.nbytes());
+  EXPECT_EQ(std::memcmp(a.data<bf16>(), b.data<bf16>(), a.nbytes()), 0);
+}
+
+struct Case {
+  std::string method;
+  std::vector<int> capture_ids;
+};
+
+class Lossless : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Lossless, SpeculativeEmitsTheGreedyTokensAndLeavesTheSameState) {
+  const ModelConfig c = small_config();
+  const Case& k = GetParam();
+  const int n_taps = static_cast<int>(k.capture_ids.size());
+  const std::vector<std::vector<int32_t>> prompts = workload_prompts(2);
+  const GenerationOptions gen{12, 0};
+  auto greedy_engine = make_engine(c, k.capture_ids, k.method);
+  auto spec_engine = make_engine(c, k.capture_ids, k.method);
+  WeightStore own;
+  std::unique_ptr<Drafter> drafter = make_drafter(c, *spec_engine, k.method, n_taps, own);
+
+  Result<GenerationResult> greedy = generate_greedy(*greedy_engine, prompts, gen, nullptr);
+  ASSERT_TRUE(greedy.is_ok()) << greedy.status().message();
+  Result<SpeculativeResult> spec =
+      generate_speculative(*spec_engine, *drafter, prompts, SpeculativeOptions{gen, 7}, nullptr);
+  ASSERT_TRUE(spec.is_ok()) << spec.status().message();
+  for (size_t p = 0; p < prompts.size(); ++p)
+    EXPECT_EQ(spec->generation.sequences[p].emitted, greedy->sequences[p].emitted)
+        << k.method << " prompt " << p;
+  EXPECT_GT(spec->steps, 0);
+  std::printf("[ %s ] steps %lld, mean accepted length %.3f, acceptance rate %.3f\n",
+              k.method.c_str(), static_cast<long long>(spec->steps), spec->mean_accepted,
+              spec->acceptance_rate);
+
+  // Rollback and replay leave the engine as a run that never drafted: after the last
+  // prompt both engines take one more decode forward with the same token at the same
+  // position and must produce bit-identical logits.
+  const std::vector<int32_t>& prompt = prompts.back();
+  const std::vector<int32_t>& acc = spec->sequences.back().accepted;
+  // Emitted tokens of the speculative run, overshoot included: the first, then a + 1 per step.
+  const int total = 1 + static_cast<int>(acc.size()) + std::accumulate(acc.begin(), acc.end(), 0);
+  Result<GenerationResult> longer =
+      generate_greedy(*greedy_engine, {prompt}, GenerationOptions{total, 0}, nullptr);
+  ASSERT_TRUE(longer.is_ok());
+  const std::vector<int32_t>& want = longer->sequences[0].emitted;
+  ASSERT_EQ(static_cast<int>(want.size()), total);
+  const int32_t next = want.back();
+  const int64_t position = static_cast<int64_t>(prompt.size()) + total - 1;
+  const ForwardRequest req{{next}, ForwardKind::kDecode, position, 0};
+  Result<ForwardResult> a = greedy_engine->forward(req, nullptr);
+  Result<ForwardResult> b = spec_engine->forward(req, nullptr);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  ASSERT_EQ(a->logits.nbytes(), b->logits.nbytes());
+  EXPECT_EQ(std::memcmp(a->logits.data<float>(), b->logits.data<float>(), a->logits.nbytes()), 0)
+      << k.method << ": the engine's state after rollback and replay differs from greedy";
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, Lossless,
+                         ::testing::Values(Case{"eagle3", {2, 4, 6}},
+                                           Case{"dspark", method_default_capture_ids("dspark", 8)}),
+                         [](const auto& info) { return info.param.method; });
+
+}  // namespace
+}  // namespace splitcheck
