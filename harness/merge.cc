@@ -189,7 +189,9 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
     cr.failed_checks = c.value("failed_checks", std::vector<std::string>{});
     result.cases.push_back(std::move(cr));
   }
-  result.expect_failures = evaluate_expect(s->expect, result);
+  // As in run_sweep: a filtered sweep cannot meet or miss the whole sweep's `expect`.
+  result.expect_failures =
+      evaluate_expect(filter.empty() ? s->expect : nlohmann::json::object(), result);
 
   nlohmann::json merged = first;
   merged["verdict"] = result.conformant() ? "conformant" : "divergent";
