@@ -3,32 +3,16 @@
 #include <cmath>
 #include <cstring>
 
+#include "reference/draft_ops.h"
+
 namespace splitcheck {
 namespace {
 
-Tensor rows_tensor(const std::vector<bf16>& v, int64_t h) {
-  Tensor t = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(v.size()) / h, h});
-  std::copy(v.begin(), v.end(), t.data<bf16>());
-  return t;
-}
+using draft::append_rows;
+using draft::apply_linear;
+using draft::apply_norm;
+using draft::rows_tensor;
 
-void append_rows(std::vector<bf16>& cache, const Tensor& t) {
-  cache.insert(cache.end(), t.data<bf16>(), t.data<bf16>() + t.numel());
-}
-
-Tensor apply_linear(const KernelContext& ctx, const Tensor& x, const Tensor& w) {
-  Tensor out = Tensor::zeros(DType::kBF16, {x.dim(0), w.dim(1)});
-  LinearArgs a{&x, &w, &out};
-  linear(ctx, a);
-  return out;
-}
-
-Tensor apply_norm(const KernelContext& ctx, const Tensor& x, const Tensor& w, float eps) {
-  Tensor out = Tensor::zeros(DType::kBF16, x.shape());
-  RmsNormArgs a{&x, &w, eps, &out};
-  rms_norm(ctx, a);
-  return out;
-}
 
 }  // namespace
 

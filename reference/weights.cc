@@ -1,5 +1,7 @@
 #include "reference/weights.h"
 
+#include "reference/splitmix.h"
+
 #include <cmath>
 #include <stdexcept>
 
@@ -8,13 +10,6 @@
 
 namespace splitcheck {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;

@@ -1,5 +1,7 @@
 #include "reference/workload.h"
 
+#include "reference/splitmix.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,13 +19,6 @@ std::string Problem::reference() const {
 }
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // The random draws of one problem: the i-th draw is splitmix64(key + i * golden), where
 // the key depends only on the seed and the problem index. Reduction by modulo keeps the
