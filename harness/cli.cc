@@ -12,6 +12,7 @@
 #include "harness/partition.h"
 #include "harness/run.h"
 #include "harness/sweep_cli.h"
+#include "reports/report.h"
 
 namespace splitcheck {
 namespace {
@@ -75,6 +76,13 @@ int cmd_checkpoint(const std::string& scenario_path, const std::string& out) {
   if (!s.is_ok()) return report_status(s.status());
   Result<WeightStore> w = scenario_weights(*s);
   if (!w.is_ok()) return report_status(w.status());
+  // The drafter's own tensors travel in the same checkpoint (one namespace, SPEC 2.1).
+  std::unique_ptr<WeightSource> source = scenario_weight_source(*s);
+  for (const std::string& name : drafter_tensor_names(*s)) {
+    Result<Tensor> t = source->load(name);
+    if (!t.is_ok()) return report_status(t.status());
+    w->put(name, *t);
+  }
   Status st = write_checkpoint(out, s->model, *w);
   if (!st.is_ok()) return report_status(st);
   fmt::print("checkpoint {}: {} tensors, {} bytes of parameters\n", out, w->tensors().size(),
@@ -94,7 +102,8 @@ int cmd_golden_verify(const std::string& golden_dir) {
   return failed ? kExitDiverged : kExitOk;
 }
 
-int cmd_compare(const std::string& a, const std::string& b, bool approximate, bool full) {
+int cmd_compare(const std::string& a, const std::string& b, bool approximate, bool full,
+                const std::string& report_dir, const std::string& command) {
   CompareOptions opts;
   opts.approximate = approximate;
   opts.trust_digest = !full;
@@ -104,6 +113,12 @@ int cmd_compare(const std::string& a, const std::string& b, bool approximate, bo
   Result<CompareResult> r = compare_dumps(a, b, opts);
   if (!r.is_ok()) return report_status(r.status());
   fmt::print("{}\n", verdict(*r));
+  if (!report_dir.empty()) {
+    Status st =
+        write_reports(report_dir, compare_report(*r, a, b, ReportContext{command}, approximate));
+    if (!st.is_ok()) return report_status(st);
+    fmt::print("report: {}/report.json\n", report_dir);
+  }
   return r->equal() ? kExitOk : kExitDiverged;
 }
 
@@ -151,6 +166,9 @@ int run_cli(int argc, char** argv) {
   compare->add_option("b", cmp_b, "Candidate dump")->required();
   compare->add_flag("--approximate", approximate, "Use the approximate lane's thresholds");
   compare->add_flag("--full", full, "Read every byte even where stored digests are equal");
+  std::string cmp_report;
+  compare->add_option("--report", cmp_report,
+                      "Directory for report.json, report.html, junit.xml, summary.md");
 
   SweepCli sweep_cli;
   sweep_cli.add_to(app);
@@ -165,6 +183,7 @@ int run_cli(int argc, char** argv) {
   merge->add_option("--report", merge_dir, "Directory for the merged report")->required();
 
   for (int i = 0; i < argc; ++i) sweep_cli.command_line += (i ? " " : "") + std::string(argv[i]);
+  bisect_cli.command_line = sweep_cli.command_line;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -180,7 +199,8 @@ int run_cli(int argc, char** argv) {
     fmt::print("goldens updated: {}\n", reason);
     return kExitOk;
   }
-  if (*compare) return cmd_compare(cmp_a, cmp_b, approximate, full);
+  if (*compare)
+    return cmd_compare(cmp_a, cmp_b, approximate, full, cmp_report, sweep_cli.command_line);
   if (*bisect_cli.command) return bisect_cli.run();
   if (*merge) return run_merge(merge_inputs, merge_dir);
   return sweep_cli.run();

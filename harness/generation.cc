@@ -22,6 +22,16 @@ void score(const Scenario&, const PreparedWorkload& w, const GenerationResult& g
 
 }  // namespace
 
+std::vector<std::string> drafter_tensor_names(const Scenario& s) {
+  std::vector<TensorSpec> specs;
+  if (s.speculative.method == "eagle3") specs = eagle3_tensor_specs(s.model);
+  if (s.speculative.method == "dspark")
+    specs = drafter_tensor_specs(s.model, "dspark", static_cast<int>(s.capture_ids.size()));
+  std::vector<std::string> names;
+  for (const TensorSpec& t : specs) names.push_back(t.name);
+  return names;
+}
+
 AcceptanceFigures acceptance_figures(const GenerationSummary& g) {
   AcceptanceFigures f;
   f.speculative = g.speculative;
@@ -84,10 +94,7 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine,
   if (eagle3 && n_taps != kEagle3Taps)
     return config_rejected("the eagle3 drafter fuses " + std::to_string(kEagle3Taps) +
                            " taps; the scenario captures " + std::to_string(n_taps));
-  std::vector<std::string> names;
-  for (const TensorSpec& t :
-       eagle3 ? eagle3_tensor_specs(s.model) : drafter_tensor_specs(s.model, "dspark", n_taps))
-    names.push_back(t.name);
+  const std::vector<std::string> names = drafter_tensor_names(s);
   ASSIGN_OR_RETURN(WeightStore own, load_weights(source, names),
                    std::string(s.speculative.method) + " drafter");
   if (producer) {

@@ -46,6 +46,9 @@ struct AcceptanceFigures {
 };
 AcceptanceFigures acceptance_figures(const GenerationSummary& summary);
 
+// The checkpoint names of the scenario's drafter (empty without one).
+std::vector<std::string> drafter_tensor_names(const Scenario& scenario);
+
 // Runs the scenario's prompts on `engine`. `host` is the weights of the stage where the
 // drafter runs (`host_stage`; `host_is_first` when that stage also holds layer 0).
 // Records "spec" figures (including the GSM8K-style strict and flexible scores) when
