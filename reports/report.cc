@@ -9,31 +9,11 @@
 #include "harness/faults.h"
 #include "harness/partition.h"
 #include "harness/scenario.h"
+#include "reports/model_common.h"
 #include "reports/writers.h"
 
 namespace splitcheck {
 namespace {
-
-nlohmann::json diff_json(const TensorDiff& d) {
-  return {{"path", d.path},
-          {"dtype", d.dtype},
-          {"shape", d.shape},
-          {"mismatches", d.mismatches},
-          {"token", d.first_row},
-          {"channel", d.first_col},
-          {"expected_bits", format_bits(d.dtype == "bfloat16"  ? DType::kBF16
-                                        : d.dtype == "float32" ? DType::kF32
-                                                               : DType::kI32,
-                                        d.first_a_bits)},
-          {"actual_bits", format_bits(d.dtype == "bfloat16"  ? DType::kBF16
-                                      : d.dtype == "float32" ? DType::kF32
-                                                             : DType::kI32,
-                                      d.first_b_bits)},
-          {"max_ulp", d.max_ulp},
-          {"max_abs", d.max_abs},
-          {"cosine", d.cosine},
-          {"nan_mismatch", d.nan_mismatch}};
-}
 
 Status write_atomically(const std::filesystem::path& path, const std::string& text) {
   const std::filesystem::path tmp = path.string() + ".partial";
@@ -63,6 +43,51 @@ std::map<std::string, int64_t> enumeration_index(const nlohmann::json& resolved)
 
 }  // namespace
 
+nlohmann::json diff_json(const TensorDiff& d) {
+  return {{"path", d.path},
+          {"dtype", d.dtype},
+          {"shape", d.shape},
+          {"mismatches", d.mismatches},
+          {"token", d.first_row},
+          {"channel", d.first_col},
+          {"expected_bits", format_bits(d.dtype == "bfloat16"  ? DType::kBF16
+                                        : d.dtype == "float32" ? DType::kF32
+                                                               : DType::kI32,
+                                        d.first_a_bits)},
+          {"actual_bits", format_bits(d.dtype == "bfloat16"  ? DType::kBF16
+                                      : d.dtype == "float32" ? DType::kF32
+                                                             : DType::kI32,
+                                      d.first_b_bits)},
+          {"max_ulp", d.max_ulp},
+          {"max_abs", d.max_abs},
+          {"cosine", d.cosine},
+          {"nan_mismatch", d.nan_mismatch}};
+}
+
+nlohmann::json provenance_json(const std::string& backend) {
+  return {{"producer", "splitcheck"},
+          {"version", SPLITCHECK_VERSION},
+          {"git_revision", SPLITCHECK_GIT_REVISION},
+          {"compiler", SPLITCHECK_COMPILER},
+          {"flags", SPLITCHECK_CXX_FLAGS},
+          {"backend", backend}};
+}
+
+nlohmann::json empty_case(const std::string& key, int64_t index) {
+  return {{"key", key},
+          {"index", index},
+          {"layout", ""},
+          {"cuts", nlohmann::json::array()},
+          {"verdict", "pass"},
+          {"message", ""},
+          {"failed_checks", nlohmann::json::array()},
+          {"datasets_compared", 0},
+          {"datasets_differing", 0},
+          {"dispatch_mismatches", 0},
+          {"taps", nlohmann::json::array()},
+          {"stages", nlohmann::json::array()}};
+}
+
 nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   nlohmann::json j;
   j["format"] = "splitcheck.report";
@@ -77,12 +102,7 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                                   ? r.scenario["model"]["overrides"].value("num_hidden_layers", 0)
                                   : 0},
                    {"resolved", r.scenario}};
-  j["provenance"] = {{"producer", "splitcheck"},
-                     {"version", SPLITCHECK_VERSION},
-                     {"git_revision", SPLITCHECK_GIT_REVISION},
-                     {"compiler", SPLITCHECK_COMPILER},
-                     {"flags", SPLITCHECK_CXX_FLAGS},
-                     {"backend", r.scenario.value("backend", "cpu")}};
+  j["provenance"] = provenance_json(r.scenario.value("backend", "cpu"));
   j["command"] = ctx.command;
   j["counts"] = {{"total", r.cases.size()},
                  {"pass", r.count(Verdict::kPass)},
@@ -148,9 +168,40 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                         {"parameter_bytes", s.parameter_bytes},
                         {"tensors", s.tensors}});
     cj["stages"] = stages;
+    if (c.drafter.method != "none") {
+      cj["drafter"] = {{"stage", c.drafter.stage},
+                       {"embedding_source", c.drafter.embedding_source},
+                       {"same_object_as_target", c.drafter.same_object_as_target},
+                       {"refusal_probe", c.refusal_probe}};
+    }
     cases.push_back(cj);
   }
   j["cases"] = cases;
+  if (r.pp1_acceptance.speculative) {
+    // SPEC 5.5: the speculative figures of every split point against PP=1's.
+    auto row = [](const std::string& split, const AcceptanceFigures& a, const AcceptanceFigures& ref) {
+      const bool equal = a.speculative && a.steps == ref.steps && a.accepted == ref.accepted &&
+                         a.strict_correct == ref.strict_correct &&
+                         a.flexible_correct == ref.flexible_correct;
+      return nlohmann::json{{"split", split},
+                            {"steps", a.steps},
+                            {"accepted", a.accepted},
+                            {"mean_accepted_length", a.mean_accepted},
+                            {"acceptance_rate", a.acceptance_rate},
+                            {"tokens_per_forward", a.tokens_per_forward},
+                            {"gsm8k_strict", a.strict_correct},
+                            {"gsm8k_flexible", a.flexible_correct},
+                            {"prompts", a.prompts},
+                            {"equal_to_pp1", equal}};
+    };
+    nlohmann::json acc = nlohmann::json::array();
+    acc.push_back(row("PP=1", r.pp1_acceptance, r.pp1_acceptance));
+    for (const CaseResult& c : r.cases) acc.push_back(row(c.key, c.acceptance, r.pp1_acceptance));
+    j["acceptance"] = acc;
+    j["drafter"] = {{"method", r.pp1_drafter.method},
+                    {"pp1_embedding_source", r.pp1_drafter.embedding_source},
+                    {"pp1_same_object_as_target", r.pp1_drafter.same_object_as_target}};
+  }
   j["expect"] = {{"declared", r.scenario.value("expect", nlohmann::json::object())},
                  {"failures", r.expect_failures},
                  {"met", r.expect_failures.empty()}};
