@@ -10,6 +10,8 @@
 #include <functional>
 #include <thread>
 
+#include "reports/report.h"
+
 namespace splitcheck {
 namespace {
 
@@ -277,6 +279,8 @@ void BisectCli::add_to(CLI::App& app) {
   command->add_option("scenario", scenario, "Scenario JSON")->required();
   command->add_option("--out", out, "Minimised scenario to write (default: <name>-repro.json)");
   command->add_option("--threads", threads, "Split points run at once in the first sweep");
+  command->add_option("--report", report,
+                      "Directory for report.json, report.html, junit.xml, summary.md");
 }
 
 int BisectCli::run() {
@@ -290,19 +294,30 @@ int BisectCli::run() {
   opts.threads = threads;
   Result<BisectResult> r = bisect(*s, opts);
   if (!r.is_ok()) return fail(r.status());
+  const std::string path = out.empty() ? s->name + "-repro.json" : out;
+  // The report is written after the repro file it names.
+  auto write_report = [&]() -> Status {
+    if (report.empty()) return Status::ok();
+    ASSIGN_OR_RETURN(json model, bisect_report(*r, *s, r->conformant ? "" : path, {command_line}));
+    RETURN_IF_ERROR(write_reports(report, model));
+    fmt::print("report: {}/report.json\n", report);
+    return Status::ok();
+  };
   if (r->conformant) {
+    if (Status st = write_report(); !st.is_ok()) return fail(st);
     fmt::print("bisect {}: conformant at all {} split points, nothing to bisect\n", s->name,
                r->before.partitions);
     return 0;
   }
   const BisectFinding& f = r->finding;
-  const std::string path = out.empty() ? s->name + "-repro.json" : out;
   json repro = r->repro;
   repro["description"] = fmt::format(
       "Minimised by `splitcheck bisect {}`: {} of {} fails with cause '{}'. Replay: "
       "splitcheck sweep {}",
       scenario, f.key, s->name, f.cause, path);
   Status st = write_json_atomically(path, repro);
+  if (!st.is_ok()) return fail(st);
+  st = write_report();
   if (!st.is_ok()) return fail(st);
 
   fmt::print("bisect {}: first failing split {} ({}), verdict {}\n", s->name, f.key, f.layout,

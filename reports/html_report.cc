@@ -43,7 +43,7 @@ constexpr const char* kSkipped = "#e1e4e8";
 
 std::string map_svg(const nlohmann::json& r) {
   const nlohmann::json& cases = r["cases"];
-  int layers = r["scenario"].value("layers", 0);
+  int layers = obj_field(r, "scenario").value("layers", 0);
   for (const nlohmann::json& c : cases) {
     for (const auto& cut : c.value("cuts", nlohmann::json::array()))
       layers = std::max(layers, cut.get<int>() + 1);
@@ -207,6 +207,40 @@ std::string stages_table(const nlohmann::json& r) {
   return out;
 }
 
+// Bisect: the cause, where the first failing split diverged, the minimised scenario.
+std::string cause_block(const nlohmann::json& b) {
+  auto size = [](const nlohmann::json& z) {
+    return fmt::format("{} layers, {} prompts, {} new tokens, {} prompt tokens, {} split points",
+                       z.value("layers", 0), z.value("prompts", 0), z.value("max_new_tokens", 0),
+                       z.value("max_prompt_tokens", 0), z.value("partitions", 0));
+  };
+  std::string out = "<h2>Cause</h2>\n<table id=\"cause\"><tbody>\n";
+  if (b.contains("cause")) {
+    const nlohmann::json& at = obj_field(b, "first_divergence");
+    const nlohmann::json& repro = obj_field(b, "repro");
+    out += fmt::format(
+        "<tr><th>cause</th><td class=\"v-diverged\" data-cause=\"{}\">{}</td></tr>\n"
+        "<tr><th>first failing split</th><td><code>{}</code></td></tr>\n"
+        "<tr><th>first divergence</th><td>forward {} layer {} {} token {} channel {} "
+        "<code>{}</code></td></tr>\n"
+        "<tr><th>minimised scenario</th><td><code>{}</code></td></tr>\n"
+        "<tr><th>replay</th><td><code>{}</code></td></tr>\n",
+        esc(str_field(b, "cause")), esc(str_field(b, "cause")),
+        esc(str_field(b, "first_failing_split")), at.value("forward", -1), at.value("layer", -1),
+        esc(str_field(at, "site")), at.value("token", -1), at.value("channel", -1),
+        esc(str_field(at, "dataset")), esc(str_field(repro, "path")),
+        esc(str_field(repro, "replay")));
+  } else {
+    out += "<tr><th>cause</th><td>none: the sweep is conformant</td></tr>\n";
+  }
+  out += fmt::format("<tr><th>before</th><td>{}</td></tr>\n<tr><th>after</th><td>{}</td></tr>\n",
+                     esc(size(obj_field(b, "before"))), esc(size(obj_field(b, "after"))));
+  out += "</tbody></table>\n<ul class=\"steps small\">";
+  for (const auto& s : b.value("steps", nlohmann::json::array()))
+    out += "<li>" + esc(text_of(s)) + "</li>";
+  return out + "</ul>\n";
+}
+
 // A generic table for an array of flat objects (the acceptance table).
 std::string object_table(const char* id, const nlohmann::json& rows) {
   if (rows.is_object()) {
@@ -238,7 +272,8 @@ std::string object_table(const char* id, const nlohmann::json& rows) {
 
 std::string render_html(const nlohmann::json& r) {
   const nlohmann::json& counts = r["counts"];
-  const nlohmann::json& scenario = r["scenario"];
+  const nlohmann::json& scenario = obj_field(r, "scenario");
+  const std::string kind = str_field(r, "kind", "sweep");
   const std::string verdict = str_field(r, "verdict");
   const std::string name = str_field(scenario, "name");
   std::string out = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
@@ -253,8 +288,9 @@ std::string render_html(const nlohmann::json& r) {
       "data-verdict=\"{}\" data-exit-code=\"{}\">{}</span></p>\n",
       esc(str_field(r, "kind", "sweep")), esc(name), esc(verdict), esc(verdict),
       text_of(r.value("exit_code", nlohmann::json())),
-      esc(verdict == "conformant" ? "CONFORMANT: every split point is bit-identical to PP=1"
-                                  : "DIVERGENT"));
+      esc(verdict != "conformant" ? "DIVERGENT"
+          : kind == "compare"     ? "CONFORMANT: the dumps are bit-identical"
+                                  : "CONFORMANT: every split point is bit-identical to PP=1"));
   out +=
       "<table "
       "id=\"counts\"><thead><tr><th>pass</th><th>diverged</th><th>config-rejected</th><th>error</"
@@ -274,10 +310,20 @@ std::string render_html(const nlohmann::json& r) {
     }
   }
   out += "<h2>Provenance</h2>\n<table class=\"prov\" id=\"provenance\"><tbody>\n";
-  out += fmt::format("<tr><td>scenario</td><td><code>{}</code> sha256 <code>{}</code></td></tr>\n",
-                     esc(name), esc(str_field(scenario, "sha256")));
-  out += fmt::format("<tr><td>model</td><td>sha256 <code>{}</code>, {} layers</td></tr>\n",
-                     esc(str_field(scenario, "model_sha256")), scenario.value("layers", 0));
+  if (kind == "compare") {
+    const nlohmann::json& in = obj_field(r, "inputs");
+    out += fmt::format(
+        "<tr><td>golden (a)</td><td><code>{}</code></td></tr>\n<tr><td>candidate "
+        "(b)</td><td><code>{}</code></td></tr>\n<tr><td>result</td><td "
+        "id=\"summary\">{}</td></tr>\n",
+        esc(str_field(in, "a")), esc(str_field(in, "b")), esc(str_field(r, "summary")));
+  } else {
+    out +=
+        fmt::format("<tr><td>scenario</td><td><code>{}</code> sha256 <code>{}</code></td></tr>\n",
+                    esc(name), esc(str_field(scenario, "sha256")));
+    out += fmt::format("<tr><td>model</td><td>sha256 <code>{}</code>, {} layers</td></tr>\n",
+                       esc(str_field(scenario, "model_sha256")), scenario.value("layers", 0));
+  }
   if (r.contains("provenance"))
     for (const auto& [k, v] : r["provenance"].items())
       out += fmt::format("<tr><td>{}</td><td><code>{}</code></td></tr>\n", esc(k), esc(text_of(v)));
@@ -289,19 +335,23 @@ std::string render_html(const nlohmann::json& r) {
     faults += fmt::format("{}<code>{}</code> (caught by {}; restores: {})",
                           faults.empty() ? "" : "<br>", esc(str_field(f, "id")),
                           esc(str_field(f, "caught_by")), esc(str_field(f, "restores")));
-  out += fmt::format("<tr><td>injected faults</td><td>{}</td></tr>\n",
-                     faults.empty() ? "none" : faults);
+  if (kind == "sweep")
+    out += fmt::format("<tr><td>injected faults</td><td>{}</td></tr>\n",
+                       faults.empty() ? "none" : faults);
   if (r.contains("timing"))
     out += fmt::format(
         "<tr><td>timing</td><td>PP=1 {:.2f} s, sweep {:.2f} s on {} threads</td></tr>\n",
         r["timing"].value("pp1_seconds", 0.0), r["timing"].value("total_seconds", 0.0),
         text_of(r["timing"].value("threads", nlohmann::json())));
   out += "</tbody></table>\n</header>\n";
-  out += "<h2>Where each split point first diverged</h2>\n" + map_svg(r);
-  out += "<h2>Split points</h2>\n" + cases_table(r);
+  if (kind == "bisect") out += cause_block(obj_field(r, "bisect"));
+  if (kind == "sweep") out += "<h2>Where each split point first diverged</h2>\n" + map_svg(r);
+  out +=
+      std::string(kind == "compare" ? "<h2>Differing datasets</h2>\n" : "<h2>Split points</h2>\n") +
+      cases_table(r);
   if (r.contains("acceptance"))
     out += "<h2>Acceptance against PP=1</h2>\n" + object_table("acceptance", r["acceptance"]);
-  out += "<h2>Embedding and memory per stage</h2>\n" + stages_table(r);
+  if (kind == "sweep") out += "<h2>Embedding and memory per stage</h2>\n" + stages_table(r);
   out += "<h2>Reproduce</h2>\n<pre id=\"command\">" + esc(str_field(r, "command")) + "</pre>\n";
   out += "</body></html>\n";
   return out;

@@ -1,5 +1,6 @@
-// junit.xml: one test case per split point; diverged and config-rejected cases are
-// failures (type "diverged" / "config-rejected"), errors are <error>, skipped <skipped/>.
+// junit.xml: one test case per split point (compare: per differing dataset, while tests=
+// counts the datasets compared; bisect: the first failing split); diverged and config-rejected
+// cases are failures (type "diverged" / "config-rejected"), errors are <error>, skipped <skipped/>.
 #include <fmt/format.h>
 
 #include "reports/writers.h"
@@ -13,7 +14,8 @@ std::string render_junit(const nlohmann::json& r) {
   const int64_t errors = counts.value("error", 0);
   const int64_t skipped = counts.value("skipped", 0);
   const double seconds = r.contains("timing") ? r["timing"].value("total_seconds", 0.0) : 0.0;
-  const std::string suite = xml_escape(str_field(r["scenario"], "name", "scenario"));
+  const std::string suite =
+      xml_escape(str_field(obj_field(r, "scenario"), "name", str_field(r, "kind", "scenario")));
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   out += fmt::format(
       "<testsuites name=\"splitcheck\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
@@ -26,7 +28,7 @@ std::string render_junit(const nlohmann::json& r) {
   out += fmt::format("    <properties>\n      <property name=\"verdict\" value=\"{}\"/>\n",
                      xml_escape(str_field(r, "verdict")));
   out += fmt::format("      <property name=\"scenario_sha256\" value=\"{}\"/>\n",
-                     xml_escape(str_field(r["scenario"], "sha256")));
+                     xml_escape(str_field(obj_field(r, "scenario"), "sha256")));
   out += fmt::format("      <property name=\"command\" value=\"{}\"/>\n    </properties>\n",
                      xml_escape(str_field(r, "command")));
   for (const nlohmann::json& c : r["cases"]) {
@@ -42,6 +44,7 @@ std::string render_junit(const nlohmann::json& r) {
     std::string checks;
     for (const auto& f : c.value("failed_checks", nlohmann::json::array()))
       checks += (checks.empty() ? "" : ", ") + f.get<std::string>();
+    if (c.contains("cause")) checks += "; cause: " + str_field(c, "cause");
     if (verdict == "diverged" || verdict == "config-rejected") {
       out += fmt::format(
           "      <failure type=\"{}\" message=\"{}\">layout {}; failed checks: {}\n{}</failure>\n",

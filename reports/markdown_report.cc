@@ -32,10 +32,19 @@ std::string render_markdown(const nlohmann::json& r) {
   std::string out =
       fmt::format("## splitcheck {}: **{}** {}\n\n", cell(str_field(r, "kind", "sweep")),
                   ok ? "CONFORMANT" : "DIVERGENT", ok ? "✅" : "❌");
-  out += fmt::format("Scenario `{}` (sha256 `{}`), {} split points, exit code {}.\n\n",
-                     cell(str_field(r["scenario"], "name")),
-                     str_field(r["scenario"], "sha256").substr(0, 12), counts.value("total", 0),
-                     r.value("exit_code", 0));
+  const std::string kind = str_field(r, "kind", "sweep");
+  if (kind == "compare") {
+    const nlohmann::json& in = obj_field(r, "inputs");
+    out += fmt::format("`{}` against `{}`: {} datasets, exit code {}. {}\n\n",
+                       cell(str_field(in, "b")), cell(str_field(in, "a")), counts.value("total", 0),
+                       r.value("exit_code", 0), cell(str_field(r, "summary")));
+  } else {
+    const nlohmann::json& scenario = obj_field(r, "scenario");
+    out +=
+        fmt::format("Scenario `{}` (sha256 `{}`), {} split points, exit code {}.\n\n",
+                    cell(str_field(scenario, "name")), str_field(scenario, "sha256").substr(0, 12),
+                    counts.value("total", 0), r.value("exit_code", 0));
+  }
   out += "| pass | diverged | config-rejected | error | skipped | total |\n";
   out += "|---:|---:|---:|---:|---:|---:|\n";
   out +=
@@ -64,6 +73,18 @@ std::string render_markdown(const nlohmann::json& r) {
     for (const auto& f : r["expect"]["failures"])
       out += fmt::format("- {}\n", cell(f.get<std::string>()));
     out += "\n";
+  }
+  const nlohmann::json& b = obj_field(r, "bisect");
+  if (b.contains("cause")) {
+    const nlohmann::json& at = obj_field(b, "first_divergence");
+    out += fmt::format(
+        "**Cause:** {} at `{}`: forward {}, layer {}, site {}, token {}, channel {}.\n\n",
+        cell(str_field(b, "cause")), cell(str_field(b, "first_failing_split")),
+        at.value("forward", -1), at.value("layer", -1), cell(str_field(at, "site")),
+        at.value("token", -1), at.value("channel", -1));
+    const nlohmann::json& repro = obj_field(b, "repro");
+    out += fmt::format("Minimised scenario `{}`; replay:\n\n```sh\n{}\n```\n\n",
+                       cell(str_field(repro, "path")), str_field(repro, "replay"));
   }
   out += fmt::format("Reproduce:\n\n```sh\n{}\n```\n", str_field(r, "command"));
   return out;

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "harness/bisect.h"
+#include "harness/compare.h"
 #include "harness/sweep.h"
 #include "kernels/status.h"
 
@@ -18,6 +20,19 @@ struct ReportContext {
 
 // The report model of a sweep.
 nlohmann::json sweep_report(const SweepResult& result, const ReportContext& context);
+
+// The report model of a comparison of dump `b` against dump `a` (kind "compare"): one
+// case per differing, structurally different or missing dataset; counts.total is the
+// datasets seen in either file, counts.pass the equal ones.
+nlohmann::json compare_report(const CompareResult& result, const std::string& a,
+                              const std::string& b, const ReportContext& context,
+                              bool approximate = false);
+
+// The report model of a bisection of `scenario` (kind "bisect"): one case, the first
+// failing split, with its cause, first divergence, the minimised scenario written to
+// `repro_path` and the command that replays it; none when the sweep was conformant.
+Result<nlohmann::json> bisect_report(const BisectResult& result, const Scenario& scenario,
+                                     const std::string& repro_path, const ReportContext& context);
 
 // Writes report.json, report.html, junit.xml and summary.md into `dir` (created when
 // missing). Each file is written under a temporary name and renamed.

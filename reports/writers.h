@@ -20,9 +20,13 @@ std::string render_markdown(const nlohmann::json& report);
 // Escapes &, <, >, " and ' for HTML and XML text and attribute values.
 std::string xml_escape(const std::string& text);
 
-// The first layer where a case diverged: the earlier of its first dispatch mismatch and
-// its first numeric divergence; -1 when neither names a layer.
+// The first layer where a case diverged: the earliest of its first dispatch mismatch, its
+// first numeric divergence and (bisect) its location; -1 when none names a layer.
 int first_divergent_layer(const nlohmann::json& case_json);
+
+// A JSON object field, or an empty object when it is absent (compare reports have no
+// scenario).
+const nlohmann::json& obj_field(const nlohmann::json& j, const char* key);
 
 // A JSON string field, or `fallback` when it is absent or not a string.
 std::string str_field(const nlohmann::json& j, const char* key, const std::string& fallback = "");

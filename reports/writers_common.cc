@@ -43,7 +43,14 @@ int first_divergent_layer(const nlohmann::json& c) {
   };
   consider("first_divergence");
   consider("dispatch");
+  consider("location");  // bisect
   return layer;
+}
+
+const nlohmann::json& obj_field(const nlohmann::json& j, const char* key) {
+  static const nlohmann::json empty = nlohmann::json::object();
+  if (!j.is_object() || !j.contains(key) || !j[key].is_object()) return empty;
+  return j[key];
 }
 
 std::string str_field(const nlohmann::json& j, const char* key, const std::string& fallback) {
