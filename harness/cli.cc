@@ -22,14 +22,17 @@ constexpr int kExitDiverged = 1;
 constexpr int kExitInvalid = 2;
 constexpr int kExitInternal = 3;
 
-std::string default_scenario() { return std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json"; }
+std::string default_scenario() {
+  return std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json";
+}
 
 int report_status(const Status& st) {
   fmt::print(stderr, "splitcheck: error: {}\n", st.message());
   return st.code() == StatusCode::kInvalidInput ? kExitInvalid : kExitInternal;
 }
 
-int cmd_run(const std::string& scenario_path, const std::string& out, const std::vector<int>& split) {
+int cmd_run(const std::string& scenario_path, const std::string& out,
+            const std::vector<int>& split) {
   Result<Scenario> s = load_scenario(scenario_path);
   if (!s.is_ok()) return report_status(s.status());
   Result<ReferenceRun> run = split.empty() ? run_reference(*s) : run_partitioned(*s, split);
@@ -41,10 +44,11 @@ int cmd_run(const std::string& scenario_path, const std::string& out, const std:
              run->generation.forwards);
   if (run->summary.speculative) {
     const SpeculativeResult& sp = run->summary.spec;
-    fmt::print("  speculative {} (gamma {}): {} steps, mean accepted length {:.3f}, acceptance "
-               "rate {:.3f}, tokens per forward {:.3f}\n",
-               s->speculative.method, s->speculative.gamma, sp.steps, sp.mean_accepted,
-               sp.acceptance_rate, sp.tokens_per_forward);
+    fmt::print(
+        "  speculative {} (gamma {}): {} steps, mean accepted length {:.3f}, acceptance "
+        "rate {:.3f}, tokens per forward {:.3f}\n",
+        s->speculative.method, s->speculative.gamma, sp.steps, sp.mean_accepted, sp.acceptance_rate,
+        sp.tokens_per_forward);
   }
   int strict = 0, flexible = 0;
   for (size_t p = 0; p < seqs.size(); ++p) {
@@ -60,7 +64,8 @@ int cmd_run(const std::string& scenario_path, const std::string& out, const std:
              seqs.size());
   if (!out.empty()) {
     std::string partition = fmt::format("0-{}", s->model.num_hidden_layers);
-    if (!split.empty()) partition = Partition::from_cuts(split, s->model.num_hidden_layers)->layout();
+    if (!split.empty())
+      partition = Partition::from_cuts(split, s->model.num_hidden_layers)->layout();
     Result<DumpHeader> header = make_dump_header(*s, partition);
     if (!header.is_ok()) return report_status(header.status());
     Status st = write_record(out, run->record, *header);
@@ -134,7 +139,8 @@ int run_cli(int argc, char** argv) {
 
   std::string scenario = default_scenario();
   std::string out;
-  auto* run = app.add_subcommand("run", "Run the PP=1 reference on a scenario, print a summary, write its dump");
+  auto* run = app.add_subcommand(
+      "run", "Run the PP=1 reference on a scenario, print a summary, write its dump");
   run->add_option("scenario", scenario, "Scenario JSON (default: the embedded default scenario)");
   run->add_option("--out", out, "Dump file (HDF5) to write");
   std::vector<int> run_split;
@@ -145,7 +151,8 @@ int run_cli(int argc, char** argv) {
 
   std::string ckpt_out;
   std::string ckpt_scenario = default_scenario();
-  auto* ckpt = app.add_subcommand("checkpoint", "Write the scenario's model weights as an HDF5 checkpoint");
+  auto* ckpt =
+      app.add_subcommand("checkpoint", "Write the scenario's model weights as an HDF5 checkpoint");
   ckpt->add_option("scenario", ckpt_scenario, "Scenario JSON");
   ckpt->add_option("--out", ckpt_out, "Checkpoint file to write")->required();
 
@@ -155,13 +162,15 @@ int run_cli(int argc, char** argv) {
   auto* verify = golden->add_subcommand("verify", "Recompute every golden and compare bit for bit");
   std::string reason;
   std::vector<std::string> update_scenarios;
-  auto* update = golden->add_subcommand("update", "Regenerate goldens; the reason is recorded in MANIFEST.json");
+  auto* update = golden->add_subcommand(
+      "update", "Regenerate goldens; the reason is recorded in MANIFEST.json");
   update->add_option("--reason", reason, "Why the golden changes")->required();
   update->add_option("scenarios", update_scenarios, "Scenario files (default: every golden's)");
 
   std::string cmp_a, cmp_b;
   bool approximate = false, full = false;
-  auto* compare = app.add_subcommand("compare", "Compare two dumps of the splitcheck format bit for bit");
+  auto* compare =
+      app.add_subcommand("compare", "Compare two dumps of the splitcheck format bit for bit");
   compare->add_option("a", cmp_a, "Golden (or first) dump")->required();
   compare->add_option("b", cmp_b, "Candidate dump")->required();
   compare->add_flag("--approximate", approximate, "Use the approximate lane's thresholds");

@@ -52,9 +52,8 @@ Status probe_missing_embedding_refusal(const Scenario& s, int stage) {
                                 FaultSet{s.faults}.has("draft.vocab_from_embedding"));
 }
 
-Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine,
-                                         const WeightStore& host, int host_stage,
-                                         bool host_is_first, WeightSource& source,
+Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, const WeightStore& host,
+                                         int host_stage, bool host_is_first, WeightSource& source,
                                          const PreparedWorkload& workload, RunRecord* record) {
   GenerationSummary out;
   const FaultSet faults{s.faults};
@@ -110,7 +109,8 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine,
   }
   SpeculativeOptions opts{gen, s.speculative.gamma};
   if (producer) opts.generation.max_new_tokens = 1;
-  ASSIGN_OR_RETURN(out.spec, generate_speculative(engine, *drafter, workload.prompts, opts, record));
+  ASSIGN_OR_RETURN(out.spec,
+                   generate_speculative(engine, *drafter, workload.prompts, opts, record));
   out.speculative = true;
   out.generation = out.spec.generation;
   score(s, workload, out.generation, out);

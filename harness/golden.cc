@@ -79,7 +79,7 @@ RunRecord golden_record(const RunRecord& full) {
 }  // namespace
 
 Result<std::vector<GoldenCheck>> verify_goldens(const std::string& source_dir,
-                                               const std::string& golden_dir) {
+                                                const std::string& golden_dir) {
   const std::string manifest_path = golden_dir + "/MANIFEST.json";
   if (!fs::exists(manifest_path)) return invalid_input(manifest_path + ": no such file");
   ASSIGN_OR_RETURN(nlohmann::json manifest, read_manifest(manifest_path));
@@ -102,9 +102,10 @@ Result<std::vector<GoldenCheck>> verify_goldens(const std::string& source_dir,
       continue;
     }
     ASSIGN_OR_RETURN(ReferenceRun run, run_reference(s));
-    const fs::path tmp = fs::temp_directory_path() /
-                         fmt::format("splitcheck-golden-{}-{}.h5", ::getpid(), i);
-    ASSIGN_OR_RETURN(DumpHeader header, make_dump_header(s, fmt::format("0-{}", s.model.num_hidden_layers)));
+    const fs::path tmp =
+        fs::temp_directory_path() / fmt::format("splitcheck-golden-{}-{}.h5", ::getpid(), i);
+    ASSIGN_OR_RETURN(DumpHeader header,
+                     make_dump_header(s, fmt::format("0-{}", s.model.num_hidden_layers)));
     RETURN_IF_ERROR(write_record(tmp.string(), golden_record(run.record), header));
     CompareOptions opts;
     opts.trust_digest = false;  // a golden is small: read every byte, trust no attribute

@@ -22,7 +22,7 @@ struct GoldenCheck {
 // Verifies every golden of `golden_dir`/MANIFEST.json. Scenario paths in the manifest are
 // relative to `source_dir`. A Status error means the manifest or a file is unusable.
 Result<std::vector<GoldenCheck>> verify_goldens(const std::string& source_dir,
-                                               const std::string& golden_dir);
+                                                const std::string& golden_dir);
 
 // Regenerates the golden of each named scenario file (all manifest entries when empty)
 // and records `reason` in the manifest.

@@ -73,12 +73,14 @@ Result<HandoffPayload> decode_payload(const std::vector<std::byte>& bytes,
     if (!c.get(m)) return internal_error("handoff payload truncated in its header");
   if (std::memcmp(magic, kMagic, 4) != 0) return internal_error("handoff payload: bad magic");
   if (!c.get(version) || version != kVersion)
-    return internal_error(fmt::format("handoff payload: version {} (expected {})", version, kVersion));
+    return internal_error(
+        fmt::format("handoff payload: version {} (expected {})", version, kVersion));
   if (!c.get(forward) || !c.get(tokens) || !c.get(hidden) || !c.get(rows) || !c.get(n_aux))
     return internal_error("handoff payload truncated in its header");
   auto mismatch = [&](const char* field, int64_t got, int64_t want) {
-    return internal_error(fmt::format("handoff payload of forward {}: {} is {}, the receiver expects {}",
-                                      forward, field, got, want));
+    return internal_error(
+        fmt::format("handoff payload of forward {}: {} is {}, the receiver expects {}", forward,
+                    field, got, want));
   };
   if (forward != e.forward) return mismatch("forward", forward, e.forward);
   if (tokens != e.tokens) return mismatch("tokens", tokens, e.tokens);
@@ -91,15 +93,17 @@ Result<HandoffPayload> decode_payload(const std::vector<std::byte>& bytes,
   p.aux_ids.resize(static_cast<size_t>(n_aux));
   for (int32_t& id : p.aux_ids)
     if (!c.get(id)) return internal_error("handoff payload truncated in its aux ids");
-  if (p.aux_ids != e.aux_ids) return internal_error("handoff payload: aux tap ids differ from the expected ids");
+  if (p.aux_ids != e.aux_ids)
+    return internal_error("handoff payload: aux tap ids differ from the expected ids");
   p.hidden = Tensor::zeros(DType::kBF16, {tokens, hidden});
   p.bank = Tensor::zeros(DType::kBF16, {tokens, rows, hidden});
   p.aux = Tensor::zeros(DType::kBF16, {tokens, n_aux * hidden});
   if (!c.get_tensor(p.hidden) || !c.get_tensor(p.bank) || !c.get_tensor(p.aux))
-    return internal_error(fmt::format("handoff payload of forward {} truncated in its tensors", forward));
+    return internal_error(
+        fmt::format("handoff payload of forward {} truncated in its tensors", forward));
   if (c.remaining() != 0)
-    return internal_error(fmt::format("handoff payload of forward {} has {} trailing bytes", forward,
-                                      c.remaining()));
+    return internal_error(
+        fmt::format("handoff payload of forward {} has {} trailing bytes", forward, c.remaining()));
   return p;
 }
 

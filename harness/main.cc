@@ -1,7 +1,8 @@
 // The splitcheck command line. Exit codes (DESIGN.md): 0 conformant, 1 divergence found,
 // 2 invalid input (scenario, dump or other user file), 3 internal error.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 
 #include "harness/cli.h"
 

@@ -29,7 +29,8 @@ Result<Partition> Partition::from_cuts(const std::vector<int>& cuts, int layers)
 
 std::string Partition::layout() const {
   std::string s;
-  for (int i = 0; i < stages(); ++i) s += fmt::format("{}{}-{}", i ? "|" : "", bounds_[i], bounds_[i + 1]);
+  for (int i = 0; i < stages(); ++i)
+    s += fmt::format("{}{}-{}", i ? "|" : "", bounds_[i], bounds_[i + 1]);
   return s;
 }
 
@@ -121,7 +122,8 @@ Result<std::vector<Partition>> enumerate_partitions(const PartitionSpec& spec, i
     cut_sets.push_back(cuts);
   } else if (mode == "balanced") {
     std::vector<int> cuts;
-    for (int s = 1; s < spec.pp; ++s) cuts.push_back(static_cast<int>((int64_t{layers} * s) / spec.pp));
+    for (int s = 1; s < spec.pp; ++s)
+      cuts.push_back(static_cast<int>((int64_t{layers} * s) / spec.pp));
     cut_sets.push_back(cuts);
   } else {
     return invalid_input("unknown partition mode '" + spec.mode + "'");

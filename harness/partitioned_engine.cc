@@ -4,16 +4,23 @@
 
 namespace splitcheck {
 
-Result<std::unique_ptr<PartitionedEngine>> PartitionedEngine::create(
-    const ModelConfig& config, const Partition& partition, const EngineOptions& options,
-    const FaultSet& faults, WeightSource& source) {
+Result<std::unique_ptr<PartitionedEngine>> PartitionedEngine::create(const ModelConfig& config,
+                                                                     const Partition& partition,
+                                                                     const EngineOptions& options,
+                                                                     const FaultSet& faults,
+                                                                     WeightSource& source) {
   std::unique_ptr<PartitionedEngine> e(new PartitionedEngine());
   e->config_ = config;
   e->options_ = options;
   for (int s = 0; s < partition.stages(); ++s) {
-    StageConfig sc{config,        partition, s,
-                   options.capture_ids, options.level, faults,
-                   options.spec_method, options.context_only_producer};
+    StageConfig sc{config,
+                   partition,
+                   s,
+                   options.capture_ids,
+                   options.level,
+                   faults,
+                   options.spec_method,
+                   options.context_only_producer};
     ASSIGN_OR_RETURN(std::unique_ptr<Stage> stage, Stage::create(sc, source));
     e->stages_.push_back(std::move(stage));
   }
@@ -45,9 +52,8 @@ void PartitionedEngine::stage_loop(size_t s) {
           break;
         case JobKind::kForward: {
           const std::vector<std::byte>* in = stage.is_first() ? nullptr : &job->payload;
-          Result<StageOutput> out = stage.run(job->request, in,
-                                              job->wants_record ? &job->record : nullptr,
-                                              &job->trace);
+          Result<StageOutput> out =
+              stage.run(job->request, in, job->wants_record ? &job->record : nullptr, &job->trace);
           if (!out.is_ok()) {
             job->status = out.status();
           } else if (stage.is_last()) {

@@ -56,7 +56,8 @@ class PartitionedEngine : public Engine {
   ModelConfig config_;
   EngineOptions options_;
   std::vector<std::unique_ptr<Stage>> stages_;
-  std::vector<std::unique_ptr<BoundedQueue<Job>>> queues_;  // queues_[s] feeds stage s; last is results
+  std::vector<std::unique_ptr<BoundedQueue<Job>>>
+      queues_;  // queues_[s] feeds stage s; last is results
   std::vector<std::thread> threads_;
 };
 

@@ -75,10 +75,11 @@ Result<DumpHeader> make_dump_header(const Scenario& s, const std::string& partit
                                    {"version", SPLITCHECK_VERSION},
                                    {"git_revision", SPLITCHECK_GIT_REVISION}}
                         .dump();
-  h.env_json = nlohmann::json{{"compiler", SPLITCHECK_COMPILER},
-                              {"flags", SPLITCHECK_CXX_FLAGS},
-                              {"device", "cpu"}}
-                   .dump();
+  h.env_json = nlohmann::json{
+      {"compiler", SPLITCHECK_COMPILER},
+      {"flags", SPLITCHECK_CXX_FLAGS},
+      {"device",
+       "cpu"}}.dump();
   h.level = dump_level_name(s.dump_level);
   return h;
 }
@@ -95,11 +96,11 @@ Result<ReferenceRun> run_reference(const Scenario& s) {
   std::vector<std::string> names;
   for (const TensorSpec& t : model_tensor_specs(s.model)) names.push_back(t.name);
   ASSIGN_OR_RETURN(WeightStore weights, load_weights(*source, names));
-  ASSIGN_OR_RETURN(std::unique_ptr<ReferenceEngine> engine,
-                   ReferenceEngine::create(s.model, std::move(weights),
-                                           EngineOptions{s.capture_ids, s.dump_level,
-                                                         s.speculative.method,
-                                                         s.speculative.context_only_producer}));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<ReferenceEngine> engine,
+      ReferenceEngine::create(s.model, std::move(weights),
+                              EngineOptions{s.capture_ids, s.dump_level, s.speculative.method,
+                                            s.speculative.context_only_producer}));
   ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->weights(), 0, true, *source,
                                                run.workload, &run.record));
   run.generation = run.summary.generation;
@@ -113,9 +114,9 @@ Result<ReferenceRun> run_partitioned(const Scenario& s, const std::vector<int>& 
   std::unique_ptr<WeightSource> source = scenario_weight_source(s);
   const EngineOptions options{s.capture_ids, s.dump_level, s.speculative.method,
                               s.speculative.context_only_producer};
-  ASSIGN_OR_RETURN(std::unique_ptr<PartitionedEngine> engine,
-                   PartitionedEngine::create(s.model, partition, options, FaultSet{s.faults},
-                                             *source));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<PartitionedEngine> engine,
+      PartitionedEngine::create(s.model, partition, options, FaultSet{s.faults}, *source));
   const int last = partition.stages() - 1;
   ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->last_stage_weights(), last,
                                                last == 0, *source, run.workload, &run.record));
@@ -132,8 +133,8 @@ Status write_record(const std::string& path, const RunRecord& record, const Dump
   }
   for (const auto& [object, attrs] : record.attrs()) {
     for (const auto& [name, value] : attrs) {
-      Status st = std::visit(
-          [&](const auto& v) { return writer.set_attr("/" + object, name, v); }, value);
+      Status st =
+          std::visit([&](const auto& v) { return writer.set_attr("/" + object, name, v); }, value);
       RETURN_IF_ERROR(st, path);
     }
   }

@@ -13,8 +13,6 @@
 
 namespace splitcheck {
 
-
-
 // The named tensors (all when empty), generated from the model seed or read from the
 // scenario's checkpoint.
 Result<WeightStore> scenario_weights(const Scenario& scenario,

@@ -421,7 +421,6 @@ Status parse_partitions(const ScenarioReader& r, const json& j, int layers, Part
 
 }  // namespace
 
-
 Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& source_name,
                                 const std::string& base_dir) {
   ScenarioReader r(source_name);

@@ -75,7 +75,8 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
 
   // tap.boundary_rejected: the historical refusal of any capture id at a stage end.
   if (cfg.faults.has("tap.boundary_rejected") && !last && st->captured(r.end)) {
-    return config_rejected(fmt::format("stage {} ends at layer {}, which is a capture id", cfg.index, r.end));
+    return config_rejected(
+        fmt::format("stage {} ends at layer {}, which is a capture id", cfg.index, r.end));
   }
 
   // What the stage holds: its layers, the embedding on the first stage, the output
@@ -84,8 +85,7 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
   // The last stage also holds a real copy of the embedding when the registry says its
   // drafter shares it (SPEC 2.7); pd.producer_embedding restores the historical copy on a
   // context-only producer.
-  const bool producer =
-      cfg.context_only_producer && !cfg.faults.has("pd.producer_embedding");
+  const bool producer = cfg.context_only_producer && !cfg.faults.has("pd.producer_embedding");
   const bool embedding_copy =
       last_stage_holds_embedding_copy(cfg.spec_method, last, st->is_first(), producer);
   if (st->is_first() || embedding_copy) names.push_back("embed_tokens.weight");
@@ -127,8 +127,8 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
   h.embedding = st->is_first() ? "real" : (embedding_copy ? "copy-for-drafter" : "missing");
   for (int k : cfg.capture_ids)
     if (st->owns_tap(k)) h.owned_taps.push_back(k);
-  h.parameter_bytes = st->weights_.parameter_bytes() + st->boundary_norm_.nbytes() +
-                      st->boundary_proj_.nbytes();
+  h.parameter_bytes =
+      st->weights_.parameter_bytes() + st->boundary_norm_.nbytes() + st->boundary_proj_.nbytes();
   h.tensors = st->weights_.tensors().size();
   st->reset_sequence();
   return st;
@@ -136,7 +136,8 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
 
 void Stage::reset_sequence() {
   caches_.clear();
-  for (int l = range_.begin; l < range_.end; ++l) caches_.push_back(empty_layer_cache(cfg_.model, l));
+  for (int l = range_.begin; l < range_.end; ++l)
+    caches_.push_back(empty_layer_cache(cfg_.model, l));
 }
 
 Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std::byte>* in,
@@ -154,8 +155,10 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
     st = embed_state(ctx, c, weights_.get("embed_tokens.weight"), ids_tensor(req.ids));
     if (captured(0)) taps.emplace_back(0, st.prefix.clone());
   } else {
-    if (in == nullptr) return internal_error(fmt::format("stage {} received no payload", cfg_.index));
-    PayloadExpectation expect{req.index, T, c.hidden_size, cdiv(range_.begin, S), incoming_tap_ids()};
+    if (in == nullptr)
+      return internal_error(fmt::format("stage {} received no payload", cfg_.index));
+    PayloadExpectation expect{req.index, T, c.hidden_size, cdiv(range_.begin, S),
+                              incoming_tap_ids()};
     ASSIGN_OR_RETURN(HandoffPayload p, decode_payload(*in, expect),
                      fmt::format("stage {} receiving forward {}", cfg_.index, req.index));
     // The receiver: P = hidden, the bank rows it was sent, and an explicit zero delta
@@ -187,8 +190,8 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
     const int k = l + 1;
     if (!captured(k)) continue;
     if (k < range_.end) {
-      taps.emplace_back(k, read_tap(ctx, c, k, st, *layers_[i + 1].sa_res_norm,
-                                    *layers_[i + 1].sa_res_proj));
+      taps.emplace_back(
+          k, read_tap(ctx, c, k, st, *layers_[i + 1].sa_res_norm, *layers_[i + 1].sa_res_proj));
     } else if (k == L) {
       taps.emplace_back(k, read_tap(ctx, c, k, st, weights_.get("output_attn_res_norm.weight"),
                                     weights_.get("output_attn_res_proj.weight")));

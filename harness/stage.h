@@ -22,7 +22,7 @@ struct StageConfig {
   std::vector<int> capture_ids;
   DumpLevel level = DumpLevel::kLayer;
   FaultSet faults;
-  std::string spec_method = "none";     // the registry's method (spec_methods.h)
+  std::string spec_method = "none";    // the registry's method (spec_methods.h)
   bool context_only_producer = false;  // the last stage proposes nothing
 };
 

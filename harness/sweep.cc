@@ -98,10 +98,10 @@ std::optional<DispatchMismatch> diff_dispatch(int32_t forward, const Tensor& a, 
       m.expected = in_a ? describe(pa + i * 4) : "(no event)";
       m.actual = in_b ? describe(pb + i * 4) : "(no event)";
       if (in_a && in_b && pa[i * 4 + 2] == pb[i * 4 + 2]) {
-        m.expected += fmt::format(" at layer {} {}", pa[i * 4],
-                                  site_name(static_cast<Site>(pa[i * 4 + 1])));
-        m.actual += fmt::format(" at layer {} {}", pb[i * 4],
-                                site_name(static_cast<Site>(pb[i * 4 + 1])));
+        m.expected +=
+            fmt::format(" at layer {} {}", pa[i * 4], site_name(static_cast<Site>(pa[i * 4 + 1])));
+        m.actual +=
+            fmt::format(" at layer {} {}", pb[i * 4], site_name(static_cast<Site>(pb[i * 4 + 1])));
       }
     }
     first = m;
@@ -176,18 +176,20 @@ void check_drafter(const Scenario& s, const Partition& p, CaseResult& c) {
   };
   if (c.drafter.embedding_source != "none" && !s.speculative.context_only_producer &&
       (c.drafter.embedding_source != "target" || !c.drafter.same_object_as_target)) {
-    fail(fmt::format("embedding: the {} drafter on stage {} uses a '{}' embedding{}, not the "
-                     "target's object",
-                     s.speculative.method, c.drafter.stage, c.drafter.embedding_source,
-                     c.drafter.embedding_source == "own" ? " (never loaded)" : ""));
+    fail(
+        fmt::format("embedding: the {} drafter on stage {} uses a '{}' embedding{}, not the "
+                    "target's object",
+                    s.speculative.method, c.drafter.stage, c.drafter.embedding_source,
+                    c.drafter.embedding_source == "own" ? " (never loaded)" : ""));
   }
   if (p.stages() < 2 || s.speculative.context_only_producer) return;
   const Status probe = probe_missing_embedding_refusal(s, p.stages() - 1);
   c.refusal_probe = probe.is_ok() ? "accepted a missing placeholder" : probe.message();
   if (probe.code() != StatusCode::kConfigRejected) {
-    fail(fmt::format("embedding: the refusal of a missing drafter embedding never appears "
-                     "(unreachable refusal: {})",
-                     c.refusal_probe));
+    fail(
+        fmt::format("embedding: the refusal of a missing drafter embedding never appears "
+                    "(unreachable refusal: {})",
+                    c.refusal_probe));
   }
 }
 

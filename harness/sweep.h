@@ -43,7 +43,7 @@ struct CaseResult {
   std::string layout;  // "0-12|12-32"
   std::vector<int> cuts;
   Verdict verdict = Verdict::kSkipped;
-  std::string message;              // one line
+  std::string message;                     // one line
   std::vector<std::string> failed_checks;  // names from the check registry
   std::optional<TensorDiff> first_divergence;
   int32_t first_divergence_forward = -1;
@@ -62,11 +62,11 @@ struct CaseResult {
 };
 
 struct SweepOptions {
-  int threads = 0;       // 0: hardware concurrency
-  int shard_index = 0;   // run partitions with position % shard_count == shard_index
+  int threads = 0;      // 0: hardware concurrency
+  int shard_index = 0;  // run partitions with position % shard_count == shard_index
   int shard_count = 1;
-  std::string filter;    // run only cases whose key contains this
-  bool progress = false; // a progress line on stderr
+  std::string filter;     // run only cases whose key contains this
+  bool progress = false;  // a progress line on stderr
 };
 
 struct SweepResult {

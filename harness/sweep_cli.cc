@@ -10,9 +10,11 @@ namespace splitcheck {
 
 void SweepCli::add_to(CLI::App& app) {
   scenario = std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json";
-  command = app.add_subcommand("sweep", "Run PP=1 and every split point of a scenario, compare bit for bit");
+  command = app.add_subcommand("sweep",
+                               "Run PP=1 and every split point of a scenario, compare bit for bit");
   command->add_option("scenario", scenario, "Scenario JSON (default: the embedded default)");
-  command->add_option("--report", report_dir, "Directory for report.json, report.html, junit.xml, summary.md");
+  command->add_option("--report", report_dir,
+                      "Directory for report.json, report.html, junit.xml, summary.md");
   command->add_option("--threads", threads, "Split points run at once (default: one per core)");
   command->add_option("--shard", shard, "Run share i of N of the split points, as i/N");
   command->add_option("--filter", filter, "Run only split points whose key contains this");
@@ -49,9 +51,11 @@ int SweepCli::run() {
   }
   fmt::print("summary: {} pass, {} diverged, {} config-rejected, {} error, {} skipped\n",
              r->count(Verdict::kPass), r->count(Verdict::kDiverged),
-             r->count(Verdict::kConfigRejected), r->count(Verdict::kError), r->count(Verdict::kSkipped));
-  fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s on {} threads ({:.1f} PP=1 runs)\n", r->pp1_seconds,
-             r->total_seconds, r->threads, r->total_seconds / std::max(1e-9, r->pp1_seconds));
+             r->count(Verdict::kConfigRejected), r->count(Verdict::kError),
+             r->count(Verdict::kSkipped));
+  fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s on {} threads ({:.1f} PP=1 runs)\n",
+             r->pp1_seconds, r->total_seconds, r->threads,
+             r->total_seconds / std::max(1e-9, r->pp1_seconds));
   if (r->pp1_acceptance.speculative) {
     const AcceptanceFigures& a = r->pp1_acceptance;
     int equal = 0;

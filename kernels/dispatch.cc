@@ -11,8 +11,8 @@ namespace splitcheck {
 namespace {
 
 constexpr std::array<std::string_view, 11> kSiteNames = {
-    "embed", "pre_attn", "attn", "pre_mlp", "mlp", "output",
-    "final_norm", "lm_head", "sample", "tap", "draft"};
+    "embed",      "pre_attn", "attn",   "pre_mlp", "mlp",  "output",
+    "final_norm", "lm_head",  "sample", "tap",     "draft"};
 
 template <typename Args, void (*Fn)(Args&)>
 void call(void* args) {
@@ -75,7 +75,8 @@ int32_t run_kernel(const KernelContext& ctx, std::string_view op, void* args) {
 
 void run_variant(std::string_view op, std::string_view variant, void* args) {
   const int32_t i = find_kernel(op, variant);
-  if (i < 0) throw std::logic_error("unknown kernel " + std::string(op) + "." + std::string(variant));
+  if (i < 0)
+    throw std::logic_error("unknown kernel " + std::string(op) + "." + std::string(variant));
   kRegistry[i].cpu(args);
 }
 

@@ -20,7 +20,7 @@ inline float exp(float x) {
   if (x > 88.72283f) return std::numeric_limits<float>::infinity();
   if (x < -103.97208f) return 0.0f;
   constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693145751953125f;        // exact in float32 (few bits)
+  constexpr float kLn2Hi = 0.693145751953125f;          // exact in float32 (few bits)
   constexpr float kLn2Lo = 1.42860682030941723212e-6f;  // ln2 - kLn2Hi
   const float kf = std::nearbyint(x * kLog2e);
   const float r = (x - kf * kLn2Hi) - kf * kLn2Lo;

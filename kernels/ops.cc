@@ -20,7 +20,9 @@ void lm_head(const KernelContext& ctx, LmHeadArgs& args) { run_kernel(ctx, "lm_h
 void argmax(const KernelContext& ctx, ArgmaxArgs& args) { run_kernel(ctx, "argmax", &args); }
 void mla_attention(const KernelContext& ctx, MlaArgs& args) { run_kernel(ctx, "mla", &args); }
 void kda_attention(const KernelContext& ctx, KdaArgs& args) { run_kernel(ctx, "kda", &args); }
-void dense_mlp(const KernelContext& ctx, DenseMlpArgs& args) { run_kernel(ctx, "dense_mlp", &args); }
+void dense_mlp(const KernelContext& ctx, DenseMlpArgs& args) {
+  run_kernel(ctx, "dense_mlp", &args);
+}
 void moe(const KernelContext& ctx, MoeArgs& args) { run_kernel(ctx, "moe", &args); }
 void linear(const KernelContext& ctx, LinearArgs& args) { run_kernel(ctx, "linear", &args); }
 void dense_attention(const KernelContext& ctx, DenseAttentionArgs& args) {

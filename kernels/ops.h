@@ -58,14 +58,14 @@ struct ArgmaxArgs {
 // MLA-lite (SPEC 2.4). Weights are [in, out]. The cache holds the latent c (bf16 [n, r])
 // of every earlier position; the call appends this forward's T latents.
 struct MlaArgs {
-  const Tensor* x = nullptr;  // [T,H]
-  const Tensor* w_q = nullptr;     // [H, heads*hd]
-  const Tensor* w_dkv = nullptr;   // [H, r]
-  const Tensor* kv_norm = nullptr; // [r]
-  const Tensor* w_uk = nullptr;    // [r, heads*hd]
-  const Tensor* w_uv = nullptr;    // [r, heads*hd]
-  const Tensor* w_g = nullptr;     // [H, heads*hd]
-  const Tensor* w_o = nullptr;     // [heads*hd, H]
+  const Tensor* x = nullptr;        // [T,H]
+  const Tensor* w_q = nullptr;      // [H, heads*hd]
+  const Tensor* w_dkv = nullptr;    // [H, r]
+  const Tensor* kv_norm = nullptr;  // [r]
+  const Tensor* w_uk = nullptr;     // [r, heads*hd]
+  const Tensor* w_uv = nullptr;     // [r, heads*hd]
+  const Tensor* w_g = nullptr;      // [H, heads*hd]
+  const Tensor* w_o = nullptr;      // [heads*hd, H]
   int heads = 0;
   int head_dim = 0;
   float eps = 1e-6f;
@@ -76,14 +76,14 @@ struct MlaArgs {
 // KDA-lite (SPEC 2.4). state: float32 [heads, hd, hd], updated token by token.
 struct KdaArgs {
   const Tensor* x = nullptr;
-  const Tensor* w_q = nullptr;  // [H, heads*hd]
-  const Tensor* w_k = nullptr;  // [H, heads*hd]
-  const Tensor* w_v = nullptr;  // [H, heads*hd]
-  const Tensor* w_b = nullptr;  // [H, heads]
-  const Tensor* w_a = nullptr;  // [H, heads*hd]
-  const Tensor* w_g = nullptr;  // [H, heads*hd]
+  const Tensor* w_q = nullptr;     // [H, heads*hd]
+  const Tensor* w_k = nullptr;     // [H, heads*hd]
+  const Tensor* w_v = nullptr;     // [H, heads*hd]
+  const Tensor* w_b = nullptr;     // [H, heads]
+  const Tensor* w_a = nullptr;     // [H, heads*hd]
+  const Tensor* w_g = nullptr;     // [H, heads*hd]
   const Tensor* o_norm = nullptr;  // [hd]
-  const Tensor* w_o = nullptr;  // [heads*hd, H]
+  const Tensor* w_o = nullptr;     // [heads*hd, H]
   int heads = 0;
   int head_dim = 0;
   float eps = 1e-6f;

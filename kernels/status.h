@@ -14,8 +14,8 @@ namespace splitcheck {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidInput = 2,  // a user's file or scenario is wrong (exit 2)
-  kInternal = 3,      // a bug or an environment failure (exit 3)
+  kInvalidInput = 2,    // a user's file or scenario is wrong (exit 2)
+  kInternal = 3,        // a bug or an environment failure (exit 3)
   kConfigRejected = 4,  // an engine refused its configuration (a verdict, not a crash)
 };
 
@@ -54,7 +54,7 @@ inline Status internal_error(std::string message) {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit on purpose
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit on purpose
   Result(Status status) : v_(std::move(status)) {}  // NOLINT
 
   bool is_ok() const { return std::holds_alternative<T>(v_); }
@@ -79,16 +79,16 @@ class [[nodiscard]] Result {
 #define SPLITCHECK_CONCAT(a, b) SPLITCHECK_CONCAT_INNER(a, b)
 
 // RETURN_IF_ERROR(expr) or RETURN_IF_ERROR(expr, context): returns the failing status.
-#define RETURN_IF_ERROR(expr, ...)                                          \
-  do {                                                                      \
-    ::splitcheck::Status _st = (expr);                                      \
-    if (!_st.is_ok()) return _st __VA_OPT__(.with_context(__VA_ARGS__));    \
+#define RETURN_IF_ERROR(expr, ...)                                       \
+  do {                                                                   \
+    ::splitcheck::Status _st = (expr);                                   \
+    if (!_st.is_ok()) return _st __VA_OPT__(.with_context(__VA_ARGS__)); \
   } while (0)
 
 // ASSIGN_OR_RETURN(lhs, expr) or ASSIGN_OR_RETURN(lhs, expr, context): `lhs = value`, or
 // return the failing status (with context prepended when given).
-#define ASSIGN_OR_RETURN(lhs, expr, ...)                                                   \
-  auto SPLITCHECK_CONCAT(_res_, __LINE__) = (expr);                                        \
-  if (!SPLITCHECK_CONCAT(_res_, __LINE__).is_ok())                                         \
+#define ASSIGN_OR_RETURN(lhs, expr, ...)                                                       \
+  auto SPLITCHECK_CONCAT(_res_, __LINE__) = (expr);                                            \
+  if (!SPLITCHECK_CONCAT(_res_, __LINE__).is_ok())                                             \
     return SPLITCHECK_CONCAT(_res_, __LINE__).status() __VA_OPT__(.with_context(__VA_ARGS__)); \
   lhs = std::move(SPLITCHECK_CONCAT(_res_, __LINE__)).value()

@@ -59,8 +59,8 @@ Status write_checkpoint(const std::string& path, const ModelConfig& config,
       std::vector<hsize_t> dims(t.shape().begin(), t.shape().end());
       H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
                      H5Sclose);
-      H5Handle ds(H5Dcreate2(root.id, name.c_str(), H5T_STD_U16LE, space.id, H5P_DEFAULT,
-                             dcpl.id, H5P_DEFAULT),
+      H5Handle ds(H5Dcreate2(root.id, name.c_str(), H5T_STD_U16LE, space.id, H5P_DEFAULT, dcpl.id,
+                             H5P_DEFAULT),
                   H5Dclose);
       if (ds.id < 0 || H5Dwrite(ds.id, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                                 t.data<uint16_t>()) < 0) {

@@ -13,7 +13,6 @@ using draft::apply_linear;
 using draft::apply_norm;
 using draft::rows_tensor;
 
-
 }  // namespace
 
 std::vector<TensorSpec> drafter_tensor_specs(const ModelConfig& c, const std::string& method,
@@ -23,8 +22,10 @@ std::vector<TensorSpec> drafter_tensor_specs(const ModelConfig& c, const std::st
   const int64_t h = c.hidden_size;
   const float lin = std::sqrt(3.0f / static_cast<float>(h));
   for (int i = 0; i < n_taps; ++i)
-    s.push_back(TensorSpec{"drafter.ctx_proj." + std::to_string(i) + ".weight", {h, h},
-                           WeightInit::kUniform, lin / std::sqrt(static_cast<float>(n_taps))});
+    s.push_back(TensorSpec{"drafter.ctx_proj." + std::to_string(i) + ".weight",
+                           {h, h},
+                           WeightInit::kUniform,
+                           lin / std::sqrt(static_cast<float>(n_taps))});
   s.push_back(TensorSpec{"drafter.ctx_norm.weight", {h}, WeightInit::kOnePlus, 0.1f});
   s.push_back(TensorSpec{"drafter.mask_embedding", {h}, WeightInit::kUniform, 1.0f});
   for (int j = 0; j < kDsparkLayers; ++j) {
@@ -37,10 +38,10 @@ std::vector<TensorSpec> drafter_tensor_specs(const ModelConfig& c, const std::st
   // The block pass's logits U are a correction on top of the Markov head: a small final
   // norm weight keeps them below the Markov scores' spread, so they move some picks only.
   s.push_back(TensorSpec{"drafter.norm.weight", {h}, WeightInit::kUniform, 0.5f});
-  s.push_back(TensorSpec{"drafter.markov.w1", {c.vocab_size, dspark_markov_rank(c)},
-                         WeightInit::kMarkovW1, 1.0f});
-  s.push_back(TensorSpec{"drafter.markov.w2", {c.vocab_size, dspark_markov_rank(c)},
-                         WeightInit::kMarkovW2, 1.0f});
+  s.push_back(TensorSpec{
+      "drafter.markov.w1", {c.vocab_size, dspark_markov_rank(c)}, WeightInit::kMarkovW1, 1.0f});
+  s.push_back(TensorSpec{
+      "drafter.markov.w2", {c.vocab_size, dspark_markov_rank(c)}, WeightInit::kMarkovW2, 1.0f});
   return s;
 }
 
@@ -132,7 +133,9 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(const ModelConfig& 
   d->ctx_proj_ = Tensor::zeros(DType::kBF16, {n_taps * h, h});
   for (int i = 0; i < n_taps; ++i) {
     const Tensor* t = need("drafter.ctx_proj." + std::to_string(i) + ".weight");
-    if (t == nullptr) return invalid_input("dspark drafter: missing drafter.ctx_proj." + std::to_string(i) + ".weight");
+    if (t == nullptr)
+      return invalid_input("dspark drafter: missing drafter.ctx_proj." + std::to_string(i) +
+                           ".weight");
     std::memcpy(d->ctx_proj_.data<bf16>() + i * h * h, t->data<bf16>(), t->nbytes());
   }
   d->ctx_norm_ = need("drafter.ctx_norm.weight");
@@ -144,8 +147,13 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(const ModelConfig& 
     return invalid_input("dspark drafter: its checkpoint tensors are incomplete");
   for (int j = 0; j < kDsparkLayers; ++j) {
     const std::string p = "drafter.layers." + std::to_string(j) + ".";
-    Layer l{need(p + "input_norm.weight"), need(p + "q_proj.weight"), need(p + "k_proj.weight"),
-            need(p + "v_proj.weight"), need(p + "o_proj.weight"), {}, {}};
+    Layer l{need(p + "input_norm.weight"),
+            need(p + "q_proj.weight"),
+            need(p + "k_proj.weight"),
+            need(p + "v_proj.weight"),
+            need(p + "o_proj.weight"),
+            {},
+            {}};
     if (!l.input_norm || !l.q || !l.k || !l.v || !l.o)
       return invalid_input("dspark drafter: missing tensors of draft layer " + std::to_string(j));
     d->layers_.push_back(std::move(l));
@@ -163,12 +171,13 @@ void DsparkDrafter::reset() {
 Status DsparkDrafter::observe(const std::vector<int32_t>& ids, const Tensor& taps) {
   const int64_t h = config_.hidden_size;
   if (taps.dim(0) != static_cast<int64_t>(ids.size()) || taps.dim(1) != n_taps_ * h)
-    return internal_error("dspark drafter: taps of shape " + shape_string(taps.shape()) +
-                          " for " + std::to_string(ids.size()) + " positions and " +
-                          std::to_string(n_taps_) + " taps");
+    return internal_error("dspark drafter: taps of shape " + shape_string(taps.shape()) + " for " +
+                          std::to_string(ids.size()) + " positions and " + std::to_string(n_taps_) +
+                          " taps");
   const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
   // Context projection, then write_context_kv for each draft layer.
-  const Tensor c = apply_norm(ctx, apply_linear(ctx, taps, ctx_proj_), *ctx_norm_, config_.rms_norm_eps);
+  const Tensor c =
+      apply_norm(ctx, apply_linear(ctx, taps, ctx_proj_), *ctx_norm_, config_.rms_norm_eps);
   for (Layer& l : layers_) {
     append_rows(l.cache_k, apply_linear(ctx, c, *l.k));
     append_rows(l.cache_v, apply_linear(ctx, c, *l.v));
@@ -180,10 +189,13 @@ Result<std::vector<int32_t>> DsparkDrafter::propose(int32_t anchor, int gamma) {
   const int64_t h = config_.hidden_size;
   const int64_t rows = gamma + 1;
   const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
-  if (anchor < 0 || anchor >= embed_->dim(0)) return internal_error("dspark drafter: anchor outside the vocabulary");
+  if (anchor < 0 || anchor >= embed_->dim(0))
+    return internal_error("dspark drafter: anchor outside the vocabulary");
   Tensor x = Tensor::zeros(DType::kBF16, {rows, h});
-  std::memcpy(x.data<bf16>(), embed_->data<bf16>() + static_cast<int64_t>(anchor) * h, h * sizeof(bf16));
-  for (int64_t r = 1; r < rows; ++r) std::memcpy(x.data<bf16>() + r * h, mask_->data<bf16>(), h * sizeof(bf16));
+  std::memcpy(x.data<bf16>(), embed_->data<bf16>() + static_cast<int64_t>(anchor) * h,
+              h * sizeof(bf16));
+  for (int64_t r = 1; r < rows; ++r)
+    std::memcpy(x.data<bf16>() + r * h, mask_->data<bf16>(), h * sizeof(bf16));
   const int heads = config_.num_attention_heads;
   const int head_dim = static_cast<int>(h / heads);
   for (Layer& l : layers_) {

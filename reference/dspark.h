@@ -55,11 +55,11 @@ std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, cons
 
 // What a drafter's embedding and lm_head are bound to (SPEC 5.4).
 struct DrafterBinding {
-  const Tensor* embed = nullptr;    // nullptr: the placeholder is missing
+  const Tensor* embed = nullptr;  // nullptr: the placeholder is missing
   const Tensor* lm_head = nullptr;
   std::string source = "missing";  // target | own | missing
-  bool same_object = false;         // the very object the target's stage holds
-  Tensor own_embedding;             // storage when the drafter built its own
+  bool same_object = false;        // the very object the target's stage holds
+  Tensor own_embedding;            // storage when the drafter built its own
 };
 
 // share_with_target: binds the drafter to the embedding and lm_head objects that the

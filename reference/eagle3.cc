@@ -16,7 +16,6 @@ using draft::rows_tensor;
 constexpr float kFcGain = 0.05f;
 constexpr float kWriteGain = 0.05f;
 
-
 // a + b, rounded once to bf16.
 Tensor add_bf16(const Tensor& a, const Tensor& b) {
   Tensor out = Tensor::zeros(DType::kBF16, a.shape());

@@ -139,7 +139,8 @@ Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRec
     const int k = l + 1;
     if (!captured(k)) continue;
     if (k < L) {
-      taps.emplace_back(k, read_tap(ctx, c, k, st, *layers_[k].sa_res_norm, *layers_[k].sa_res_proj));
+      taps.emplace_back(k,
+                        read_tap(ctx, c, k, st, *layers_[k].sa_res_norm, *layers_[k].sa_res_proj));
     } else {
       taps.emplace_back(k, read_tap(ctx, c, k, st, weights_.get("output_attn_res_norm.weight"),
                                     weights_.get("output_attn_res_proj.weight")));

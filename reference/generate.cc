@@ -14,13 +14,15 @@ Result<GenerationResult> generate_greedy(Engine& engine,
     engine.reset_sequence();
     SequenceResult seq;
     seq.prompt_ids = prompt;
-    const size_t chunk = options.prefill_chunk > 0 ? static_cast<size_t>(options.prefill_chunk)
-                                                   : prompt.size();
+    const size_t chunk =
+        options.prefill_chunk > 0 ? static_cast<size_t>(options.prefill_chunk) : prompt.size();
     int32_t next = 0;
     for (size_t begin = 0; begin < prompt.size(); begin += chunk) {
       const size_t end = std::min(prompt.size(), begin + chunk);
-      ForwardRequest req{{prompt.begin() + begin, prompt.begin() + end}, ForwardKind::kPrefill,
-                         static_cast<int64_t>(begin), result.forwards++};
+      ForwardRequest req{{prompt.begin() + begin, prompt.begin() + end},
+                         ForwardKind::kPrefill,
+                         static_cast<int64_t>(begin),
+                         result.forwards++};
       ASSIGN_OR_RETURN(ForwardResult out, engine.forward(req, record));
       next = out.next_tokens.data<int32_t>()[out.next_tokens.dim(0) - 1];
     }

@@ -7,7 +7,8 @@ namespace {
 
 class Binder {
  public:
-  Binder(const WeightStore& store, std::string prefix) : store_(store), prefix_(std::move(prefix)) {}
+  Binder(const WeightStore& store, std::string prefix)
+      : store_(store), prefix_(std::move(prefix)) {}
   const Tensor* operator()(const std::string& suffix) {
     const Tensor* t = store_.find(prefix_ + suffix);
     if (t == nullptr && missing_.empty()) missing_ = prefix_ + suffix;
@@ -102,9 +103,18 @@ void run_layer(const KernelContext& ctx0, const ModelConfig& c, int l, const Lay
 
   // 1. x = attn_res(P, D, bank, ...) at site pre_attn.
   Tensor x = like(st.prefix);
-  AttnResArgs pre{&st.prefix, st.has_delta ? &st.delta : nullptr, &st.bank, w.sa_res_norm,
-                  w.sa_res_proj, w.input_layernorm, nb, write ? l / c.attn_res_block_size : -1,
-                  eps, eps, native, &x};
+  AttnResArgs pre{&st.prefix,
+                  st.has_delta ? &st.delta : nullptr,
+                  &st.bank,
+                  w.sa_res_norm,
+                  w.sa_res_proj,
+                  w.input_layernorm,
+                  nb,
+                  write ? l / c.attn_res_block_size : -1,
+                  eps,
+                  eps,
+                  native,
+                  &x};
   attn_res(ctx0.at(l, Site::kPreAttn), pre);
   record(rec, l, "pre_attn", x);
 
@@ -112,12 +122,27 @@ void run_layer(const KernelContext& ctx0, const ModelConfig& c, int l, const Lay
   Tensor a = like(st.prefix);
   const KernelContext attn_ctx = ctx0.at(l, Site::kAttn);
   if (w.mla) {
-    MlaArgs m{&x, w.q, w.kv_a, w.kv_norm, w.k_b, w.v_b, w.g, w.o, c.num_attention_heads,
-              c.head_dim, eps, &cache.mla_latent, &a};
+    MlaArgs m{&x,         w.q,   w.kv_a,
+              w.kv_norm,  w.k_b, w.v_b,
+              w.g,        w.o,   c.num_attention_heads,
+              c.head_dim, eps,   &cache.mla_latent,
+              &a};
     mla_attention(attn_ctx, m);
   } else {
-    KdaArgs k{&x, w.q, w.k, w.v, w.b, w.a, w.g, w.o_norm, w.o, c.num_attention_heads,
-              c.head_dim, eps, &cache.kda_state, &a};
+    KdaArgs k{&x,
+              w.q,
+              w.k,
+              w.v,
+              w.b,
+              w.a,
+              w.g,
+              w.o_norm,
+              w.o,
+              c.num_attention_heads,
+              c.head_dim,
+              eps,
+              &cache.kda_state,
+              &a};
     kda_attention(attn_ctx, k);
   }
   record(rec, l, "attn_out", a);
@@ -133,9 +158,18 @@ void run_layer(const KernelContext& ctx0, const ModelConfig& c, int l, const Lay
 
   // 4. y = attn_res(P, D, bank, ...) at site pre_mlp.
   Tensor y = like(st.prefix);
-  AttnResArgs mid{&st.prefix, st.has_delta ? &st.delta : nullptr, &st.bank, w.mlp_res_norm,
-                  w.mlp_res_proj, w.post_attention_layernorm, nb + (write ? 1 : 0), -1,
-                  eps, eps, native, &y};
+  AttnResArgs mid{&st.prefix,
+                  st.has_delta ? &st.delta : nullptr,
+                  &st.bank,
+                  w.mlp_res_norm,
+                  w.mlp_res_proj,
+                  w.post_attention_layernorm,
+                  nb + (write ? 1 : 0),
+                  -1,
+                  eps,
+                  eps,
+                  native,
+                  &y};
   attn_res(ctx0.at(l, Site::kPreMlp), mid);
   record(rec, l, "pre_mlp", y);
 
@@ -172,8 +206,8 @@ Tensor read_tap(const KernelContext& ctx, const ModelConfig& c, int k, const Res
   Tensor out = like(prefix);
   const std::vector<int> native = native_sizes(c);
   const int nb = (k + c.attn_res_block_size - 1) / c.attn_res_block_size;
-  AttnResArgs args{&prefix, nullptr, &bank, &norm_w, &proj_w, nullptr, nb, -1,
-                   c.rms_norm_eps, c.rms_norm_eps, native, &out};
+  AttnResArgs args{&prefix, nullptr, &bank,          &norm_w,        &proj_w, nullptr,
+                   nb,      -1,      c.rms_norm_eps, c.rms_norm_eps, native,  &out};
   KernelContext tap_ctx = ctx.at(-1, Site::kTap);
   tap_ctx.aux = k;
   attn_res(tap_ctx, args);
@@ -197,10 +231,18 @@ HeadOutput run_head(const KernelContext& ctx, const ModelConfig& c, ResidualStat
   HeadOutput out;
   out.output = like(st.prefix);
   const std::vector<int> native = native_sizes(c);
-  AttnResArgs read{&st.prefix, st.has_delta ? &st.delta : nullptr, &st.bank,
+  AttnResArgs read{&st.prefix,
+                   st.has_delta ? &st.delta : nullptr,
+                   &st.bank,
                    &store.get("output_attn_res_norm.weight"),
-                   &store.get("output_attn_res_proj.weight"), nullptr, c.num_blocks(), -1,
-                   c.rms_norm_eps, c.rms_norm_eps, native, &out.output};
+                   &store.get("output_attn_res_proj.weight"),
+                   nullptr,
+                   c.num_blocks(),
+                   -1,
+                   c.rms_norm_eps,
+                   c.rms_norm_eps,
+                   native,
+                   &out.output};
   attn_res(ctx.at(-1, Site::kOutput), read);
   Tensor h = like(st.prefix);
   RmsNormArgs norm{&out.output, &store.get("norm.weight"), c.rms_norm_eps, &h};

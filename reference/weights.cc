@@ -1,12 +1,11 @@
 #include "reference/weights.h"
 
-#include "reference/splitmix.h"
-
 #include <cmath>
 #include <stdexcept>
 
 #include "reference/dspark.h"
 #include "reference/eagle3.h"
+#include "reference/splitmix.h"
 
 namespace splitcheck {
 namespace {

@@ -1,7 +1,5 @@
 #include "reference/workload.h"
 
-#include "reference/splitmix.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +7,8 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+
+#include "reference/splitmix.h"
 
 namespace splitcheck {
 

@@ -179,7 +179,8 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   j["cases"] = cases;
   if (r.pp1_acceptance.speculative) {
     // SPEC 5.5: the speculative figures of every split point against PP=1's.
-    auto row = [](const std::string& split, const AcceptanceFigures& a, const AcceptanceFigures& ref) {
+    auto row = [](const std::string& split, const AcceptanceFigures& a,
+                  const AcceptanceFigures& ref) {
       const bool equal = a.speculative && a.steps == ref.steps && a.accepted == ref.accepted &&
                          a.strict_correct == ref.strict_correct &&
                          a.flexible_correct == ref.flexible_correct;

@@ -116,7 +116,8 @@ void attn_res_fallback(AttnResArgs& a) {
   std::vector<float> p(h), m(h), w(h), out_w(h), bank_f32;
   std::vector<const float*> src;
   std::vector<float> s;
-  for (int64_t d = 0; d < h; ++d) w[d] = to_f32(a.norm_w->data<bf16>()[d]) * to_f32(a.proj_w->data<bf16>()[d]);
+  for (int64_t d = 0; d < h; ++d)
+    w[d] = to_f32(a.norm_w->data<bf16>()[d]) * to_f32(a.proj_w->data<bf16>()[d]);
   if (a.out_w) widen(a.out_w->data<bf16>(), h, out_w.data());
   for (int64_t t = 0; t < t_count; ++t) {
     absorb_and_write(a, t, h, p.data());

@@ -7,8 +7,7 @@
 
 namespace splitcheck::cpu {
 
-void matmul(const float* x, int64_t rows, int64_t k_dim, const bf16* w, int64_t n_dim,
-            float* out) {
+void matmul(const float* x, int64_t rows, int64_t k_dim, const bf16* w, int64_t n_dim, float* out) {
   // k outer: each weight row is widened once and applied to every row of x; every
   // output still sums its k terms in ascending order.
   std::vector<float> wk(static_cast<size_t>(n_dim));

@@ -12,8 +12,7 @@
 namespace splitcheck::cpu {
 
 // out[t][n] = sum_k x[t][k] * W[k][n], W bf16 [K, N] row-major, k ascending.
-void matmul(const float* x, int64_t rows, int64_t k_dim, const bf16* w, int64_t n_dim,
-            float* out);
+void matmul(const float* x, int64_t rows, int64_t k_dim, const bf16* w, int64_t n_dim, float* out);
 
 // out[t][n] = sum_k x[t][k] * W[n][k], W bf16 [N, K] row-major, k ascending.
 void matmul_nt(const float* x, int64_t rows, int64_t k_dim, const bf16* w, int64_t n_dim,

@@ -11,7 +11,8 @@ namespace splitcheck {
 namespace {
 
 Scenario default_scenario() {
-  Result<Scenario> s = load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json");
+  Result<Scenario> s =
+      load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json");
   if (!s.is_ok()) std::abort();
   return *s;
 }

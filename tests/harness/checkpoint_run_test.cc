@@ -18,7 +18,8 @@ int run(const std::string& args) {
 }
 
 TEST(CheckpointRun, DumpEqualsTheGeneratedWeightsRun) {
-  const fs::path dir = fs::temp_directory_path() / ("splitcheck-ckrun-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("splitcheck-ckrun-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string source = std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json";
   ASSERT_EQ(run("checkpoint " + source + " --out " + (dir / "ck.h5").string()), 0);
@@ -34,7 +35,8 @@ TEST(CheckpointRun, DumpEqualsTheGeneratedWeightsRun) {
   std::ofstream(dir / "gen.json") << j.dump(2);
 
   ASSERT_EQ(run("run " + (dir / "gen.json").string() + " --out " + (dir / "gen.h5").string()), 0);
-  ASSERT_EQ(run("run " + (dir / "ck.json").string() + " --out " + (dir / "ck.h5.dump").string()), 0);
+  ASSERT_EQ(run("run " + (dir / "ck.json").string() + " --out " + (dir / "ck.h5.dump").string()),
+            0);
   EXPECT_EQ(run("compare " + (dir / "gen.h5").string() + " " + (dir / "ck.h5.dump").string()), 0);
   // And a partitioned run from the checkpoint equals both.
   ASSERT_EQ(run("run " + (dir / "ck.json").string() + " --split 13 --out " +

@@ -49,10 +49,12 @@ TEST(Handoff, RefusesTruncatedAndPaddedPayloads) {
   auto bytes = encode_payload(sample());
   auto cut = bytes;
   cut.resize(bytes.size() - 1);
-  EXPECT_NE(decode_payload(cut, expectation()).status().message().find("truncated"), std::string::npos);
+  EXPECT_NE(decode_payload(cut, expectation()).status().message().find("truncated"),
+            std::string::npos);
   auto padded = bytes;
   padded.push_back(std::byte{0});
-  EXPECT_NE(decode_payload(padded, expectation()).status().message().find("trailing"), std::string::npos);
+  EXPECT_NE(decode_payload(padded, expectation()).status().message().find("trailing"),
+            std::string::npos);
   auto bad = bytes;
   bad[0] = std::byte{'X'};
   EXPECT_FALSE(decode_payload(bad, expectation()).is_ok());

@@ -11,7 +11,8 @@ namespace {
 
 std::vector<std::string> committed_scenarios() {
   std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios")) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios")) {
     if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
   }
   std::sort(names.begin(), names.end());
@@ -21,7 +22,8 @@ std::vector<std::string> committed_scenarios() {
 class CommittedScenario : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CommittedScenario, SweepConcludesWhatExpectSays) {
-  const std::string path = std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/" + GetParam() + ".json";
+  const std::string path =
+      std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/" + GetParam() + ".json";
   Result<Scenario> s = load_scenario(path);
   ASSERT_TRUE(s.is_ok()) << s.status().message();
   ASSERT_FALSE(s->expect.empty()) << path << " has no expect block";
