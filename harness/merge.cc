@@ -194,6 +194,23 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
       evaluate_expect(filter.empty() ? s->expect : nlohmann::json::object(), result);
 
   nlohmann::json merged = first;
+  if (first.contains("acceptance") && first["acceptance"].is_array() &&
+      !first["acceptance"].empty()) {
+    // The acceptance table: PP=1's row (equal in every shard), then one row per split
+    // point in the unsharded order.
+    std::map<std::string, nlohmann::json> rows;
+    for (const nlohmann::json& r : reports) {
+      for (const nlohmann::json& row : r.value("acceptance", nlohmann::json::array())) {
+        if (row.is_object()) rows[row.value("split", "")] = row;
+      }
+    }
+    nlohmann::json acceptance = nlohmann::json::array({first["acceptance"][0]});
+    for (const nlohmann::json& c : cases) {
+      auto it = rows.find(c["key"].get<std::string>());
+      if (it != rows.end()) acceptance.push_back(it->second);
+    }
+    merged["acceptance"] = acceptance;
+  }
   merged["verdict"] = result.conformant() ? "conformant" : "divergent";
   merged["exit_code"] = result.conformant() ? 0 : 1;
   merged["command"] = unsharded_command(first.value("command", ""), report_dir);
