@@ -823,40 +823,34 @@ std::optional<uint64_t> DumpReader::contiguous_offset(const std::string& path) {
   return static_cast<uint64_t>(offset);
 }
 
-Result<std::string> DumpReader::attr_string(const std::string& object_path,
-                                            const std::string& name) const {
+template <typename T, typename ReadAttr>
+Result<T> DumpReader::read_attr(const std::string& object_path, ReadAttr read) const {
   Hdf5Lock lock;
   std::string p = normalize_path(object_path);
   if (!exists(p)) return invalid_input(path_ + ": no object " + object_path);
   Handle obj(H5Oopen(file_, p.c_str(), H5P_DEFAULT));
   if (!obj.valid()) return invalid_input(path_ + ": cannot open " + p + hdf5_detail());
-  Result<std::string> v = read_string_attr(obj.get(), name);
+  Result<T> v = read(obj.get());
   if (!v.is_ok()) return v.status().with_context(path_ + ": " + p);
   return v;
+}
+
+Result<std::string> DumpReader::attr_string(const std::string& object_path,
+                                            const std::string& name) const {
+  return read_attr<std::string>(object_path,
+                                [&](hid_t obj) { return read_string_attr(obj, name); });
 }
 
 Result<int64_t> DumpReader::attr_int(const std::string& object_path,
                                      const std::string& name) const {
-  Hdf5Lock lock;
-  std::string p = normalize_path(object_path);
-  if (!exists(p)) return invalid_input(path_ + ": no object " + object_path);
-  Handle obj(H5Oopen(file_, p.c_str(), H5P_DEFAULT));
-  if (!obj.valid()) return invalid_input(path_ + ": cannot open " + p + hdf5_detail());
-  Result<int64_t> v = read_numeric_attr<int64_t>(obj.get(), name, false);
-  if (!v.is_ok()) return v.status().with_context(path_ + ": " + p);
-  return v;
+  return read_attr<int64_t>(
+      object_path, [&](hid_t obj) { return read_numeric_attr<int64_t>(obj, name, false); });
 }
 
 Result<double> DumpReader::attr_double(const std::string& object_path,
                                        const std::string& name) const {
-  Hdf5Lock lock;
-  std::string p = normalize_path(object_path);
-  if (!exists(p)) return invalid_input(path_ + ": no object " + object_path);
-  Handle obj(H5Oopen(file_, p.c_str(), H5P_DEFAULT));
-  if (!obj.valid()) return invalid_input(path_ + ": cannot open " + p + hdf5_detail());
-  Result<double> v = read_numeric_attr<double>(obj.get(), name, true);
-  if (!v.is_ok()) return v.status().with_context(path_ + ": " + p);
-  return v;
+  return read_attr<double>(object_path,
+                           [&](hid_t obj) { return read_numeric_attr<double>(obj, name, true); });
 }
 
 }  // namespace splitcheck

@@ -167,6 +167,10 @@ class DumpReader {
   Result<double> attr_double(const std::string& object_path, const std::string& name) const;
 
  private:
+  // Opens the object at `object_path` (under the HDF5 lock) and runs `read` on it,
+  // naming the file and object in any error.
+  template <typename T, typename ReadAttr>
+  Result<T> read_attr(const std::string& object_path, ReadAttr read) const;
   DumpReader() = default;
   Result<int64_t> dataset_handle(const std::string& path);
   void close();
