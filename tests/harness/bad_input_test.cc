@@ -14,51 +14,20 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/cli_fixture.h"
+
 namespace splitcheck {
 namespace {
 
 namespace fs = std::filesystem;
+using cli_test::CliResult;
+using cli_test::quote;
+using cli_test::write_text;
+const auto& read_text = cli_test::file_text;
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-struct CliResult {
-  int code = -1;
-  std::string out, err;
-};
-
-class BadInputTest : public ::testing::Test {
+class BadInputTest : public cli_test::CliFixture {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("splitcheck-bad-input-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path path(const std::string& name) const { return dir_ / name; }
-
-  CliResult cli(const std::string& args) const {
-    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd = quote(SPLITCHECK_BINARY) + " " + args + " >" + quote(out.string()) +
-                            " 2>" + quote(err.string());
-    const int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
-  }
+  BadInputTest() : CliFixture("splitcheck-bad-input-test-") {}
 
   // Exit 2 and one `splitcheck: error:` line on stderr naming every needle.
   static void expect_refusal(const CliResult& r, std::initializer_list<std::string> needles) {
@@ -82,8 +51,6 @@ class BadInputTest : public ::testing::Test {
     EXPECT_EQ(run.code, 0) << run.err;
     return path("good.h5");
   }
-
-  fs::path dir_;
 };
 
 TEST_F(BadInputTest, CompareRefusesAFileThatIsNotHdf5) {

@@ -16,60 +16,20 @@
 #include "harness/compare.h"
 #include "reference/config.h"
 #include "reference/weights.h"
+#include "tests/cli_fixture.h"
 
 namespace splitcheck {
 namespace {
 
 namespace fs = std::filesystem;
+using cli_test::CliResult;
+using cli_test::quote;
+using cli_test::write_text;
+const auto& read_text = cli_test::file_text;
 
-struct CliResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
-
-class CliTest : public ::testing::Test {
+class CliTest : public cli_test::CliFixture {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("splitcheck-cli-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path path(const std::string& name) const { return dir_ / name; }
-
-  // Runs `splitcheck <args>` with stdout and stderr captured in files of the test dir.
-  CliResult cli(const std::string& args) const {
-    const fs::path out = dir_ / "stdout.txt";
-    const fs::path err = dir_ / "stderr.txt";
-    const std::string cmd = quote(SPLITCHECK_BINARY) + " " + args + " >" + quote(out.string()) +
-                            " 2>" + quote(err.string());
-    const int status = std::system(cmd.c_str());
-    CliResult r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = read_text(out);
-    r.err = read_text(err);
-    return r;
-  }
+  CliTest() : CliFixture("splitcheck-cli-test-") {}
 
   // SPEC-style refusal: exit 2, exactly one line on stderr that names every `needles`.
   static void expect_one_line_refusal(const CliResult& r,
@@ -92,8 +52,6 @@ class CliTest : public ::testing::Test {
     write_text(path(name), j.dump(2));
     return path(name);
   }
-
-  fs::path dir_;
 };
 
 TEST_F(CliTest, RunTwiceGivesDumpsThatCompareEqual) {

@@ -11,12 +11,16 @@
 #include <cstdlib>
 #include <functional>
 
+#include "tests/cli_fixture.h"
 #include "tests/reports/report_fixture.h"
 
 namespace splitcheck::testing {
 namespace {
 
 namespace fs = std::filesystem;
+
+using cli_test::CliResult;
+using cli_test::quote;
 
 nlohmann::json stable(nlohmann::json j) {
   j.erase("timing");
@@ -27,40 +31,14 @@ nlohmann::json stable(nlohmann::json j) {
 
 nlohmann::json load(const fs::path& p) { return nlohmann::json::parse(read_text(p)); }
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct CliResult {
-  int code = -1;
-  std::string out, err;
-};
-
-class MergeTest : public ::testing::Test {
+class MergeTest : public cli_test::CliFixture {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("splitcheck-merge-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  MergeTest() : CliFixture("splitcheck-merge-test-") {}
 
   static const fs::path& shard(int i) {
     return sweep_reports("pairwise-shard" + std::to_string(i), "pp4-pairwise", "", i, 2);
   }
   static fs::path shard_json(int i) { return shard(i) / "report.json"; }
-
-  CliResult cli(const std::string& args) const {
-    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd = quote(SPLITCHECK_BINARY) + " " + args + " >" + quote(out.string()) +
-                            " 2>" + quote(err.string());
-    const int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
-  }
 
   // A copy of shard 1's report.json, edited by `edit`, written as `name`.
   fs::path edited_shard1(const std::string& name,
@@ -79,8 +57,6 @@ class MergeTest : public ::testing::Test {
       EXPECT_NE(r.err.find(n), std::string::npos) << n << "\n" << r.err;
     EXPECT_FALSE(fs::exists(dir_ / "merged" / "report.json"));
   }
-
-  fs::path dir_;
 };
 
 TEST_F(MergeTest, ShardedAndMergedEqualsUnsharded) {
