@@ -234,6 +234,21 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   merged["timing"]["cost_in_pp1_runs"] = pp1 > 0 ? total / pp1 : 0.0;
   merged["timing"]["shards"] = reports.size();
   merged["cases"] = cases;
+  if (first.contains("reuse") && first["reuse"].is_object()) {
+    // What the shards reused, summed; the PP=1 states kept are the largest shard's.
+    nlohmann::json& u = merged["reuse"];
+    for (const char* count : {"reused_forwards", "verified_forwards", "computed_forwards",
+                              "split_points_left_pp1", "state_bytes"})
+      u[count] = 0;
+    for (const nlohmann::json& r : reports) {
+      const nlohmann::json ru = r.value("reuse", nlohmann::json::object());
+      for (const char* count :
+           {"reused_forwards", "verified_forwards", "computed_forwards", "split_points_left_pp1"})
+        u[count] = u[count].get<int64_t>() + ru.value(count, int64_t{0});
+      u["state_bytes"] = std::max(u["state_bytes"].get<int64_t>(), ru.value("state_bytes", int64_t{0}));
+      if (ru.value("mode", "") != first["reuse"].value("mode", "")) u["mode"] = "mixed";
+    }
+  }
   merged["expect"]["failures"] = result.expect_failures;
   merged["expect"]["met"] = result.expect_failures.empty();
   return merged;

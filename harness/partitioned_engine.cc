@@ -8,7 +8,8 @@ Result<std::unique_ptr<PartitionedEngine>> PartitionedEngine::create(const Model
                                                                      const Partition& partition,
                                                                      const EngineOptions& options,
                                                                      const FaultSet& faults,
-                                                                     WeightSource& source) {
+                                                                     WeightSource& source,
+                                                                     PrefixReuse reuse) {
   std::unique_ptr<PartitionedEngine> e(new PartitionedEngine());
   e->config_ = config;
   e->options_ = options;
@@ -24,6 +25,7 @@ Result<std::unique_ptr<PartitionedEngine>> PartitionedEngine::create(const Model
     ASSIGN_OR_RETURN(std::unique_ptr<Stage> stage, Stage::create(sc, source));
     e->stages_.push_back(std::move(stage));
   }
+  e->stages_.front()->follow_log(reuse);
   for (int s = 0; s <= partition.stages(); ++s)
     e->queues_.push_back(std::make_unique<BoundedQueue<Job>>(2));
   for (size_t s = 0; s < e->stages_.size(); ++s)

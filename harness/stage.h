@@ -10,6 +10,7 @@
 #include "harness/faults.h"
 #include "harness/handoff.h"
 #include "harness/partition.h"
+#include "harness/prefix_reuse.h"
 #include "reference/engine.h"
 #include "reference/weight_source.h"
 
@@ -55,8 +56,13 @@ class Stage {
   Result<StageOutput> run(const ForwardRequest& request, const std::vector<std::byte>* in,
                           RunRecord* record, DispatchTrace* trace);
   void reset_sequence();
-  void save_state() { snapshot_ = caches_; }
-  void restore_state() { caches_ = snapshot_; }
+  void save_state();
+  void restore_state();
+  // Lets a first stage (that is not also the last) follow PP=1's log (prefix_reuse.h).
+  // Call before the first operation. Returns why reuse is not possible, or empty.
+  std::string follow_log(PrefixReuse reuse);
+  // What the stage did with the log (zero without one).
+  ReuseStats reuse_stats() const;
   const StageHoldings& holdings() const { return holdings_; }
   // What the stage holds (the last stage's embedding copy and lm_head for the drafter).
   const WeightStore& weights() const { return weights_; }
@@ -71,6 +77,26 @@ class Stage {
   std::vector<int32_t> incoming_tap_ids() const;
   // Whether tap 0 travels in the payload (always, unless a fault says otherwise).
   bool relays_tap0() const;
+  void init_caches();
+  // The tap read after layer l (tap l+1), when it is captured: an inner tap, the output
+  // read at L, or the boundary tap with the stage's own copies.
+  void read_tap_after(const KernelContext& ctx, int l, const ResidualState& st,
+                      std::vector<std::pair<int, Tensor>>* taps) const;
+  // Runs the stage's layers on `st`; reads the captured taps unless `taps` is null.
+  void run_layers(const KernelContext& ctx, ResidualState& st, const LayerRecording& rec,
+                  std::vector<std::pair<int, Tensor>>* taps);
+  // The first stage's prefix from PP=1's log: state after its last layer, dispatch
+  // events, per-layer tensors and taps below its end.
+  void take_prefix(const LoggedForward& f, StageOutput& out, RunRecord* record,
+                   DispatchTrace* trace) const;
+  // Verify mode: what the stage computed equals what take_prefix would have given.
+  Status check_prefix(const LoggedForward& f, const StageOutput& out, const RunRecord* record,
+                      size_t entries_before, const DispatchTrace& trace,
+                      size_t events_before) const;
+  // Leaving the log (mode on): caches as if every matched operation had been computed.
+  void rebuild_caches();
+  // One engine operation, told to the follower; true when the cached prefix applies.
+  const LoggedForward* follow(EngineOp op, const ForwardRequest* request);
 
   StageConfig cfg_;
   StageRange range_;
@@ -79,6 +105,8 @@ class Stage {
   std::vector<LayerCache> caches_, snapshot_;
   Tensor boundary_norm_, boundary_proj_;  // layer end's AttnRes vectors, for the boundary tap
   StageHoldings holdings_;
+  std::unique_ptr<PrefixFollower> follower_;  // first stage following PP=1's log
+  std::string reuse_unused_because_ = "reuse is off";
 };
 
 }  // namespace splitcheck

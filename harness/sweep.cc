@@ -373,6 +373,26 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
                                      s.speculative.context_only_producer};
   ASSIGN_OR_RETURN(std::unique_ptr<ReferenceEngine> ref,
                    ReferenceEngine::create(s.model, std::move(ref_weights), engine_options));
+  // The PP=1 states a first stage may start from: up to the last layer before any
+  // partition's first cut.
+  const FaultSet faults{s.faults};
+  ReuseSummary& reuse = result.reuse;
+  reuse.mode = options.reuse;
+  int keep = -1;
+  for (const Partition& p : parts)
+    if (p.stages() >= 2) keep = std::max(keep, p.stage(0).end - 1);
+  std::unique_ptr<StateLog> log;
+  if (options.reuse == ReuseMode::kOff) {
+    reuse.unused_because = "--reuse off";
+  } else if (reuse.unused_because = reuse_blocked_by(faults); !reuse.unused_because.empty()) {
+    reuse.mode = ReuseMode::kOff;
+  } else if (keep < 0) {
+    reuse.mode = ReuseMode::kOff;
+    reuse.unused_because = "no partition has a second stage";
+  } else {
+    log = std::make_unique<StateLog>(keep);
+    ref->set_state_log(log.get());
+  }
   RunRecord ref_record;
   ASSIGN_OR_RETURN(GenerationSummary ref_gen,
                    run_generation(s, *ref, ref->weights(), 0, true, *source, workload, &ref_record),
@@ -381,8 +401,9 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   result.pp1_drafter = ref_gen.drafter;
   ref.reset();
   result.pp1_seconds = seconds_since(t_ref);
+  if (log) reuse.state_bytes = log->state_bytes();
+  const PrefixReuse prefix{log.get(), reuse.mode};
 
-  const FaultSet faults{s.faults};
   result.cases.resize(parts.size());
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
@@ -395,7 +416,7 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
       c.layout = parts[i].layout();
       c.cuts = parts[i].cuts();
       Result<std::unique_ptr<PartitionedEngine>> engine =
-          PartitionedEngine::create(s.model, parts[i], engine_options, faults, *source);
+          PartitionedEngine::create(s.model, parts[i], engine_options, faults, *source, prefix);
       if (!engine.is_ok()) {
         const bool rejected = engine.status().code() == StatusCode::kConfigRejected;
         c.verdict = rejected ? Verdict::kConfigRejected : Verdict::kError;
@@ -407,6 +428,7 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
         const int last = parts[i].stages() - 1;
         Result<GenerationSummary> g = run_generation(s, **engine, (*engine)->last_stage_weights(),
                                                      last, last == 0, *source, workload, &rec);
+        c.reuse = (*engine)->reuse_stats();
         if (!g.is_ok()) {
           const bool rejected = g.status().code() == StatusCode::kConfigRejected;
           c.verdict = rejected ? Verdict::kConfigRejected : Verdict::kError;
@@ -445,6 +467,12 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
   for (std::thread& t : pool) t.join();
   result.total_seconds = seconds_since(t0);
+  for (const CaseResult& c : result.cases) {
+    reuse.reused_forwards += c.reuse.reused_forwards;
+    reuse.verified_forwards += c.reuse.verified_forwards;
+    reuse.computed_forwards += c.reuse.computed_forwards;
+    reuse.left_pp1 += !c.reuse.left_because.empty();
+  }
   // `expect` speaks of the whole sweep: a filtered or sharded run cannot meet or miss it
   // (splitcheck merge evaluates it once the shards are joined). Errors still count.
   const bool partial = !options.filter.empty() || options.shard_count > 1;

@@ -14,6 +14,7 @@
 #include "harness/compare.h"
 #include "harness/generation.h"
 #include "harness/partition.h"
+#include "harness/prefix_reuse.h"
 #include "harness/run.h"
 #include "harness/stage.h"
 
@@ -59,6 +60,7 @@ struct CaseResult {
   AcceptanceFigures acceptance;  // this partition's speculative figures
   DrafterPlacement drafter;      // what the drafter on the last stage was bound to
   std::string refusal_probe;     // what a missing drafter embedding placeholder gets
+  ReuseStats reuse;              // what the first stage took from PP=1 (prefix_reuse.h)
 };
 
 struct SweepOptions {
@@ -67,6 +69,20 @@ struct SweepOptions {
   int shard_count = 1;
   std::string filter;     // run only cases whose key contains this
   bool progress = false;  // a progress line on stderr
+  // Stage-0 prefix reuse (prefix_reuse.h): on by default; verify computes everything
+  // and checks that reuse would have given the same bits.
+  ReuseMode reuse = ReuseMode::kOn;
+};
+
+// What the sweep reused, over all its split points.
+struct ReuseSummary {
+  ReuseMode mode = ReuseMode::kOff;
+  std::string unused_because;  // why no split point could reuse, when none could
+  size_t state_bytes = 0;      // PP=1 states kept for reuse
+  int64_t reused_forwards = 0;
+  int64_t verified_forwards = 0;
+  int64_t computed_forwards = 0;
+  int64_t left_pp1 = 0;  // split points whose operations left PP=1's
 };
 
 struct SweepResult {
@@ -77,6 +93,7 @@ struct SweepResult {
   std::vector<CaseResult> cases;
   AcceptanceFigures pp1_acceptance;  // PP=1's speculative figures
   DrafterPlacement pp1_drafter;
+  ReuseSummary reuse;
   double pp1_seconds = 0;
   double total_seconds = 0;
   int threads = 1;

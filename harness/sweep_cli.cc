@@ -18,6 +18,12 @@ void SweepCli::add_to(CLI::App& app) {
   command->add_option("--threads", threads, "Split points run at once (default: one per core)");
   command->add_option("--shard", shard, "Run share i of N of the split points, as i/N");
   command->add_option("--filter", filter, "Run only split points whose key contains this");
+  command
+      ->add_option("--reuse", reuse,
+                   "Stage-0 prefix reuse: on (take what each first stage computes before its "
+                   "cut from PP=1), off (compute everything), verify (compute everything and "
+                   "check that reuse gives the same bits)")
+      ->check(CLI::IsMember({"on", "off", "verify"}));
 }
 
 int SweepCli::run() {
@@ -30,6 +36,7 @@ int SweepCli::run() {
   opts.threads = threads;
   opts.filter = filter;
   opts.progress = isatty(STDERR_FILENO) != 0;
+  opts.reuse = *parse_reuse_mode(reuse);
   if (!shard.empty()) {
     int i = -1, n = -1;
     if (std::sscanf(shard.c_str(), "%d/%d", &i, &n) != 2 || n < 1 || i < 0 || i >= n) {
@@ -56,6 +63,7 @@ int SweepCli::run() {
   fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s on {} threads ({:.1f} PP=1 runs)\n",
              r->pp1_seconds, r->total_seconds, r->threads,
              r->total_seconds / std::max(1e-9, r->pp1_seconds));
+  fmt::print("reuse: {}\n", reuse_line(reuse_json(r->reuse)));
   if (r->pp1_acceptance.speculative) {
     const AcceptanceFigures& a = r->pp1_acceptance;
     int equal = 0;

@@ -13,6 +13,7 @@ struct SweepCli {
   int threads = 0;
   std::string shard;
   std::string filter;
+  std::string reuse = "on";
   std::string command_line;  // recorded in the report as the command to reproduce
   void add_to(CLI::App& app);
   // Runs the sweep when its subcommand was given; returns the exit code.

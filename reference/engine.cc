@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "reference/state_log.h"
+
 namespace splitcheck {
 
 const char* forward_kind_name(ForwardKind kind) {
@@ -111,9 +113,25 @@ Result<std::unique_ptr<ReferenceEngine>> ReferenceEngine::create(const ModelConf
 }
 
 void ReferenceEngine::reset_sequence() {
+  if (log_ != nullptr) log_->add_control(EngineOp::kReset);
   caches_.clear();
   for (int l = 0; l < config_.num_hidden_layers; ++l)
     caches_.push_back(empty_layer_cache(config_, l));
+}
+
+void ReferenceEngine::set_state_log(StateLog* log) {
+  log_ = log;
+  if (log_ != nullptr) log_->set_origin(options_.capture_ids, options_.level);
+}
+
+void ReferenceEngine::save_state() {
+  if (log_ != nullptr) log_->add_control(EngineOp::kSave);
+  snapshot_ = caches_;
+}
+
+void ReferenceEngine::restore_state() {
+  if (log_ != nullptr) log_->add_control(EngineOp::kRestore);
+  caches_ = snapshot_;
 }
 
 Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRecord* record) {
@@ -134,8 +152,16 @@ Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRec
   };
   std::vector<std::pair<int, Tensor>> taps;
   if (captured(0)) taps.emplace_back(0, st.prefix.clone());
+  LoggedForward* logged = log_ != nullptr ? &log_->begin_forward(req) : nullptr;
+  const size_t entries_before = record != nullptr ? record->entries().size() : 0;
   for (int l = 0; l < L; ++l) {
     run_layer(ctx, c, l, layers_[l], st, caches_[l], rec);
+    if (logged != nullptr && l <= log_->last_layer_kept()) {
+      logged->state_after.push_back(clone_state(st));
+      logged->events_after.push_back(trace.events.size());
+      logged->entries_after.push_back(record != nullptr ? record->entries().size() - entries_before
+                                                        : 0);
+    }
     const int k = l + 1;
     if (!captured(k)) continue;
     if (k < L) {
@@ -144,6 +170,15 @@ Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRec
     } else {
       taps.emplace_back(k, read_tap(ctx, c, k, st, weights_.get("output_attn_res_norm.weight"),
                                     weights_.get("output_attn_res_proj.weight")));
+    }
+  }
+  if (logged != nullptr) {
+    logged->events = trace.events;
+    logged->taps = taps;
+    if (record != nullptr) {
+      const auto& e = record->entries();
+      logged->layer_entries.assign(e.begin() + static_cast<std::ptrdiff_t>(entries_before),
+                                   e.end());
     }
   }
   HeadOutput head = run_head(ctx, c, st, weights_);

@@ -15,6 +15,8 @@
 
 namespace splitcheck {
 
+class StateLog;
+
 enum class ForwardKind { kPrefill, kDecode, kVerify, kReplay };
 const char* forward_kind_name(ForwardKind kind);
 
@@ -63,9 +65,12 @@ class ReferenceEngine : public Engine {
                                                          EngineOptions options);
   Result<ForwardResult> forward(const ForwardRequest& request, RunRecord* record) override;
   void reset_sequence() override;
-  void save_state() override { snapshot_ = caches_; }
-  void restore_state() override { caches_ = snapshot_; }
+  void save_state() override;
+  void restore_state() override;
   const WeightStore& weights() const { return weights_; }
+  // From now on, logs every operation and the state after every layer into `log`
+  // (state_log.h), which must outlive the engine's use of it; nullptr stops logging.
+  void set_state_log(StateLog* log);
   const ModelConfig& config() const { return config_; }
 
  private:
@@ -76,6 +81,7 @@ class ReferenceEngine : public Engine {
   std::vector<LayerWeights> layers_;
   std::vector<LayerCache> caches_;
   std::vector<LayerCache> snapshot_;
+  StateLog* log_ = nullptr;
 };
 
 // Dump helpers shared by both engines.

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "reports/report.h"
 #include "reports/writers.h"
 
 namespace splitcheck {
@@ -343,6 +344,8 @@ std::string render_html(const nlohmann::json& r) {
         "<tr><td>timing</td><td>PP=1 {:.2f} s, sweep {:.2f} s on {} threads</td></tr>\n",
         r["timing"].value("pp1_seconds", 0.0), r["timing"].value("total_seconds", 0.0),
         text_of(r["timing"].value("threads", nlohmann::json())));
+  if (r.contains("reuse"))
+    out += fmt::format("<tr><td>reuse</td><td>{}</td></tr>\n", esc(reuse_line(r["reuse"])));
   out += "</tbody></table>\n</header>\n";
   if (kind == "bisect") out += cause_block(obj_field(r, "bisect"));
   if (kind == "sweep") out += "<h2>Where each split point first diverged</h2>\n" + map_svg(r);

@@ -1,6 +1,7 @@
 // summary.md: a short report for a PR comment.
 #include <fmt/format.h>
 
+#include "reports/report.h"
 #include "reports/writers.h"
 
 namespace splitcheck {
@@ -51,6 +52,7 @@ std::string render_markdown(const nlohmann::json& r) {
       fmt::format("| {} | {} | {} | {} | {} | {} |\n\n", counts.value("pass", 0),
                   counts.value("diverged", 0), counts.value("config_rejected", 0),
                   counts.value("error", 0), counts.value("skipped", 0), counts.value("total", 0));
+  if (r.contains("reuse")) out += fmt::format("Reuse: {}.\n\n", cell(reuse_line(r["reuse"])));
   std::vector<const nlohmann::json*> bad;
   for (const nlohmann::json& c : r["cases"])
     if (str_field(c, "verdict") != "pass") bad.push_back(&c);

@@ -1,5 +1,7 @@
 #include "reports/report.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -88,6 +90,46 @@ nlohmann::json empty_case(const std::string& key, int64_t index) {
           {"stages", nlohmann::json::array()}};
 }
 
+nlohmann::json reuse_json(const ReuseSummary& u) {
+  const bool used = u.mode != ReuseMode::kOff;
+  return {{"mode", reuse_mode_name(u.mode)},
+          {"scope", used ? "stage-0 prefix" : "none"},
+          {"rule",
+           used ? "a first stage whose operations so far equal PP=1's takes PP=1's state after "
+                  "the layer before its cut, the dispatch events, per-layer tensors and taps "
+                  "below the cut from PP=1 (verify: computes them and checks they are equal); "
+                  "its boundary tap, tap relay and payload, every later stage, the head and "
+                  "the drafter always run; at the first operation that differs it rebuilds "
+                  "its caches and computes from there"
+                : "every split point runs every layer"},
+          {"unused_because", u.unused_because},
+          {"state_bytes", u.state_bytes},
+          {"reused_forwards", u.reused_forwards},
+          {"verified_forwards", u.verified_forwards},
+          {"computed_forwards", u.computed_forwards},
+          {"split_points_left_pp1", u.left_pp1}};
+}
+
+std::string reuse_line(const nlohmann::json& u) {
+  const std::string mode = u.value("mode", "off");
+  if (mode == "off") return fmt::format("none ({})", u.value("unused_because", ""));
+  const int64_t reused = u.value("reused_forwards", int64_t{0});
+  const int64_t verified = u.value("verified_forwards", int64_t{0});
+  const int64_t all = reused + verified + u.value("computed_forwards", int64_t{0});
+  std::string what = fmt::format("{} of {} first-stage forwards taken from PP=1", reused, all);
+  if (mode == "verify")
+    what = fmt::format("{} of {} first-stage forwards computed and checked equal to PP=1's",
+                       verified, all);
+  if (mode == "mixed")
+    what = fmt::format("{} of {} first-stage forwards taken from PP=1, {} checked equal to it",
+                       reused, all, verified);
+  return fmt::format(
+      "stage-0 prefix, {}: {}; {} split points left PP=1's operations and computed from "
+      "there; {:.1f} MiB of PP=1 states kept",
+      mode, what, u.value("split_points_left_pp1", int64_t{0}),
+      static_cast<double>(u.value("state_bytes", int64_t{0})) / (1 << 20));
+}
+
 nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   nlohmann::json j;
   j["format"] = "splitcheck.report";
@@ -114,8 +156,8 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
       {"pp1_seconds", r.pp1_seconds},
       {"total_seconds", r.total_seconds},
       {"threads", r.threads},
-      {"cost_in_pp1_runs", r.pp1_seconds > 0 ? r.total_seconds / r.pp1_seconds : 0.0},
-      {"reuse", "none: every split point runs every layer; split points run in parallel"}};
+      {"cost_in_pp1_runs", r.pp1_seconds > 0 ? r.total_seconds / r.pp1_seconds : 0.0}};
+  j["reuse"] = reuse_json(r.reuse);
   j["lane"] = {{"name", "exact"}, {"rule", "bitwise on the integer bit pattern; no tolerance"}};
   nlohmann::json faults = nlohmann::json::array();
   for (const auto& id : r.scenario.value("faults", std::vector<std::string>{})) {
@@ -168,6 +210,12 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                         {"parameter_bytes", s.parameter_bytes},
                         {"tensors", s.tensors}});
     cj["stages"] = stages;
+    cj["reuse"] = {{"reused_forwards", c.reuse.reused_forwards},
+                   {"verified_forwards", c.reuse.verified_forwards},
+                   {"computed_forwards", c.reuse.computed_forwards},
+                   {"left_at_forward", c.reuse.left_at_forward},
+                   {"left_because", c.reuse.left_because},
+                   {"unused_because", c.reuse.unused_because}};
     if (c.drafter.method != "none") {
       cj["drafter"] = {{"stage", c.drafter.stage},
                        {"embedding_source", c.drafter.embedding_source},

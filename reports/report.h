@@ -21,6 +21,11 @@ struct ReportContext {
 // The report model of a sweep.
 nlohmann::json sweep_report(const SweepResult& result, const ReportContext& context);
 
+// The report's `reuse` object (what the sweep took from PP=1), and the one line that
+// says it in the console, report.html and summary.md.
+nlohmann::json reuse_json(const ReuseSummary& reuse);
+std::string reuse_line(const nlohmann::json& reuse);
+
 // The report model of a comparison of dump `b` against dump `a` (kind "compare"): one
 // case per differing, structurally different or missing dataset; counts.total is the
 // datasets seen in either file, counts.pass the equal ones.
