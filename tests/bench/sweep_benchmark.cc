@@ -1,7 +1,11 @@
-// The sweep's cost as a multiple of one PP=1 run, measured in one process: the default
-// scenario's PP=1 run, then its full sweep on one thread and on every core.
+// The sweep's cost as a multiple of one PP=1 run, measured in one process on the default
+// scenario: a plain PP=1 run (no state log), then the full sweep with stage-0 prefix
+// reuse off and on, on one thread and on every core. BM_ReuseRatio alternates off and on
+// runs and reports the median of their ratios, which a noisy machine moves less than
+// either time.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -17,28 +21,68 @@ Scenario default_scenario() {
   return *s;
 }
 
+double seconds_of(const auto& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double plain_pp1_seconds(const Scenario& s) {
+  return seconds_of([&] {
+    Result<ReferenceRun> r = run_reference(s);
+    if (!r.is_ok()) std::abort();
+  });
+}
+
+double sweep_seconds(const Scenario& s, int threads, ReuseMode reuse) {
+  SweepOptions opts;
+  opts.threads = threads;
+  opts.reuse = reuse;
+  return seconds_of([&] {
+    Result<SweepResult> r = run_sweep(s, opts);
+    if (!r.is_ok() || !r->conformant()) std::abort();
+  });
+}
+
 void BM_Pp1Run(benchmark::State& state) {
   const Scenario s = default_scenario();
-  for (auto _ : state) {
-    Result<ReferenceRun> r = run_reference(s);
-    benchmark::DoNotOptimize(r.is_ok());
-  }
+  for (auto _ : state) benchmark::DoNotOptimize(plain_pp1_seconds(s));
 }
 BENCHMARK(BM_Pp1Run)->Unit(benchmark::kSecond)->Iterations(3);
 
+// Args: threads (0: one per core), reuse (0 off, 1 on).
 void BM_Sweep(benchmark::State& state) {
   const Scenario s = default_scenario();
-  SweepOptions opts;
-  opts.threads = static_cast<int>(state.range(0));
+  const ReuseMode reuse = state.range(1) != 0 ? ReuseMode::kOn : ReuseMode::kOff;
   double ratio = 0;
   for (auto _ : state) {
-    Result<SweepResult> r = run_sweep(s, opts);
-    if (!r.is_ok() || !r->conformant()) state.SkipWithError("sweep failed");
-    ratio = r->total_seconds / r->pp1_seconds;
+    const double pp1 = plain_pp1_seconds(s);
+    ratio = sweep_seconds(s, static_cast<int>(state.range(0)), reuse) / pp1;
   }
   state.counters["cost_in_pp1_runs"] = ratio;
 }
-BENCHMARK(BM_Sweep)->Arg(1)->Arg(0)->Unit(benchmark::kSecond)->Iterations(1);
+BENCHMARK(BM_Sweep)
+    ->ArgNames({"threads", "reuse"})
+    ->Args({1, 0})
+    ->Args({1, 1})
+    ->Args({0, 0})
+    ->Args({0, 1})
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1);
+
+void BM_ReuseRatio(benchmark::State& state) {
+  const Scenario s = default_scenario();
+  const int threads = static_cast<int>(state.range(0));
+  std::vector<double> ratios;
+  for (auto _ : state) {
+    const double off = sweep_seconds(s, threads, ReuseMode::kOff);
+    const double on = sweep_seconds(s, threads, ReuseMode::kOn);
+    ratios.push_back(off / on);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  state.counters["off_over_on_median"] = ratios[ratios.size() / 2];
+}
+BENCHMARK(BM_ReuseRatio)->ArgName("threads")->Arg(0)->Unit(benchmark::kSecond)->Iterations(3);
 
 }  // namespace
 }  // namespace splitcheck

@@ -175,6 +175,26 @@ TEST_F(CliTest, CompareRefusesNonHdf5AndTruncatedDumpsNamingTheFile) {
 
 bool committed_goldens_exist() { return fs::exists(SPLITCHECK_SOURCE_DIR "/golden/MANIFEST.json"); }
 
+TEST_F(CliTest, SweepSaysWhatItReusedInEachModeAndRefusesAnUnknownMode) {
+  const std::string scenario = quote(small_scenario("small.json").string());
+  const CliResult on = cli("sweep " + scenario + " --threads 1");
+  EXPECT_EQ(on.code, 0) << on.out << on.err;
+  EXPECT_NE(on.out.find("reuse: stage-0 prefix, on: 2 of 2 first-stage forwards taken from PP=1"),
+            std::string::npos)
+      << on.out;
+  const CliResult verify = cli("sweep " + scenario + " --reuse verify");
+  EXPECT_EQ(verify.code, 0) << verify.out << verify.err;
+  EXPECT_NE(verify.out.find("verify: 2 of 2 first-stage forwards computed and checked equal"),
+            std::string::npos)
+      << verify.out;
+  const CliResult off = cli("sweep " + scenario + " --reuse off");
+  EXPECT_EQ(off.code, 0) << off.out << off.err;
+  EXPECT_NE(off.out.find("reuse: none (--reuse off)"), std::string::npos) << off.out;
+  const CliResult bad = cli("sweep " + scenario + " --reuse maybe");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--reuse"), std::string::npos) << bad.err;
+}
+
 TEST_F(CliTest, GoldenVerifyPassesOnCommittedGoldens) {
   if (!committed_goldens_exist()) GTEST_SKIP() << "no golden/MANIFEST.json in the source tree";
   const CliResult r = cli("golden verify");

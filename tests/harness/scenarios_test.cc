@@ -1,10 +1,14 @@
 // Every committed scenario is a regression test: the sweep must conclude what its
-// `expect` block says (the must-pass list of the project).
+// `expect` block says (the must-pass list of the project). The sweep runs with its
+// default stage-0 prefix reuse; for every scenario with faults it runs again in verify
+// mode (everything computed, and every reused prefix checked equal to what the first
+// stage computes), and the two reports must say the same of every split point.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "harness/sweep.h"
+#include "reports/report.h"
 
 namespace splitcheck {
 namespace {
@@ -37,11 +41,35 @@ TEST_P(CommittedScenario, SweepConcludesWhatExpectSays) {
       EXPECT_FALSE(c.failed_checks.empty()) << c.key;
     }
   }
+  EXPECT_EQ(r->reuse.mode, ReuseMode::kOn) << r->reuse.unused_because;
+  EXPECT_GT(r->reuse.reused_forwards, 0);
   if (s->faults.empty()) {
     EXPECT_TRUE(r->conformant()) << "false alarm without faults in " << GetParam();
-  } else {
-    EXPECT_FALSE(r->conformant()) << "fault not caught in " << GetParam();
+    return;
   }
+  EXPECT_FALSE(r->conformant()) << "fault not caught in " << GetParam();
+
+  SweepOptions verify;
+  verify.reuse = ReuseMode::kVerify;
+  Result<SweepResult> v = run_sweep(*s, verify);
+  ASSERT_TRUE(v.is_ok()) << v.status().message();
+  EXPECT_EQ(v->reuse.verified_forwards, r->reuse.reused_forwards);
+  // Everything but what reuse itself and the clock change.
+  auto deterministic = [](nlohmann::json j) {
+    j.erase("timing");
+    j.erase("reuse");
+    for (auto& c : j["cases"]) {
+      c.erase("seconds");
+      c.erase("reuse");
+    }
+    return j;
+  };
+  const nlohmann::json with_reuse = deterministic(sweep_report(*r, ReportContext{}));
+  const nlohmann::json computed = deterministic(sweep_report(*v, ReportContext{}));
+  ASSERT_EQ(with_reuse["cases"].size(), computed["cases"].size());
+  for (size_t i = 0; i < computed["cases"].size(); ++i)
+    EXPECT_EQ(with_reuse["cases"][i], computed["cases"][i]) << GetParam() << " case " << i;
+  EXPECT_EQ(with_reuse, computed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, CommittedScenario, ::testing::ValuesIn(committed_scenarios()),
