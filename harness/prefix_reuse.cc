@@ -39,7 +39,10 @@ PrefixFollower::Step PrefixFollower::follow(EngineOp op, const ForwardRequest* r
   }
   const std::vector<LoggedOp>& ops = reuse_.log->ops();
   std::string differs;
-  if (cursor_ >= ops.size()) {
+  if (cursor_ >= ops.size() && reuse_.log->ended_early()) {
+    differs = fmt::format("{} after PP=1's log ended at its memory bound ({} operations)",
+                          engine_op_name(op), ops.size());
+  } else if (cursor_ >= ops.size()) {
     differs = fmt::format("{} after the last of PP=1's {} operations", engine_op_name(op),
                           ops.size());
   } else if (ops[cursor_].op != op) {

@@ -390,7 +390,7 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
     reuse.mode = ReuseMode::kOff;
     reuse.unused_because = "no partition has a second stage";
   } else {
-    log = std::make_unique<StateLog>(keep);
+    log = std::make_unique<StateLog>(keep, options.reuse_memory_bytes);
     ref->set_state_log(log.get());
   }
   RunRecord ref_record;
@@ -401,7 +401,10 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   result.pp1_drafter = ref_gen.drafter;
   ref.reset();
   result.pp1_seconds = seconds_since(t_ref);
-  if (log) reuse.state_bytes = log->state_bytes();
+  if (log) {
+    reuse.state_bytes = log->state_bytes();
+    reuse.log_ended_early = log->ended_early();
+  }
   const PrefixReuse prefix{log.get(), reuse.mode};
 
   result.cases.resize(parts.size());

@@ -72,6 +72,9 @@ struct SweepOptions {
   // Stage-0 prefix reuse (prefix_reuse.h): on by default; verify computes everything
   // and checks that reuse would have given the same bits.
   ReuseMode reuse = ReuseMode::kOn;
+  // Bound on the PP=1 states kept for reuse; past it the log ends and first stages
+  // compute the rest themselves (0: no bound).
+  size_t reuse_memory_bytes = size_t{1} << 30;
 };
 
 // What the sweep reused, over all its split points.
@@ -79,6 +82,7 @@ struct ReuseSummary {
   ReuseMode mode = ReuseMode::kOff;
   std::string unused_because;  // why no split point could reuse, when none could
   size_t state_bytes = 0;      // PP=1 states kept for reuse
+  bool log_ended_early = false;  // the memory bound ended PP=1's log before the run did
   int64_t reused_forwards = 0;
   int64_t verified_forwards = 0;
   int64_t computed_forwards = 0;

@@ -24,6 +24,9 @@ void SweepCli::add_to(CLI::App& app) {
                    "cut from PP=1), off (compute everything), verify (compute everything and "
                    "check that reuse gives the same bits)")
       ->check(CLI::IsMember({"on", "off", "verify"}));
+  command->add_option("--reuse-memory", reuse_memory_mib,
+                      "MiB of PP=1 states kept for reuse (default 1024); past it, first stages "
+                      "compute the rest themselves; 0: no bound");
 }
 
 int SweepCli::run() {
@@ -37,6 +40,7 @@ int SweepCli::run() {
   opts.filter = filter;
   opts.progress = isatty(STDERR_FILENO) != 0;
   opts.reuse = *parse_reuse_mode(reuse);
+  opts.reuse_memory_bytes = reuse_memory_mib << 20;
   if (!shard.empty()) {
     int i = -1, n = -1;
     if (std::sscanf(shard.c_str(), "%d/%d", &i, &n) != 2 || n < 1 || i < 0 || i >= n) {

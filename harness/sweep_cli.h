@@ -14,6 +14,7 @@ struct SweepCli {
   std::string shard;
   std::string filter;
   std::string reuse = "on";
+  size_t reuse_memory_mib = 1024;
   std::string command_line;  // recorded in the report as the command to reproduce
   void add_to(CLI::App& app);
   // Runs the sweep when its subcommand was given; returns the exit code.

@@ -152,12 +152,12 @@ Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRec
   };
   std::vector<std::pair<int, Tensor>> taps;
   if (captured(0)) taps.emplace_back(0, st.prefix.clone());
-  LoggedForward* logged = log_ != nullptr ? &log_->begin_forward(req) : nullptr;
+  LoggedForward* logged = log_ != nullptr ? log_->begin_forward(req) : nullptr;
   const size_t entries_before = record != nullptr ? record->entries().size() : 0;
   for (int l = 0; l < L; ++l) {
     run_layer(ctx, c, l, layers_[l], st, caches_[l], rec);
     if (logged != nullptr && l <= log_->last_layer_kept()) {
-      logged->state_after.push_back(clone_state(st));
+      log_->keep_state(*logged, st);
       logged->events_after.push_back(trace.events.size());
       logged->entries_after.push_back(record != nullptr ? record->entries().size() - entries_before
                                                         : 0);

@@ -16,20 +16,24 @@ const char* engine_op_name(EngineOp op) {
   return "?";
 }
 
-LoggedForward& StateLog::begin_forward(const ForwardRequest& request) {
+void StateLog::add_control(EngineOp op) {
+  if (max_state_bytes_ > 0 && state_bytes_ >= max_state_bytes_) ended_ = true;
+  if (!ended_) ops_.push_back(LoggedOp{op, -1});
+}
+
+LoggedForward* StateLog::begin_forward(const ForwardRequest& request) {
+  if (max_state_bytes_ > 0 && state_bytes_ >= max_state_bytes_) ended_ = true;
+  if (ended_) return nullptr;
   ops_.push_back(LoggedOp{EngineOp::kForward, static_cast<int32_t>(forwards_.size())});
   forwards_.emplace_back();
   forwards_.back().request = request;
-  return forwards_.back();
+  return &forwards_.back();
 }
 
-size_t StateLog::state_bytes() const {
-  size_t n = 0;
-  for (const LoggedForward& f : forwards_) {
-    for (const ResidualState& s : f.state_after)
-      n += s.prefix.nbytes() + (s.has_delta ? s.delta.nbytes() : 0) + s.bank.nbytes();
-  }
-  return n;
+void StateLog::keep_state(LoggedForward& forward, const ResidualState& state) {
+  forward.state_after.push_back(clone_state(state));
+  const ResidualState& s = forward.state_after.back();
+  state_bytes_ += s.prefix.nbytes() + (s.has_delta ? s.delta.nbytes() : 0) + s.bank.nbytes();
 }
 
 bool same_request(const ForwardRequest& a, const ForwardRequest& b) {

@@ -44,7 +44,11 @@ struct LoggedOp {
 
 class StateLog {
  public:
-  explicit StateLog(int last_layer_kept) : last_layer_kept_(last_layer_kept) {}
+  // `max_state_bytes` bounds the memory of the kept states: once the states reach it, the
+  // log ends (it stops recording operations), and a stage that follows it leaves it there
+  // as at any operation PP=1 did not make. 0 means no bound.
+  explicit StateLog(int last_layer_kept, size_t max_state_bytes = 0)
+      : last_layer_kept_(last_layer_kept), max_state_bytes_(max_state_bytes) {}
 
   // Layers whose state is kept: 0 .. last_layer_kept (a first stage ends at most at L-1).
   int last_layer_kept() const { return last_layer_kept_; }
@@ -60,14 +64,21 @@ class StateLog {
   const LoggedForward& forward(const LoggedOp& op) const { return forwards_.at(op.forward); }
   size_t forward_count() const { return forwards_.size(); }
   // Bytes held by the kept states (what reuse costs in memory).
-  size_t state_bytes() const;
+  size_t state_bytes() const { return state_bytes_; }
+  // True when the memory bound ended the log before the run did.
+  bool ended_early() const { return ended_; }
 
-  // Appended by the engine as it runs.
-  void add_control(EngineOp op) { ops_.push_back(LoggedOp{op, -1}); }
-  LoggedForward& begin_forward(const ForwardRequest& request);
+  // Appended by the engine as it runs; nothing is appended once the log has ended.
+  void add_control(EngineOp op);
+  // The forward's entry, or nullptr when the log has ended.
+  LoggedForward* begin_forward(const ForwardRequest& request);
+  void keep_state(LoggedForward& forward, const ResidualState& state);
 
  private:
   int last_layer_kept_ = 0;
+  size_t max_state_bytes_ = 0;
+  size_t state_bytes_ = 0;
+  bool ended_ = false;
   std::vector<int> capture_ids_;
   DumpLevel level_ = DumpLevel::kLayer;
   std::vector<LoggedOp> ops_;

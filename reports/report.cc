@@ -104,6 +104,7 @@ nlohmann::json reuse_json(const ReuseSummary& u) {
                 : "every split point runs every layer"},
           {"unused_because", u.unused_because},
           {"state_bytes", u.state_bytes},
+          {"log_ended_early", u.log_ended_early},
           {"reused_forwards", u.reused_forwards},
           {"verified_forwards", u.verified_forwards},
           {"computed_forwards", u.computed_forwards},
@@ -125,9 +126,10 @@ std::string reuse_line(const nlohmann::json& u) {
                        reused, all, verified);
   return fmt::format(
       "stage-0 prefix, {}: {}; {} split points left PP=1's operations and computed from "
-      "there; {:.1f} MiB of PP=1 states kept",
+      "there; {:.1f} MiB of PP=1 states kept{}",
       mode, what, u.value("split_points_left_pp1", int64_t{0}),
-      static_cast<double>(u.value("state_bytes", int64_t{0})) / (1 << 20));
+      static_cast<double>(u.value("state_bytes", int64_t{0})) / (1 << 20),
+      u.value("log_ended_early", false) ? " (the memory bound ended the log early)" : "");
 }
 
 nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {

@@ -29,8 +29,9 @@ EngineOptions engine_options(const Scenario& s) {
 }
 
 // PP=1 over `weights_of` (the scenario itself unless another is given), logged.
-std::unique_ptr<StateLog> pp1_log(const Scenario& s, const Scenario& weights_of) {
-  auto log = std::make_unique<StateLog>(s.model.num_hidden_layers - 2);
+std::unique_ptr<StateLog> pp1_log(const Scenario& s, const Scenario& weights_of,
+                                  size_t max_state_bytes = 0) {
+  auto log = std::make_unique<StateLog>(s.model.num_hidden_layers - 2, max_state_bytes);
   Result<PreparedWorkload> w = prepare_workload(s);
   EXPECT_TRUE(w.is_ok());
   std::unique_ptr<WeightSource> source = scenario_weight_source(weights_of);
@@ -113,6 +114,22 @@ TEST(PrefixReuse, AfterLeavingPp1sOperationsTheRebuiltCachesGiveTheSameRecord) {
   EXPECT_GT(on.stats.left_at_forward, 0);
   EXPECT_GT(on.stats.reused_forwards, 0);
   EXPECT_GT(on.stats.computed_forwards, 0);
+  expect_same_records(off.record, on.record);
+}
+
+TEST(PrefixReuse, ALogEndedByItsMemoryBoundIsFollowedAsFarAsItGoes) {
+  const Scenario s = default_scenario();
+  // One byte: the first forward's states are kept, then the log ends.
+  const std::unique_ptr<StateLog> log = pp1_log(s, s, 1);
+  EXPECT_TRUE(log->ended_early());
+  EXPECT_EQ(log->forward_count(), 1u);
+  const SplitRun off = run_split(s, 13, {});
+  const SplitRun on = run_split(s, 13, {log.get(), ReuseMode::kOn});
+  ASSERT_TRUE(on.status.is_ok()) << on.status.message();
+  EXPECT_EQ(on.stats.reused_forwards, 1);
+  EXPECT_GT(on.stats.computed_forwards, 0);
+  EXPECT_NE(on.stats.left_because.find("memory bound"), std::string::npos)
+      << on.stats.left_because;
   expect_same_records(off.record, on.record);
 }
 
