@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "harness/dump.h"
+#include "tests/cli_fixture.h"
 #include "tests/reports/report_fixture.h"
 
 namespace splitcheck::testing {
@@ -14,32 +15,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+using cli_test::quote;
 
-class KindsTest : public ::testing::Test {
+class KindsTest : public cli_test::CliFixture {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("splitcheck-kinds-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  KindsTest() : CliFixture("splitcheck-kinds-test-") {}
 
   // Runs the CLI; returns its exit code (stdout and stderr land in dir_).
-  int cli(const std::string& args) const {
-    const std::string cmd = quote(SPLITCHECK_BINARY) + " " + args + " >" +
-                            quote((dir_ / "stdout.txt").string()) + " 2>" +
-                            quote((dir_ / "stderr.txt").string());
-    const int status = std::system(cmd.c_str());
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
+  int cli(const std::string& args) const { return CliFixture::cli(args).code; }
   std::string scenario(const std::string& name) const {
     return quote(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/" + name + ".json");
   }
-
-  fs::path dir_;
 };
 
 void validate(const fs::path& dir) {
