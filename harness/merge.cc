@@ -245,7 +245,8 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
       for (const char* count :
            {"reused_forwards", "verified_forwards", "computed_forwards", "split_points_left_pp1"})
         u[count] = u[count].get<int64_t>() + ru.value(count, int64_t{0});
-      u["state_bytes"] = std::max(u["state_bytes"].get<int64_t>(), ru.value("state_bytes", int64_t{0}));
+      u["state_bytes"] =
+          std::max(u["state_bytes"].get<int64_t>(), ru.value("state_bytes", int64_t{0}));
       if (ru.value("mode", "") != first["reuse"].value("mode", "")) u["mode"] = "mixed";
       if (ru.value("log_ended_early", false)) u["log_ended_early"] = true;
     }

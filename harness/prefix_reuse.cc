@@ -43,8 +43,8 @@ PrefixFollower::Step PrefixFollower::follow(EngineOp op, const ForwardRequest* r
     differs = fmt::format("{} after PP=1's log ended at its memory bound ({} operations)",
                           engine_op_name(op), ops.size());
   } else if (cursor_ >= ops.size()) {
-    differs = fmt::format("{} after the last of PP=1's {} operations", engine_op_name(op),
-                          ops.size());
+    differs =
+        fmt::format("{} after the last of PP=1's {} operations", engine_op_name(op), ops.size());
   } else if (ops[cursor_].op != op) {
     differs = fmt::format("operation {}: {} here, {} at PP=1", cursor_, engine_op_name(op),
                           engine_op_name(ops[cursor_].op));

@@ -9,6 +9,7 @@
 #include "harness/digest.h"
 #include "harness/generation.h"
 #include "harness/partitioned_engine.h"
+#include "reference/state_log.h"
 
 namespace splitcheck {
 
@@ -90,18 +91,23 @@ std::unique_ptr<WeightSource> scenario_weight_source(const Scenario& s) {
 }
 
 Result<ReferenceRun> run_reference(const Scenario& s) {
+  std::unique_ptr<WeightSource> source = scenario_weight_source(s);
+  return run_reference(s, *source);
+}
+
+Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source, StateLog* log) {
   ReferenceRun run;
   ASSIGN_OR_RETURN(run.workload, prepare_workload(s));
-  std::unique_ptr<WeightSource> source = scenario_weight_source(s);
   std::vector<std::string> names;
   for (const TensorSpec& t : model_tensor_specs(s.model)) names.push_back(t.name);
-  ASSIGN_OR_RETURN(WeightStore weights, load_weights(*source, names));
+  ASSIGN_OR_RETURN(WeightStore weights, load_weights(source, names));
   ASSIGN_OR_RETURN(
       std::unique_ptr<ReferenceEngine> engine,
       ReferenceEngine::create(s.model, std::move(weights),
                               EngineOptions{s.capture_ids, s.dump_level, s.speculative.method,
                                             s.speculative.context_only_producer}));
-  ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->weights(), 0, true, *source,
+  engine->set_state_log(log);
+  ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->weights(), 0, true, source,
                                                run.workload, &run.record));
   run.generation = run.summary.generation;
   return run;

@@ -34,8 +34,12 @@ struct ReferenceRun {
   GenerationSummary summary;  // speculative figures and the drafter's binding
 };
 
-// The PP=1 run of the scenario with everything recorded at the scenario's dump level.
+// The PP=1 run of the scenario with everything recorded at the scenario's dump level,
+// over `source` (the scenario's own weights unless given). With `log`, the engine logs
+// every operation and its states into it (reference/state_log.h).
 Result<ReferenceRun> run_reference(const Scenario& scenario);
+Result<ReferenceRun> run_reference(const Scenario& scenario, WeightSource& source,
+                                   StateLog* log = nullptr);
 
 // One partitioned run of the scenario at the partition with these interior cuts, with
 // /stages/<s>/ recorded (what each stage holds).

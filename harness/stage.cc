@@ -162,7 +162,7 @@ void Stage::restore_state() {
   caches_ = snapshot_;
 }
 
-std::string Stage::follow_log(PrefixReuse reuse) {
+void Stage::follow_log(PrefixReuse reuse) {
   std::string& why = reuse_unused_because_;
   if (!reuse.enabled()) {
     why = "reuse is off";
@@ -177,7 +177,6 @@ std::string Stage::follow_log(PrefixReuse reuse) {
     why.clear();
     follower_ = std::make_unique<PrefixFollower>(reuse);
   }
-  return why;
 }
 
 ReuseStats Stage::reuse_stats() const {
@@ -275,12 +274,13 @@ Status Stage::check_prefix(const LoggedForward& f, const StageOutput& out, const
     return differs("the pending delta D");
   if (!want.bank.bit_equal(got.bank)) return differs("the bank");
   const size_t n_events = f.events_after[last];
-  if (trace.events.size() < events_before + n_events) return differs("the number of dispatch events");
+  if (trace.events.size() < events_before + n_events)
+    return differs("the number of dispatch events");
   for (size_t i = 0; i < n_events; ++i) {
     const DispatchEvent& a = f.events[i];
     const DispatchEvent& b = trace.events[events_before + i];
-    if (a.forward != b.forward || a.layer != b.layer || a.site != b.site ||
-        a.kernel != b.kernel || a.stage != b.stage || a.aux != b.aux)
+    if (a.forward != b.forward || a.layer != b.layer || a.site != b.site || a.kernel != b.kernel ||
+        a.stage != b.stage || a.aux != b.aux)
       return differs(fmt::format("dispatch event {}", i));
   }
   if (record != nullptr && cfg_.level != DumpLevel::kSummary) {

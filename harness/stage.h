@@ -59,8 +59,8 @@ class Stage {
   void save_state();
   void restore_state();
   // Lets a first stage (that is not also the last) follow PP=1's log (prefix_reuse.h).
-  // Call before the first operation. Returns why reuse is not possible, or empty.
-  std::string follow_log(PrefixReuse reuse);
+  // Call before the first operation; reuse_stats() says why it did not, when it did not.
+  void follow_log(PrefixReuse reuse);
   // What the stage did with the log (zero without one).
   ReuseStats reuse_stats() const;
   const StageHoldings& holdings() const { return holdings_; }

@@ -357,22 +357,6 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
     parts.push_back(all[i]);
   }
 
-  // PP=1, once.
-  const auto t_ref = Clock::now();
-  ASSIGN_OR_RETURN(PreparedWorkload workload, prepare_workload(s));
-  std::unique_ptr<WeightSource> source;
-  if (s.checkpoint.empty()) {
-    source = std::make_unique<GeneratedWeights>(s.model);
-  } else {
-    source = std::make_unique<CheckpointWeights>(s.checkpoint, s.model);
-  }
-  std::vector<std::string> all_names;
-  for (const TensorSpec& t : model_tensor_specs(s.model)) all_names.push_back(t.name);
-  ASSIGN_OR_RETURN(WeightStore ref_weights, load_weights(*source, all_names));
-  const EngineOptions engine_options{s.capture_ids, s.dump_level, s.speculative.method,
-                                     s.speculative.context_only_producer};
-  ASSIGN_OR_RETURN(std::unique_ptr<ReferenceEngine> ref,
-                   ReferenceEngine::create(s.model, std::move(ref_weights), engine_options));
   // The PP=1 states a first stage may start from: up to the last layer before any
   // partition's first cut.
   const FaultSet faults{s.faults};
@@ -391,20 +375,23 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
     reuse.unused_because = "no partition has a second stage";
   } else {
     log = std::make_unique<StateLog>(keep, options.reuse_memory_bytes);
-    ref->set_state_log(log.get());
   }
-  RunRecord ref_record;
-  ASSIGN_OR_RETURN(GenerationSummary ref_gen,
-                   run_generation(s, *ref, ref->weights(), 0, true, *source, workload, &ref_record),
-                   "PP=1 run");
-  result.pp1_acceptance = acceptance_figures(ref_gen);
-  result.pp1_drafter = ref_gen.drafter;
-  ref.reset();
+
+  // PP=1, once, over the weight source every split point shares.
+  const auto t_ref = Clock::now();
+  std::unique_ptr<WeightSource> source = scenario_weight_source(s);
+  ASSIGN_OR_RETURN(ReferenceRun ref, run_reference(s, *source, log.get()), "PP=1 run");
+  const PreparedWorkload& workload = ref.workload;
+  const RunRecord& ref_record = ref.record;
+  result.pp1_acceptance = acceptance_figures(ref.summary);
+  result.pp1_drafter = ref.summary.drafter;
   result.pp1_seconds = seconds_since(t_ref);
   if (log) {
     reuse.state_bytes = log->state_bytes();
     reuse.log_ended_early = log->ended_early();
   }
+  const EngineOptions engine_options{s.capture_ids, s.dump_level, s.speculative.method,
+                                     s.speculative.context_only_producer};
   const PrefixReuse prefix{log.get(), reuse.mode};
 
   result.cases.resize(parts.size());

@@ -28,11 +28,11 @@ const char* engine_op_name(EngineOp op);
 // (before the read of tap l+1).
 struct LoggedForward {
   ForwardRequest request;
-  std::vector<ResidualState> state_after;  // [l], deep copies
-  std::vector<size_t> events_after;        // [l]
-  std::vector<size_t> entries_after;       // [l], counts into layer_entries
-  std::vector<DispatchEvent> events;       // the forward's whole trace
-  std::vector<RecordEntry> layer_entries;  // forward/<i>/layers/... in record order
+  std::vector<ResidualState> state_after;    // [l], deep copies
+  std::vector<size_t> events_after;          // [l]
+  std::vector<size_t> entries_after;         // [l], counts into layer_entries
+  std::vector<DispatchEvent> events;         // the forward's whole trace
+  std::vector<RecordEntry> layer_entries;    // forward/<i>/layers/... in record order
   std::vector<std::pair<int, Tensor>> taps;  // every tap, ascending id
 };
 

@@ -92,23 +92,23 @@ nlohmann::json empty_case(const std::string& key, int64_t index) {
 
 nlohmann::json reuse_json(const ReuseSummary& u) {
   const bool used = u.mode != ReuseMode::kOff;
-  return {{"mode", reuse_mode_name(u.mode)},
-          {"scope", used ? "stage-0 prefix" : "none"},
-          {"rule",
-           used ? "a first stage whose operations so far equal PP=1's takes PP=1's state after "
-                  "the layer before its cut, the dispatch events, per-layer tensors and taps "
-                  "below the cut from PP=1 (verify: computes them and checks they are equal); "
-                  "its boundary tap, tap relay and payload, every later stage, the head and "
-                  "the drafter always run; at the first operation that differs it rebuilds "
-                  "its caches and computes from there"
-                : "every split point runs every layer"},
-          {"unused_because", u.unused_because},
-          {"state_bytes", u.state_bytes},
-          {"log_ended_early", u.log_ended_early},
-          {"reused_forwards", u.reused_forwards},
-          {"verified_forwards", u.verified_forwards},
-          {"computed_forwards", u.computed_forwards},
-          {"split_points_left_pp1", u.left_pp1}};
+  return {
+      {"mode", reuse_mode_name(u.mode)},
+      {"scope", used ? "stage-0 prefix" : "none"},
+      {"rule", used ? "a first stage whose operations so far equal PP=1's takes PP=1's state after "
+                      "the layer before its cut, the dispatch events, per-layer tensors and taps "
+                      "below the cut from PP=1 (verify: computes them and checks they are equal); "
+                      "its boundary tap, tap relay and payload, every later stage, the head and "
+                      "the drafter always run; at the first operation that differs it rebuilds "
+                      "its caches and computes from there"
+                    : "every split point runs every layer"},
+      {"unused_because", u.unused_because},
+      {"state_bytes", u.state_bytes},
+      {"log_ended_early", u.log_ended_early},
+      {"reused_forwards", u.reused_forwards},
+      {"verified_forwards", u.verified_forwards},
+      {"computed_forwards", u.computed_forwards},
+      {"split_points_left_pp1", u.left_pp1}};
 }
 
 std::string reuse_line(const nlohmann::json& u) {
@@ -154,11 +154,10 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                  {"config_rejected", r.count(Verdict::kConfigRejected)},
                  {"error", r.count(Verdict::kError)},
                  {"skipped", r.count(Verdict::kSkipped)}};
-  j["timing"] = {
-      {"pp1_seconds", r.pp1_seconds},
-      {"total_seconds", r.total_seconds},
-      {"threads", r.threads},
-      {"cost_in_pp1_runs", r.pp1_seconds > 0 ? r.total_seconds / r.pp1_seconds : 0.0}};
+  j["timing"] = {{"pp1_seconds", r.pp1_seconds},
+                 {"total_seconds", r.total_seconds},
+                 {"threads", r.threads},
+                 {"cost_in_pp1_runs", r.pp1_seconds > 0 ? r.total_seconds / r.pp1_seconds : 0.0}};
   j["reuse"] = reuse_json(r.reuse);
   j["lane"] = {{"name", "exact"}, {"rule", "bitwise on the integer bit pattern; no tolerance"}};
   nlohmann::json faults = nlohmann::json::array();

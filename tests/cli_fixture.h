@@ -7,9 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <string>
 
@@ -38,6 +40,16 @@ struct CliResult {
   std::string out;
   std::string err;
 };
+
+// A refusal: exit 2 and exactly one `splitcheck: error:` line on stderr naming every needle.
+inline void expect_one_line_refusal(const CliResult& r,
+                                    std::initializer_list<std::string> needles) {
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("splitcheck: error: ", 0), 0u) << r.err;
+  for (const std::string& n : needles)
+    EXPECT_NE(r.err.find(n), std::string::npos) << n << " in: " << r.err;
+}
 
 // A test with a fresh temporary directory named after `prefix` and the test.
 class CliFixture : public ::testing::Test {

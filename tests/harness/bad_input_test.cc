@@ -21,6 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using cli_test::CliResult;
+using cli_test::expect_one_line_refusal;
 using cli_test::quote;
 using cli_test::write_text;
 const auto& read_text = cli_test::file_text;
@@ -28,15 +29,6 @@ const auto& read_text = cli_test::file_text;
 class BadInputTest : public cli_test::CliFixture {
  protected:
   BadInputTest() : CliFixture("splitcheck-bad-input-test-") {}
-
-  // Exit 2 and one `splitcheck: error:` line on stderr naming every needle.
-  static void expect_refusal(const CliResult& r, std::initializer_list<std::string> needles) {
-    EXPECT_EQ(r.code, 2) << r.out << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_EQ(r.err.rfind("splitcheck: error: ", 0), 0u) << r.err;
-    for (const std::string& n : needles)
-      EXPECT_NE(r.err.find(n), std::string::npos) << n << "\n" << r.err;
-  }
 
   // A real dump of a two-layer k3-tiny scenario.
   fs::path good_dump() const {
@@ -56,12 +48,15 @@ class BadInputTest : public cli_test::CliFixture {
 TEST_F(BadInputTest, CompareRefusesAFileThatIsNotHdf5) {
   const fs::path good = good_dump();
   write_text(path("text.h5"), "plain text pretending to be a dump\n");
-  expect_refusal(cli("compare " + quote(good.string()) + " " + quote(path("text.h5").string())),
-                 {path("text.h5").string()});
-  expect_refusal(cli("compare " + quote(path("text.h5").string()) + " " + quote(good.string())),
-                 {path("text.h5").string()});
-  expect_refusal(cli("compare " + quote(good.string()) + " " + quote(path("absent.h5").string())),
-                 {path("absent.h5").string()});
+  expect_one_line_refusal(
+      cli("compare " + quote(good.string()) + " " + quote(path("text.h5").string())),
+      {path("text.h5").string()});
+  expect_one_line_refusal(
+      cli("compare " + quote(path("text.h5").string()) + " " + quote(good.string())),
+      {path("text.h5").string()});
+  expect_one_line_refusal(
+      cli("compare " + quote(good.string()) + " " + quote(path("absent.h5").string())),
+      {path("absent.h5").string()});
 }
 
 TEST_F(BadInputTest, CompareRefusesATruncatedDump) {
@@ -70,7 +65,7 @@ TEST_F(BadInputTest, CompareRefusesATruncatedDump) {
   ASSERT_GT(bytes.size(), 4096u);
   for (const size_t keep : {bytes.size() / 2, bytes.size() - 100, size_t{512}}) {
     write_text(path("truncated.h5"), bytes.substr(0, keep));
-    expect_refusal(
+    expect_one_line_refusal(
         cli("compare " + quote(good.string()) + " " + quote(path("truncated.h5").string())),
         {path("truncated.h5").string()});
   }
@@ -104,7 +99,7 @@ TEST_F(BadInputTest, CompareRefusesADumpOfAnotherFormatVersion) {
   set_format_version(path("v99.h5"), 99, h5py);
   if (::testing::Test::HasFatalFailure()) return;
   const CliResult r = cli("compare " + quote(good.string()) + " " + quote(path("v99.h5").string()));
-  expect_refusal(r, {path("v99.h5").string(), "format_version", "99"});
+  expect_one_line_refusal(r, {path("v99.h5").string(), "format_version", "99"});
   if (!h5py)
     std::cout << "[ note ] h5py missing for /usr/bin/python3: edited with the HDF5 C API\n";
 }
@@ -126,12 +121,13 @@ TEST_F(BadInputTest, BisectRefusesMalformedScenarioJson) {
     const fs::path scenario = path(std::string(c.name) + ".json");
     write_text(scenario, c.json);
     const fs::path repro = path(std::string(c.name) + "-repro.json");
-    expect_refusal(cli("bisect " + quote(scenario.string()) + " --out " + quote(repro.string())),
-                   {scenario.string()});
+    expect_one_line_refusal(
+        cli("bisect " + quote(scenario.string()) + " --out " + quote(repro.string())),
+        {scenario.string()});
     EXPECT_FALSE(fs::exists(repro));
   }
-  expect_refusal(cli("bisect " + quote(path("absent.json").string())),
-                 {path("absent.json").string()});
+  expect_one_line_refusal(cli("bisect " + quote(path("absent.json").string())),
+                          {path("absent.json").string()});
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using cli_test::CliResult;
+using cli_test::expect_one_line_refusal;
 using cli_test::quote;
 using cli_test::write_text;
 const auto& read_text = cli_test::file_text;
@@ -30,16 +31,6 @@ const auto& read_text = cli_test::file_text;
 class CliTest : public cli_test::CliFixture {
  protected:
   CliTest() : CliFixture("splitcheck-cli-test-") {}
-
-  // SPEC-style refusal: exit 2, exactly one line on stderr that names every `needles`.
-  static void expect_one_line_refusal(const CliResult& r,
-                                      std::initializer_list<std::string> needles) {
-    EXPECT_EQ(r.code, 2) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_EQ(r.err.rfind("splitcheck: error: ", 0), 0u) << r.err;
-    for (const std::string& n : needles)
-      EXPECT_NE(r.err.find(n), std::string::npos) << n << " in: " << r.err;
-  }
 
   // A two-layer k3-tiny scenario with one short prompt, optionally reading `checkpoint`.
   fs::path small_scenario(const std::string& name, const std::string& checkpoint = "") const {

@@ -28,25 +28,14 @@ EngineOptions engine_options(const Scenario& s) {
                        s.speculative.context_only_producer};
 }
 
-// PP=1 over `weights_of` (the scenario itself unless another is given), logged.
+// PP=1 over the weights of `weights_of` (the scenario itself unless another is given),
+// logged.
 std::unique_ptr<StateLog> pp1_log(const Scenario& s, const Scenario& weights_of,
                                   size_t max_state_bytes = 0) {
   auto log = std::make_unique<StateLog>(s.model.num_hidden_layers - 2, max_state_bytes);
-  Result<PreparedWorkload> w = prepare_workload(s);
-  EXPECT_TRUE(w.is_ok());
   std::unique_ptr<WeightSource> source = scenario_weight_source(weights_of);
-  std::vector<std::string> names;
-  for (const TensorSpec& t : model_tensor_specs(weights_of.model)) names.push_back(t.name);
-  Result<WeightStore> weights = load_weights(*source, names);
-  EXPECT_TRUE(weights.is_ok());
-  Result<std::unique_ptr<ReferenceEngine>> ref =
-      ReferenceEngine::create(weights_of.model, std::move(*weights), engine_options(s));
-  EXPECT_TRUE(ref.is_ok());
-  (*ref)->set_state_log(log.get());
-  RunRecord record;
-  Result<GenerationSummary> g =
-      run_generation(s, **ref, (*ref)->weights(), 0, true, *source, *w, &record);
-  EXPECT_TRUE(g.is_ok()) << g.status().message();
+  Result<ReferenceRun> ref = run_reference(s, *source, log.get());
+  EXPECT_TRUE(ref.is_ok()) << ref.status().message();
   return log;
 }
 
@@ -61,14 +50,14 @@ SplitRun run_split(const Scenario& s, int cut, PrefixReuse reuse) {
   Result<PreparedWorkload> w = prepare_workload(s);
   Result<Partition> p = Partition::from_cuts({cut}, s.model.num_hidden_layers);
   std::unique_ptr<WeightSource> source = scenario_weight_source(s);
-  Result<std::unique_ptr<PartitionedEngine>> e = PartitionedEngine::create(
-      s.model, *p, engine_options(s), FaultSet{s.faults}, *source, reuse);
+  Result<std::unique_ptr<PartitionedEngine>> e =
+      PartitionedEngine::create(s.model, *p, engine_options(s), FaultSet{s.faults}, *source, reuse);
   if (!e.is_ok()) {
     out.status = e.status();
     return out;
   }
-  Result<GenerationSummary> g = run_generation(s, **e, (*e)->last_stage_weights(), 1, false,
-                                               *source, *w, &out.record);
+  Result<GenerationSummary> g =
+      run_generation(s, **e, (*e)->last_stage_weights(), 1, false, *source, *w, &out.record);
   out.status = g.is_ok() ? Status::ok() : g.status();
   out.stats = (*e)->reuse_stats();
   return out;
@@ -128,8 +117,7 @@ TEST(PrefixReuse, ALogEndedByItsMemoryBoundIsFollowedAsFarAsItGoes) {
   ASSERT_TRUE(on.status.is_ok()) << on.status.message();
   EXPECT_EQ(on.stats.reused_forwards, 1);
   EXPECT_GT(on.stats.computed_forwards, 0);
-  EXPECT_NE(on.stats.left_because.find("memory bound"), std::string::npos)
-      << on.stats.left_because;
+  EXPECT_NE(on.stats.left_because.find("memory bound"), std::string::npos) << on.stats.left_because;
   expect_same_records(off.record, on.record);
 }
 
@@ -141,8 +129,7 @@ TEST(PrefixReuse, VerifyRefusesALogOfOtherWeights) {
   const SplitRun verify = run_split(s, 13, {foreign.get(), ReuseMode::kVerify});
   ASSERT_FALSE(verify.status.is_ok());
   EXPECT_EQ(verify.status.code(), StatusCode::kInternal);
-  EXPECT_NE(verify.status.message().find("prefix reuse would change forward 0"),
-            std::string::npos)
+  EXPECT_NE(verify.status.message().find("prefix reuse would change forward 0"), std::string::npos)
       << verify.status.message();
   // What verify guards against: taking that log changes the run.
   const SplitRun off = run_split(s, 13, {});

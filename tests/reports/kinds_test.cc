@@ -28,18 +28,6 @@ class KindsTest : public cli_test::CliFixture {
   }
 };
 
-void validate(const fs::path& dir) {
-  if (std::system("/usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "python3 jsonschema is not installed";
-  const std::string schema = std::string(SPLITCHECK_SOURCE_DIR) + "/reports/report.schema.json";
-  const std::string cmd =
-      "/usr/bin/python3 -c 'import json,sys,jsonschema; s=json.load(open(sys.argv[1])); "
-      "jsonschema.Draft202012Validator.check_schema(s); "
-      "jsonschema.Draft202012Validator(s).validate(json.load(open(sys.argv[2])))' '" +
-      schema + "' '" + (dir / "report.json").string() + "'";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-}
-
 int64_t attr(const std::string& text, const std::string& name) {
   std::smatch m;
   if (!std::regex_search(text, m, std::regex(name + "=\"(\\d+)\""))) return -1;

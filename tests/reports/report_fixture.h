@@ -23,6 +23,19 @@ inline std::string read_text(const std::filesystem::path& p) {
   return ss.str();
 }
 
+// Validates <dir>/report.json against reports/report.schema.json with python3-jsonschema.
+inline void validate(const std::filesystem::path& dir) {
+  if (std::system("/usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3 jsonschema is not installed";
+  const std::string schema = std::string(SPLITCHECK_SOURCE_DIR) + "/reports/report.schema.json";
+  const std::string cmd =
+      "/usr/bin/python3 -c 'import json,sys,jsonschema; s=json.load(open(sys.argv[1])); "
+      "jsonschema.Draft202012Validator.check_schema(s); "
+      "jsonschema.Draft202012Validator(s).validate(json.load(open(sys.argv[2])))' '" +
+      schema + "' '" + (dir / "report.json").string() + "'";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
 inline size_t count_of(const std::string& text, const std::string& needle) {
   size_t n = 0;
   for (size_t at = text.find(needle); at != std::string::npos;
