@@ -1,7 +1,7 @@
 // The report model of `splitcheck bisect --report`.
 #include <fmt/format.h>
 
-#include "harness/run.h"
+#include "harness/engine/run.h"
 #include "reports/model_common.h"
 #include "reports/report.h"
 

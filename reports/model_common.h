@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "harness/compare.h"
+#include "harness/dump/compare.h"
 
 namespace splitcheck {
 

@@ -7,10 +7,10 @@
 #include <map>
 
 #include "harness/build_info.h"
-#include "harness/checks.h"
-#include "harness/faults.h"
-#include "harness/partition.h"
-#include "harness/scenario.h"
+#include "harness/engine/partition.h"
+#include "harness/verdict/checks.h"
+#include "harness/verdict/faults.h"
+#include "harness/verdict/scenario.h"
 #include "reports/model_common.h"
 #include "reports/writers.h"
 

@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "harness/bisect.h"
-#include "harness/compare.h"
-#include "harness/sweep.h"
+#include "harness/dump/compare.h"
+#include "harness/verdict/bisect.h"
+#include "harness/verdict/sweep.h"
 #include "kernels/status.h"
 
 namespace splitcheck {

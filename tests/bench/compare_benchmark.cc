@@ -24,8 +24,8 @@
 #include <limits>
 #include <string>
 
-#include "harness/compare.h"
-#include "harness/dump.h"
+#include "harness/dump/compare.h"
+#include "harness/dump/dump.h"
 
 namespace splitcheck {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/run.h"
+#include "harness/engine/run.h"
 #include "kernels/cpu/primitives.h"
 #include "kernels/ops.h"
 #include "reference/engine.h"

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "harness/sweep.h"
+#include "harness/verdict/sweep.h"
 
 namespace splitcheck {
 namespace {

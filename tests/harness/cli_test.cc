@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "harness/compare.h"
+#include "harness/dump/compare.h"
 #include "reference/config.h"
 #include "reference/weights.h"
 #include "tests/cli_fixture.h"

@@ -1,6 +1,6 @@
 // The bitwise comparator: equal and unequal dumps, bit-level reporting, NaN, structural
 // problems, streaming in small blocks, and agreement with h5diff.
-#include "harness/compare.h"
+#include "harness/dump/compare.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -15,7 +15,7 @@
 #include <regex>
 #include <set>
 
-#include "harness/dump.h"
+#include "harness/dump/dump.h"
 
 namespace splitcheck {
 namespace {
@@ -446,7 +446,7 @@ TEST_F(CompareTest, AgreesWithH5diff) {
   EXPECT_EQ(strict.differing, differing_paths(other));
   H5diffOutcome lenient = run_h5diff("", na, no, (dir_ / "nan_other.out").string());
   EXPECT_TRUE(lenient.differing.empty()) << "h5diff's default NaN rule changed: revisit "
-                                            "the comment at the top of harness/compare.h";
+                                            "the comment at the top of harness/dump/compare.h";
 }
 
 }  // namespace

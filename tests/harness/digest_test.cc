@@ -1,6 +1,6 @@
 // Digest test vectors: FIPS 180-4 examples for SHA-256, the xxHash reference values for
 // XXH64, and streaming == one-shot for both.
-#include "harness/digest.h"
+#include "harness/dump/digest.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

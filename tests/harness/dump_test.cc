@@ -1,6 +1,6 @@
 // The dump format: round trips, execution order, byte determinism, readability from
 // Python, and every way a user's file can be wrong.
-#include "harness/dump.h"
+#include "harness/dump/dump.h"
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -14,7 +14,7 @@
 #include <iterator>
 #include <thread>
 
-#include "harness/digest.h"
+#include "harness/dump/digest.h"
 
 namespace splitcheck {
 namespace {

@@ -1,4 +1,4 @@
-#include "harness/handoff.h"
+#include "harness/engine/handoff.h"
 
 #include <gtest/gtest.h>
 

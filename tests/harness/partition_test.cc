@@ -1,4 +1,4 @@
-#include "harness/partition.h"
+#include "harness/engine/partition.h"
 
 #include <gtest/gtest.h>
 

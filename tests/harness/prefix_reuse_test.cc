@@ -1,14 +1,14 @@
-// Stage-0 prefix reuse (harness/prefix_reuse.h): a partitioned run whose first stage
+// Stage-0 prefix reuse (harness/engine/prefix_reuse.h): a partitioned run whose first stage
 // takes its prefix from PP=1's log records exactly what the same run records when it
 // computes everything, also after its operations leave PP=1's and it rebuilds its
 // caches; verify mode refuses a log that is not this model's; the follower leaves at
 // the first operation that differs.
-#include "harness/prefix_reuse.h"
+#include "harness/engine/prefix_reuse.h"
 
 #include <gtest/gtest.h>
 
-#include "harness/partitioned_engine.h"
-#include "harness/run.h"
+#include "harness/engine/partitioned_engine.h"
+#include "harness/engine/run.h"
 #include "reference/state_log.h"
 
 namespace splitcheck {

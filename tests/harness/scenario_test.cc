@@ -1,6 +1,6 @@
 // Scenario files: parsing, defaults, every class of validation error (with its exact JSON
 // pointer), path resolution, the resolved JSON's stability, and the fault/check registries.
-#include "harness/scenario.h"
+#include "harness/verdict/scenario.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 #include <set>
 #include <string>
 
-#include "harness/checks.h"
-#include "harness/faults.h"
+#include "harness/verdict/checks.h"
+#include "harness/verdict/faults.h"
 
 namespace splitcheck {
 namespace {

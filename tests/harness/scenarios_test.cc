@@ -8,7 +8,7 @@
 
 #include <filesystem>
 
-#include "harness/sweep.h"
+#include "harness/verdict/sweep.h"
 #include "reports/report.h"
 
 namespace splitcheck {

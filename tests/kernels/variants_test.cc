@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "harness/run.h"
+#include "harness/engine/run.h"
 #include "kernels/ops.h"
 #include "reference/engine.h"
 #include "reference/weights.h"

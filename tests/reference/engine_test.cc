@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/run.h"
+#include "harness/engine/run.h"
 #include "reference/generate.h"
 #include "reference/weights.h"
 #include "reference/workload.h"

@@ -6,7 +6,7 @@
 
 #include <cstdlib>
 
-#include "harness/dump.h"
+#include "harness/dump/dump.h"
 #include "tests/cli_fixture.h"
 #include "tests/reports/report_fixture.h"
 

@@ -3,7 +3,7 @@
 // volatile fields (timing, cases[].seconds, command) are removed. Bad inputs to merge
 // (wrong format_version, truncated file, mismatched scenario sha256, missing or
 // duplicated shards) exit 2 with the file named.
-#include "harness/merge.h"
+#include "reports/merge.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "harness/sweep.h"
+#include "harness/verdict/sweep.h"
 #include "reports/report.h"
 
 namespace splitcheck::testing {

@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "harness/digest.h"
-#include "harness/dump.h"
+#include "harness/dump/digest.h"
+#include "harness/dump/dump.h"
 
 namespace splitcheck {
 namespace {

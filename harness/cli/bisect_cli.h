@@ -1,0 +1,23 @@
+// `splitcheck bisect`: the command line over bisect() (harness/verdict/bisect.h).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace splitcheck {
+
+// The `bisect` subcommand's options and entry point.
+struct BisectCli {
+  CLI::App* command = nullptr;
+  std::string scenario;
+  std::string out;
+  int threads = 0;
+  std::string report;        // --report DIR: the report's four forms; empty: none
+  std::string command_line;  // the invocation, recorded in the report
+  void add_to(CLI::App& app);
+  // Runs bisect; returns 1 when a divergence was found and minimised, 0 when the sweep
+  // is conformant, 2 on invalid input, 3 on internal error.
+  int run();
+};
+
+}  // namespace splitcheck

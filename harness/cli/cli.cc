@@ -1,0 +1,219 @@
+#include "harness/cli/cli.h"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+
+#include "harness/cli/bisect_cli.h"
+#include "harness/cli/merge_cli.h"
+#include "harness/cli/sweep_cli.h"
+#include "harness/dump/compare.h"
+#include "harness/engine/partition.h"
+#include "harness/engine/run.h"
+#include "harness/verdict/bisect.h"
+#include "harness/verdict/golden.h"
+#include "reports/report.h"
+
+namespace splitcheck {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitDiverged = 1;
+constexpr int kExitInvalid = 2;
+constexpr int kExitInternal = 3;
+
+std::string default_scenario() {
+  return std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json";
+}
+
+int report_status(const Status& st) {
+  fmt::print(stderr, "splitcheck: error: {}\n", st.message());
+  return st.code() == StatusCode::kInvalidInput ? kExitInvalid : kExitInternal;
+}
+
+int cmd_run(const std::string& scenario_path, const std::string& out,
+            const std::vector<int>& split) {
+  Result<Scenario> s = load_scenario(scenario_path);
+  if (!s.is_ok()) return report_status(s.status());
+  Result<ReferenceRun> run = split.empty() ? run_reference(*s) : run_partitioned(*s, split);
+  if (!run.is_ok()) return report_status(run.status());
+  const auto& seqs = run->generation.sequences;
+  const std::string layout = split.empty() ? "PP=1" : fmt::format("cuts {}", fmt::join(split, ","));
+  fmt::print("scenario {} ({}, L={}, H={}): {}, {} prompts, {} forwards\n", s->name,
+             s->model.preset, s->model.num_hidden_layers, s->model.hidden_size, layout, seqs.size(),
+             run->generation.forwards);
+  if (run->summary.speculative) {
+    const SpeculativeResult& sp = run->summary.spec;
+    fmt::print(
+        "  speculative {} (gamma {}): {} steps, mean accepted length {:.3f}, acceptance "
+        "rate {:.3f}, tokens per forward {:.3f}\n",
+        s->speculative.method, s->speculative.gamma, sp.steps, sp.mean_accepted, sp.acceptance_rate,
+        sp.tokens_per_forward);
+  }
+  int strict = 0, flexible = 0;
+  for (size_t p = 0; p < seqs.size(); ++p) {
+    const std::string text = detokenize(seqs[p].emitted);
+    const int64_t answer = run->workload.problems[p].answer;
+    const auto st = extract_strict(text);
+    const auto fl = extract_flexible(text);
+    strict += st && *st == answer;
+    flexible += fl && *fl == answer;
+    fmt::print("  prompt {}: {} prompt tokens, emitted {:?}\n", p, seqs[p].prompt_ids.size(), text);
+  }
+  fmt::print("  GSM8K-style score: strict {}/{}, flexible {}/{}\n", strict, seqs.size(), flexible,
+             seqs.size());
+  if (!out.empty()) {
+    std::string partition = fmt::format("0-{}", s->model.num_hidden_layers);
+    if (!split.empty())
+      partition = Partition::from_cuts(split, s->model.num_hidden_layers)->layout();
+    Result<DumpHeader> header = make_dump_header(*s, partition);
+    if (!header.is_ok()) return report_status(header.status());
+    Status st = write_record(out, run->record, *header);
+    if (!st.is_ok()) return report_status(st);
+    fmt::print("  dump: {} ({} datasets, level {})\n", out, run->record.entries().size(),
+               dump_level_name(s->dump_level));
+  }
+  return kExitOk;
+}
+
+int cmd_checkpoint(const std::string& scenario_path, const std::string& out) {
+  Result<Scenario> s = load_scenario(scenario_path);
+  if (!s.is_ok()) return report_status(s.status());
+  Result<WeightStore> w = scenario_weights(*s);
+  if (!w.is_ok()) return report_status(w.status());
+  // The drafter's own tensors travel in the same checkpoint (one namespace, SPEC 2.1).
+  std::unique_ptr<WeightSource> source = scenario_weight_source(*s);
+  for (const std::string& name : drafter_tensor_names(*s)) {
+    Result<Tensor> t = source->load(name);
+    if (!t.is_ok()) return report_status(t.status());
+    w->put(name, *t);
+  }
+  Status st = write_checkpoint(out, s->model, *w);
+  if (!st.is_ok()) return report_status(st);
+  fmt::print("checkpoint {}: {} tensors, {} bytes of parameters\n", out, w->tensors().size(),
+             w->parameter_bytes());
+  return kExitOk;
+}
+
+int cmd_golden_verify(const std::string& golden_dir) {
+  Result<std::vector<GoldenCheck>> checks = verify_goldens(SPLITCHECK_SOURCE_DIR, golden_dir);
+  if (!checks.is_ok()) return report_status(checks.status());
+  int failed = 0;
+  for (const GoldenCheck& c : *checks) {
+    fmt::print("golden {}: {} ({})\n", c.name, c.passed ? "pass" : "FAIL", c.message);
+    failed += !c.passed;
+  }
+  fmt::print("{} passed, {} failed\n", checks->size() - failed, failed);
+  return failed ? kExitDiverged : kExitOk;
+}
+
+int cmd_compare(const std::string& a, const std::string& b, bool approximate, bool full,
+                const std::string& report_dir, const std::string& command) {
+  CompareOptions opts;
+  opts.approximate = approximate;
+  opts.trust_digest = !full;
+  // Which stage ran an event, and what each stage holds, differ by design between
+  // partitions; the embedding and memory checks of a sweep judge the latter.
+  opts.ignore_prefixes = {"/stage_trace", "/stages"};
+  Result<CompareResult> r = compare_dumps(a, b, opts);
+  if (!r.is_ok()) return report_status(r.status());
+  fmt::print("{}\n", verdict(*r));
+  if (!report_dir.empty()) {
+    Status st =
+        write_reports(report_dir, compare_report(*r, a, b, ReportContext{command}, approximate));
+    if (!st.is_ok()) return report_status(st);
+    fmt::print("report: {}/report.json\n", report_dir);
+  }
+  return r->equal() ? kExitOk : kExitDiverged;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{
+      "splitcheck: proves a pipeline-parallel engine computes exactly what the single-stage "
+      "(PP=1) engine computes, at every split point.\n"
+      "Exit codes: 0 conformant, 1 divergence, 2 invalid input, 3 internal error."};
+  app.require_subcommand(1);
+  std::string golden_dir = std::string(SPLITCHECK_SOURCE_DIR) + "/golden";
+
+  std::string scenario = default_scenario();
+  std::string out;
+  auto* run = app.add_subcommand(
+      "run", "Run the PP=1 reference on a scenario, print a summary, write its dump");
+  run->add_option("scenario", scenario, "Scenario JSON (default: the embedded default scenario)");
+  run->add_option("--out", out, "Dump file (HDF5) to write");
+  std::vector<int> run_split;
+  run->add_option("--split", run_split,
+                  "Run the partitioned engine with these cuts instead of PP=1 (e.g. --split 12 or "
+                  "--split 8,20)")
+      ->delimiter(',');
+
+  std::string ckpt_out;
+  std::string ckpt_scenario = default_scenario();
+  auto* ckpt =
+      app.add_subcommand("checkpoint", "Write the scenario's model weights as an HDF5 checkpoint");
+  ckpt->add_option("scenario", ckpt_scenario, "Scenario JSON");
+  ckpt->add_option("--out", ckpt_out, "Checkpoint file to write")->required();
+
+  auto* golden = app.add_subcommand("golden", "Verify or update the committed PP=1 goldens");
+  golden->require_subcommand(1);
+  golden->add_option("--dir", golden_dir, "Golden directory (default: the source tree's golden/)");
+  auto* verify = golden->add_subcommand("verify", "Recompute every golden and compare bit for bit");
+  std::string reason;
+  std::vector<std::string> update_scenarios;
+  auto* update = golden->add_subcommand(
+      "update", "Regenerate goldens; the reason is recorded in MANIFEST.json");
+  update->add_option("--reason", reason, "Why the golden changes")->required();
+  update->add_option("scenarios", update_scenarios, "Scenario files (default: every golden's)");
+
+  std::string cmp_a, cmp_b;
+  bool approximate = false, full = false;
+  auto* compare =
+      app.add_subcommand("compare", "Compare two dumps of the splitcheck format bit for bit");
+  compare->add_option("a", cmp_a, "Golden (or first) dump")->required();
+  compare->add_option("b", cmp_b, "Candidate dump")->required();
+  compare->add_flag("--approximate", approximate, "Use the approximate lane's thresholds");
+  compare->add_flag("--full", full, "Read every byte even where stored digests are equal");
+  std::string cmp_report;
+  compare->add_option("--report", cmp_report,
+                      "Directory for report.json, report.html, junit.xml, summary.md");
+
+  SweepCli sweep_cli;
+  sweep_cli.add_to(app);
+  BisectCli bisect_cli;
+  bisect_cli.add_to(app);
+
+  std::vector<std::string> merge_inputs;
+  std::string merge_dir;
+  auto* merge = app.add_subcommand(
+      "merge", "Join shard reports (sweep --shard i/N --report DIR) into one unsharded report");
+  merge->add_option("reports", merge_inputs, "Shard report.json files")->required();
+  merge->add_option("--report", merge_dir, "Directory for the merged report")->required();
+
+  for (int i = 0; i < argc; ++i) sweep_cli.command_line += (i ? " " : "") + std::string(argv[i]);
+  bisect_cli.command_line = sweep_cli.command_line;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitInvalid;
+  }
+  if (*run) return cmd_run(scenario, out, run_split);
+  if (*ckpt) return cmd_checkpoint(ckpt_scenario, ckpt_out);
+  if (*verify) return cmd_golden_verify(golden_dir);
+  if (*update) {
+    Status st = update_goldens(SPLITCHECK_SOURCE_DIR, golden_dir, update_scenarios, reason);
+    if (!st.is_ok()) return report_status(st);
+    fmt::print("goldens updated: {}\n", reason);
+    return kExitOk;
+  }
+  if (*compare)
+    return cmd_compare(cmp_a, cmp_b, approximate, full, cmp_report, sweep_cli.command_line);
+  if (*bisect_cli.command) return bisect_cli.run();
+  if (*merge) return run_merge(merge_inputs, merge_dir);
+  return sweep_cli.run();
+}
+
+}  // namespace splitcheck

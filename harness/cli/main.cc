@@ -1,0 +1,16 @@
+// The splitcheck command line. Exit codes (DESIGN.md): 0 conformant, 1 divergence found,
+// 2 invalid input (scenario, dump or other user file), 3 internal error.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+
+#include "harness/cli/cli.h"
+
+int main(int argc, char** argv) {
+  try {
+    return splitcheck::run_cli(argc, argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "splitcheck: internal error: {}\n", e.what());
+    return 3;
+  }
+}

@@ -1,0 +1,100 @@
+#include "harness/cli/sweep_cli.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "harness/verdict/sweep.h"
+#include "reports/report.h"
+
+namespace splitcheck {
+
+void SweepCli::add_to(CLI::App& app) {
+  scenario = std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json";
+  command = app.add_subcommand("sweep",
+                               "Run PP=1 and every split point of a scenario, compare bit for bit");
+  command->add_option("scenario", scenario, "Scenario JSON (default: the embedded default)");
+  command->add_option("--report", report_dir,
+                      "Directory for report.json, report.html, junit.xml, summary.md");
+  command->add_option("--threads", threads, "Split points run at once (default: one per core)");
+  command->add_option("--shard", shard, "Run share i of N of the split points, as i/N");
+  command->add_option("--filter", filter, "Run only split points whose key contains this");
+  command
+      ->add_option("--reuse", reuse,
+                   "Stage-0 prefix reuse: on (take what each first stage computes before its "
+                   "cut from PP=1), off (compute everything), verify (compute everything and "
+                   "check that reuse gives the same bits)")
+      ->check(CLI::IsMember({"on", "off", "verify"}));
+  command->add_option("--reuse-memory", reuse_memory_mib,
+                      "MiB of PP=1 states kept for reuse (default 1024); past it, first stages "
+                      "compute the rest themselves; 0: no bound");
+}
+
+int SweepCli::run() {
+  Result<Scenario> s = load_scenario(scenario);
+  if (!s.is_ok()) {
+    fmt::print(stderr, "splitcheck: error: {}\n", s.status().message());
+    return s.status().code() == StatusCode::kInvalidInput ? 2 : 3;
+  }
+  SweepOptions opts;
+  opts.threads = threads;
+  opts.filter = filter;
+  opts.progress = isatty(STDERR_FILENO) != 0;
+  opts.reuse = *parse_reuse_mode(reuse);
+  opts.reuse_memory_bytes = reuse_memory_mib << 20;
+  if (!shard.empty()) {
+    int i = -1, n = -1;
+    if (std::sscanf(shard.c_str(), "%d/%d", &i, &n) != 2 || n < 1 || i < 0 || i >= n) {
+      fmt::print(stderr, "splitcheck: error: --shard {}: expected i/N with 0 <= i < N\n", shard);
+      return 2;
+    }
+    opts.shard_index = i;
+    opts.shard_count = n;
+  }
+  Result<SweepResult> r = run_sweep(*s, opts);
+  if (!r.is_ok()) {
+    fmt::print(stderr, "splitcheck: error: {}\n", r.status().message());
+    return r.status().code() == StatusCode::kInvalidInput ? 2 : 3;
+  }
+  fmt::print("sweep {} ({} split points, faults: {})\n", s->name, r->cases.size(),
+             s->faults.empty() ? "none" : fmt::format("{}", fmt::join(s->faults, ", ")));
+  for (const CaseResult& c : r->cases) {
+    fmt::print("  {:<16} {:<16} {}\n", c.key, verdict_name(c.verdict), c.message);
+  }
+  fmt::print("summary: {} pass, {} diverged, {} config-rejected, {} error, {} skipped\n",
+             r->count(Verdict::kPass), r->count(Verdict::kDiverged),
+             r->count(Verdict::kConfigRejected), r->count(Verdict::kError),
+             r->count(Verdict::kSkipped));
+  fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s on {} threads ({:.1f} PP=1 runs)\n",
+             r->pp1_seconds, r->total_seconds, r->threads,
+             r->total_seconds / std::max(1e-9, r->pp1_seconds));
+  fmt::print("reuse: {}\n", reuse_line(reuse_json(r->reuse)));
+  if (r->pp1_acceptance.speculative) {
+    const AcceptanceFigures& a = r->pp1_acceptance;
+    int equal = 0;
+    for (const CaseResult& c : r->cases) {
+      equal += c.acceptance.speculative && c.acceptance.steps == a.steps &&
+               c.acceptance.accepted == a.accepted;
+    }
+    fmt::print(
+        "speculative ({}, gamma {}): PP=1 {} steps, mean accepted length {:.3f}, acceptance rate "
+        "{:.3f}, tokens per forward {:.3f}, GSM8K strict {}/{}, flexible {}/{}; {} of {} split "
+        "points with the same acceptance\n",
+        s->speculative.method, s->speculative.gamma, a.steps, a.mean_accepted, a.acceptance_rate,
+        a.tokens_per_forward, a.strict_correct, a.prompts, a.flexible_correct, a.prompts, equal,
+        r->cases.size());
+  }
+  for (const std::string& f : r->expect_failures) fmt::print("expect: NOT MET: {}\n", f);
+  if (!report_dir.empty()) {
+    ReportContext ctx{command_line};
+    Status st = write_reports(report_dir, sweep_report(*r, ctx));
+    if (!st.is_ok()) {
+      fmt::print(stderr, "splitcheck: error: {}\n", st.message());
+      return 3;
+    }
+    fmt::print("report: {}/report.json\n", report_dir);
+  }
+  if (r->count(Verdict::kError) > 0) return 3;
+  return r->conformant() ? 0 : 1;
+}
+
+}  // namespace splitcheck

@@ -1,0 +1,516 @@
+#include "harness/dump/compare.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <span>
+
+#include "harness/dump/dump.h"
+
+namespace splitcheck {
+namespace {
+
+// Copying reads (H5Dread) smaller than chunk_bytes keep both buffers in the CPU caches
+// while memcmp runs; chunk_bytes stays the upper bound.
+constexpr size_t kMaxCopyBlockBytes = size_t{4} << 20;
+
+// Bits of element i of a raw buffer, widened to 32 bits.
+inline uint32_t element_bits(DType dtype, const std::byte* p, int64_t i) {
+  if (dtype == DType::kBF16) {
+    uint16_t v;
+    std::memcpy(&v, p + 2 * i, 2);
+    return v;
+  }
+  uint32_t v;
+  std::memcpy(&v, p + 4 * i, 4);
+  return v;
+}
+
+// Maps float bits onto integers whose order is the float order (sign-magnitude to
+// two's complement), so |ordered(a) - ordered(b)| is the ULP distance; +0 and -0 meet.
+inline int64_t ordered(uint32_t bits, uint32_t sign_bit) {
+  return (bits & sign_bit) ? -static_cast<int64_t>(bits & (sign_bit - 1))
+                           : static_cast<int64_t>(bits);
+}
+
+inline bool is_nan(DType dtype, uint32_t bits) {
+  if (dtype == DType::kBF16) return (bits & 0x7f80u) == 0x7f80u && (bits & 0x007fu) != 0;
+  if (dtype == DType::kF32) return (bits & 0x7f800000u) == 0x7f800000u && (bits & 0x7fffffu);
+  return false;
+}
+
+inline double value_of(DType dtype, uint32_t bits) {
+  switch (dtype) {
+    case DType::kBF16:
+      return to_f32(bf16{static_cast<uint16_t>(bits)});
+    case DType::kF32:
+      return std::bit_cast<float>(bits);
+    case DType::kI32:
+      return static_cast<int32_t>(bits);
+  }
+  return 0;
+}
+
+// Per-dataset statistics, fed block by block in row-major order; one implementation for
+// the file and the in-memory paths.
+class DiffStats {
+ public:
+  explicit DiffStats(DType dtype) : dtype_(dtype) {}
+
+  // Adds elements [offset, offset + n) whose bytes are `a` and `b`.
+  void add(const std::byte* a, const std::byte* b, int64_t n, int64_t offset) {
+    const uint32_t sign_bit = dtype_ == DType::kBF16 ? 0x8000u : 0x80000000u;
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t ua = element_bits(dtype_, a, i), ub = element_bits(dtype_, b, i);
+      bool nan_a = is_nan(dtype_, ua), nan_b = is_nan(dtype_, ub);
+      double va = value_of(dtype_, ua), vb = value_of(dtype_, ub);
+      if (!nan_a && !nan_b && std::isfinite(va) && std::isfinite(vb)) {
+        dot_ += va * vb;
+        norm_a_ += va * va;
+        norm_b_ += vb * vb;
+      }
+      if (ua == ub) continue;
+      if (mismatches_++ == 0) {
+        first_index_ = offset + i;
+        first_a_ = ua;
+        first_b_ = ub;
+      }
+      if (nan_a || nan_b) {
+        nan_mismatch_ = true;
+        continue;
+      }
+      double ulp =
+          dtype_ == DType::kI32
+              ? std::fabs(va - vb)
+              : static_cast<double>(std::abs(ordered(ua, sign_bit) - ordered(ub, sign_bit)));
+      max_ulp_ = std::max(max_ulp_, ulp);
+      double abs = std::fabs(va - vb);
+      if (!std::isnan(abs)) max_abs_ = std::max(max_abs_, abs);
+    }
+  }
+
+  // Writes the statistics into `diff` (whose shape is set).
+  void finish(TensorDiff& diff) const {
+    diff.mismatches = mismatches_;
+    diff.first_index = first_index_;
+    diff.first_a_bits = first_a_;
+    diff.first_b_bits = first_b_;
+    diff.max_ulp = max_ulp_;
+    diff.max_abs = max_abs_;
+    diff.nan_mismatch = nan_mismatch_;
+    if (norm_a_ == 0 && norm_b_ == 0) {
+      diff.cosine = 1;
+    } else if (norm_a_ == 0 || norm_b_ == 0) {
+      diff.cosine = 0;
+    } else {
+      diff.cosine = dot_ / (std::sqrt(norm_a_) * std::sqrt(norm_b_));
+    }
+    diff.first_row = diff.first_col = -1;
+    if (first_index_ >= 0) {
+      int64_t numel = 1;
+      for (int64_t d : diff.shape) numel *= d;
+      if (diff.shape.empty()) {
+        diff.first_row = diff.first_col = 0;
+      } else {
+        diff.first_row = first_index_ / std::max<int64_t>(numel / diff.shape[0], 1);
+        diff.first_col = first_index_ % std::max<int64_t>(diff.shape.back(), 1);
+      }
+    }
+  }
+
+ private:
+  DType dtype_;
+  int64_t mismatches_ = 0;
+  int64_t first_index_ = -1;
+  uint32_t first_a_ = 0, first_b_ = 0;
+  double max_ulp_ = 0, max_abs_ = 0;
+  double dot_ = 0, norm_a_ = 0, norm_b_ = 0;
+  bool nan_mismatch_ = false;
+};
+
+// Applies the approximate lane's thresholds (CompareOptions) to a finished diff.
+void apply_tolerance(const CompareOptions& options, DType dtype, TensorDiff& diff) {
+  if (!options.approximate || diff.mismatches == 0 || diff.nan_mismatch) return;
+  double max_ulp = dtype == DType::kBF16  ? options.max_ulp_bf16
+                   : dtype == DType::kF32 ? options.max_ulp_f32
+                                          : 0;
+  diff.within_tolerance = diff.max_ulp <= max_ulp && diff.cosine >= options.min_cosine;
+}
+
+// One block of a dataset: a hyperslab that is also a contiguous range of elements.
+struct Block {
+  std::vector<int64_t> start, count;
+  int64_t offset = 0;  // flat index of the first element
+  int64_t elements = 0;
+};
+
+// Splits `shape` into row-major blocks of at most `max_bytes` (but at least one
+// element), each a single hyperslab: indices fixed on the outer axes, a run along axis
+// k, whole extents on the axes after k. Calls fn(block) in order until it fails.
+template <typename Fn>
+Status for_each_block(const Shape& shape, size_t element_size, size_t max_bytes, Fn&& fn) {
+  Block block;
+  if (shape.empty()) {
+    block.elements = 1;
+    return fn(block);
+  }
+  for (int64_t d : shape)
+    if (d == 0) return Status::ok();
+  const size_t rank = shape.size();
+  // inner[k]: elements below axis k (the product of the extents after k).
+  std::vector<int64_t> inner(rank, 1);
+  for (size_t k = rank - 1; k > 0; --k) inner[k - 1] = inner[k] * shape[k];
+  size_t k = 0;
+  while (k + 1 < rank && static_cast<size_t>(inner[k]) * element_size > max_bytes) ++k;
+  int64_t run = std::clamp<int64_t>(
+      static_cast<int64_t>(max_bytes / (static_cast<size_t>(inner[k]) * element_size)), 1,
+      shape[k]);
+  block.start.assign(rank, 0);
+  block.count = shape;
+  for (size_t i = 0; i < k; ++i) block.count[i] = 1;
+  int64_t outer = 1;
+  for (size_t i = 0; i < k; ++i) outer *= shape[i];
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t rest = o;
+    for (size_t i = k; i-- > 0;) {
+      block.start[i] = rest % shape[i];
+      rest /= shape[i];
+    }
+    for (int64_t j = 0; j < shape[k]; j += run) {
+      block.start[k] = j;
+      block.count[k] = std::min(run, shape[k] - j);
+      block.offset = (o * shape[k] + j) * inner[k];
+      block.elements = block.count[k] * inner[k];
+      RETURN_IF_ERROR(fn(block));
+    }
+  }
+  return Status::ok();
+}
+
+bool ignored(const std::string& path, const std::vector<std::string>& prefixes) {
+  for (const std::string& p : prefixes)
+    if (path.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+TensorDiff diff_header(const DatasetInfo& info) {
+  TensorDiff diff;
+  diff.path = info.path;
+  diff.dtype = dtype_name(info.dtype);
+  diff.shape = info.shape;
+  diff.order = info.order;
+  return diff;
+}
+
+std::string structural_error(const std::string& path, DType da, const Shape& sa, DType db,
+                             const Shape& sb) {
+  if (da != db)
+    return "dataset " + path + ": dtype " + dtype_name(da) + " in A, " + dtype_name(db) + " in B";
+  return "dataset " + path + ": shape " + shape_string(sa) + " in A, " + shape_string(sb) + " in B";
+}
+
+// A read-only view of a dump file, mapped one window at a time so that resident memory
+// stays bounded by the window (at most chunk_bytes), not by the file.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (fd_ >= 0 && ::fstat(fd_, &st) == 0) size_ = static_cast<uint64_t>(st.st_size);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile() {
+    unmap();
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // The bytes [offset, offset + length) of the file, valid until the next call; nullptr
+  // when the range is outside the file or cannot be mapped.
+  const std::byte* map(uint64_t offset, size_t length) {
+    unmap();
+    if (fd_ < 0 || length == 0 || offset > size_ || length > size_ - offset) return nullptr;
+    static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    uint64_t start = offset / page * page;
+    size_t span = static_cast<size_t>(offset - start) + length;
+    // MAP_POPULATE: page-cached data is mapped in one call instead of a fault per page.
+    void* p = ::mmap(nullptr, span, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd_,
+                     static_cast<off_t>(start));
+    if (p == MAP_FAILED) return nullptr;
+    base_ = p;
+    span_ = span;
+    return static_cast<const std::byte*>(p) + (offset - start);
+  }
+
+  void unmap() {
+    if (base_ != nullptr) ::munmap(base_, span_);
+    base_ = nullptr;
+    span_ = 0;
+  }
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  void* base_ = nullptr;
+  size_t span_ = 0;
+};
+
+// Where one side's bytes come from: mapped straight from the file when the dataset is
+// stored contiguously in native order (checked against H5Dread on its first elements),
+// otherwise copied by H5Dread into a reused buffer.
+class DatasetSource {
+ public:
+  DatasetSource(DumpReader& reader, MappedFile& file, const DatasetInfo& info,
+                std::vector<std::byte>& buffer)
+      : reader_(reader), file_(file), info_(info), buffer_(buffer) {
+    offset_ = reader.contiguous_offset(info.path);
+    if (offset_ && !verify_mapping()) offset_.reset();
+  }
+
+  bool mapped() const { return offset_.has_value(); }
+
+  // The bytes of `block`, valid until the next call.
+  Result<const std::byte*> bytes(const Block& block) {
+    const size_t esize = dtype_size(info_.dtype);
+    if (offset_) {
+      const std::byte* p = file_.map(*offset_ + static_cast<uint64_t>(block.offset) * esize,
+                                     static_cast<size_t>(block.elements) * esize);
+      if (p != nullptr) return p;
+      offset_.reset();  // fall back to reading
+    }
+    RETURN_IF_ERROR(reader_.read_slab(info_.path, block.start, block.count, buffer_));
+    return static_cast<const std::byte*>(buffer_.data());
+  }
+
+ private:
+  // Maps the first elements and compares them with what HDF5 reads for them.
+  bool verify_mapping() {
+    std::vector<int64_t> start(info_.shape.size(), 0), count(info_.shape.size(), 1);
+    if (!count.empty()) count.back() = std::min<int64_t>(info_.shape.back(), 16);
+    if (!reader_.read_slab(info_.path, start, count, buffer_).is_ok()) return false;
+    const std::byte* p = file_.map(*offset_, buffer_.size());
+    bool same = p != nullptr && std::memcmp(p, buffer_.data(), buffer_.size()) == 0;
+    file_.unmap();
+    return same;
+  }
+
+  DumpReader& reader_;
+  MappedFile& file_;
+  const DatasetInfo& info_;
+  std::vector<std::byte>& buffer_;
+  std::optional<uint64_t> offset_;
+};
+
+// Compares one dataset present in both files with equal dtype and shape, appending a
+// diff to `result` when the bytes differ.
+Status compare_dataset(DumpReader& ra, DumpReader& rb, MappedFile& fa, MappedFile& fb,
+                       const DatasetInfo& a, const DatasetInfo& b, const CompareOptions& options,
+                       std::vector<std::byte>& buf_a, std::vector<std::byte>& buf_b,
+                       CompareResult& result) {
+  if (options.trust_digest && !a.digest.empty() && a.digest == b.digest) return Status::ok();
+  if (a.nbytes == 0) return Status::ok();
+  const size_t esize = dtype_size(a.dtype);
+  DatasetSource sa(ra, fa, a, buf_a), sb(rb, fb, b, buf_b);
+  // Mapped windows cost no copy, so they may be as large as chunk_bytes allows.
+  const size_t block_bytes = std::max<size_t>(
+      sa.mapped() && sb.mapped() ? options.chunk_bytes
+                                 : std::min(options.chunk_bytes, kMaxCopyBlockBytes),
+      16);
+
+  // Pass 1: bytes only.
+  bool differs = false;
+  RETURN_IF_ERROR(for_each_block(a.shape, esize, block_bytes, [&](const Block& blk) -> Status {
+    if (differs) return Status::ok();
+    const size_t n = static_cast<size_t>(blk.elements) * esize;
+    ASSIGN_OR_RETURN(const std::byte* pa, sa.bytes(blk));
+    ASSIGN_OR_RETURN(const std::byte* pb, sb.bytes(blk));
+    result.bytes_read += static_cast<int64_t>(2 * n);
+    differs = std::memcmp(pa, pb, n) != 0;
+    return Status::ok();
+  }));
+  if (!differs) {
+    fa.unmap();
+    fb.unmap();
+    return Status::ok();
+  }
+
+  // Pass 2: statistics over the whole dataset (the cosine needs every element).
+  DiffStats stats(a.dtype);
+  RETURN_IF_ERROR(for_each_block(a.shape, esize, block_bytes, [&](const Block& blk) -> Status {
+    ASSIGN_OR_RETURN(const std::byte* pa, sa.bytes(blk));
+    ASSIGN_OR_RETURN(const std::byte* pb, sb.bytes(blk));
+    result.bytes_read += static_cast<int64_t>(2 * static_cast<size_t>(blk.elements) * esize);
+    stats.add(pa, pb, blk.elements, blk.offset);
+    return Status::ok();
+  }));
+  fa.unmap();
+  fb.unmap();
+  TensorDiff diff = diff_header(a);
+  diff.digest_equal = !a.digest.empty() && a.digest == b.digest;
+  stats.finish(diff);
+  apply_tolerance(options, a.dtype, diff);
+  result.diffs.push_back(std::move(diff));
+  return Status::ok();
+}
+
+}  // namespace
+
+bool CompareResult::equal() const {
+  if (!only_in_a.empty() || !only_in_b.empty() || !structural_errors.empty()) return false;
+  return first_divergence() == nullptr;
+}
+
+const TensorDiff* CompareResult::first_divergence() const {
+  for (const TensorDiff& d : diffs)
+    if (!d.within_tolerance) return &d;
+  return nullptr;
+}
+
+Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
+                                    const CompareOptions& options) {
+  ASSIGN_OR_RETURN(DumpReader ra, DumpReader::open(a));
+  ASSIGN_OR_RETURN(DumpReader rb, DumpReader::open(b));
+  MappedFile fa(a), fb(b);
+  CompareResult result;
+  std::vector<std::byte> buf_a, buf_b;
+  auto stop = [&] {
+    return options.stop_at_first &&
+           (result.first_divergence() != nullptr || !result.structural_errors.empty() ||
+            !result.only_in_a.empty());
+  };
+  for (const DatasetInfo& da : ra.datasets()) {
+    if (ignored(da.path, options.ignore_prefixes)) continue;
+    const DatasetInfo* db = rb.find(da.path);
+    if (db == nullptr) {
+      result.only_in_a.push_back(da.path);
+    } else if (da.dtype != db->dtype || da.shape != db->shape) {
+      result.structural_errors.push_back(
+          structural_error(da.path, da.dtype, da.shape, db->dtype, db->shape));
+    } else {
+      ++result.datasets_compared;
+      RETURN_IF_ERROR(compare_dataset(ra, rb, fa, fb, da, *db, options, buf_a, buf_b, result));
+    }
+    if (stop()) break;
+  }
+  for (const DatasetInfo& db : rb.datasets()) {
+    if (ignored(db.path, options.ignore_prefixes)) continue;
+    if (ra.find(db.path) == nullptr) result.only_in_b.push_back(db.path);
+  }
+  return result;
+}
+
+Result<CompareResult> compare_tensors(const std::string& path, const Tensor& a, const Tensor& b,
+                                      const CompareOptions& options) {
+  CompareResult result;
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) {
+    result.structural_errors.push_back(
+        structural_error(path, a.dtype(), a.shape(), b.dtype(), b.shape()));
+    return result;
+  }
+  if (a.numel() > 0 && (a.empty() || b.empty()))
+    return invalid_input("tensor " + path + ": no data");
+  result.datasets_compared = 1;
+  const size_t nbytes = a.numel() > 0 ? a.nbytes() : 0;
+  // The same bytes (PP=1's tensors that a reused prefix shares) are equal unread.
+  if (nbytes == 0 || a.bytes() == b.bytes() || std::memcmp(a.bytes(), b.bytes(), nbytes) == 0)
+    return result;
+  DiffStats stats(a.dtype());
+  stats.add(a.bytes(), b.bytes(), a.numel(), 0);
+  TensorDiff diff;
+  diff.path = path;
+  diff.dtype = dtype_name(a.dtype());
+  diff.shape = a.shape();
+  stats.finish(diff);
+  apply_tolerance(options, a.dtype(), diff);
+  result.diffs.push_back(std::move(diff));
+  return result;
+}
+
+std::string format_bits(DType dtype, uint32_t bits) {
+  char buf[16];
+  if (dtype == DType::kBF16) {
+    std::snprintf(buf, sizeof buf, "0x%04x", bits & 0xffffu);
+  } else {
+    std::snprintf(buf, sizeof buf, "0x%08x", bits);
+  }
+  return buf;
+}
+
+std::string describe_site(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    if (j > i) parts.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  auto is_number = [](const std::string& s) {
+    return !s.empty() &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  static const std::map<std::string, std::string> kSingular = {
+      {"forward", "forward"}, {"layers", "layer"}, {"taps", "tap"}, {"stages", "stage"}};
+  std::string out;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (!out.empty()) out += ' ';
+    auto it = kSingular.find(parts[k]);
+    if (it != kSingular.end() && k + 1 < parts.size() && is_number(parts[k + 1])) {
+      out += it->second + " " + parts[k + 1];
+      ++k;
+    } else {
+      out += parts[k];
+    }
+  }
+  return out;
+}
+
+std::string verdict_line(const TensorDiff& diff) {
+  std::string site = describe_site(diff.path);
+  if (diff.first_index < 0) return site + ": equal";
+  DType dtype = diff.dtype == "bfloat16" ? DType::kBF16
+                : diff.dtype == "int32"  ? DType::kI32
+                                         : DType::kF32;
+  std::string where;
+  const Shape& s = diff.shape;
+  if (s.size() == 1) {
+    where = "token " + std::to_string(diff.first_row);
+  } else if (s.size() == 2) {
+    where =
+        "token " + std::to_string(diff.first_row) + " channel " + std::to_string(diff.first_col);
+  } else if (s.size() == 3) {
+    int64_t middle = (diff.first_index / std::max<int64_t>(s[2], 1)) % std::max<int64_t>(s[1], 1);
+    where = "token " + std::to_string(diff.first_row) + " row " + std::to_string(middle) +
+            " channel " + std::to_string(diff.first_col);
+  } else if (!s.empty()) {
+    Shape index(s.size());
+    int64_t rest = diff.first_index;
+    for (size_t k = s.size(); k-- > 0;) {
+      index[k] = rest % std::max<int64_t>(s[k], 1);
+      rest /= std::max<int64_t>(s[k], 1);
+    }
+    where = "index " + shape_string(index);
+  }
+  std::string line = site + (where.empty() ? "" : " " + where) + ": " +
+                     format_bits(dtype, diff.first_a_bits) +
+                     " != " + format_bits(dtype, diff.first_b_bits);
+  return line;
+}
+
+std::string verdict(const CompareResult& result) {
+  if (!result.structural_errors.empty()) return result.structural_errors.front();
+  if (const TensorDiff* d = result.first_divergence()) return verdict_line(*d);
+  if (!result.only_in_a.empty()) return "dataset " + result.only_in_a.front() + " only in A";
+  if (!result.only_in_b.empty()) return "dataset " + result.only_in_b.front() + " only in B";
+  return "equal (" + std::to_string(result.datasets_compared) + " datasets)";
+}
+
+}  // namespace splitcheck

@@ -1,0 +1,125 @@
+#include "harness/engine/generation.h"
+
+#include <fmt/format.h>
+
+#include "reference/dspark.h"
+#include "reference/eagle3.h"
+#include "reference/spec_methods.h"
+
+namespace splitcheck {
+namespace {
+
+void score(const Scenario&, const PreparedWorkload& w, const GenerationResult& g,
+           GenerationSummary& out) {
+  for (size_t p = 0; p < g.sequences.size() && p < w.problems.size(); ++p) {
+    const std::string text = detokenize(g.sequences[p].emitted);
+    const auto st = extract_strict(text);
+    const auto fl = extract_flexible(text);
+    out.strict_correct += st && *st == w.problems[p].answer;
+    out.flexible_correct += fl && *fl == w.problems[p].answer;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> drafter_tensor_names(const Scenario& s) {
+  std::vector<TensorSpec> specs;
+  if (s.speculative.method == "eagle3") specs = eagle3_tensor_specs(s.model);
+  if (s.speculative.method == "dspark")
+    specs = drafter_tensor_specs(s.model, "dspark", static_cast<int>(s.capture_ids.size()));
+  std::vector<std::string> names;
+  for (const TensorSpec& t : specs) names.push_back(t.name);
+  return names;
+}
+
+AcceptanceFigures acceptance_figures(const GenerationSummary& g) {
+  AcceptanceFigures f;
+  f.speculative = g.speculative;
+  f.steps = g.spec.steps;
+  f.accepted = g.spec.accepted_total;
+  f.acceptance_rate = g.spec.acceptance_rate;
+  f.tokens_per_forward = g.spec.tokens_per_forward;
+  f.mean_accepted = g.spec.mean_accepted;
+  f.strict_correct = g.strict_correct;
+  f.flexible_correct = g.flexible_correct;
+  f.prompts = static_cast<int>(g.generation.sequences.size());
+  return f;
+}
+
+Status probe_missing_embedding_refusal(const Scenario& s, int stage) {
+  DrafterBinding missing;  // the placeholder was never loaded
+  return check_shared_embedding(missing, s.model, stage, s.speculative.method,
+                                FaultSet{s.faults}.has("draft.vocab_from_embedding"));
+}
+
+Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, const WeightStore& host,
+                                         int host_stage, bool host_is_first, WeightSource& source,
+                                         const PreparedWorkload& workload, RunRecord* record) {
+  GenerationSummary out;
+  const FaultSet faults{s.faults};
+  const GenerationOptions gen{s.workload.max_new_tokens, s.prefill_chunk};
+  const SpecMethodInfo* method = find_spec_method(s.speculative.method);
+  out.drafter.method = s.speculative.method;
+  out.drafter.stage = host_stage;
+  const bool eagle3 = s.speculative.method == "eagle3";
+  if (method == nullptr || !method->has_drafter || (s.speculative.method != "dspark" && !eagle3)) {
+    ASSIGN_OR_RETURN(out.generation, generate_greedy(engine, workload.prompts, gen, record));
+    score(s, workload, out.generation, out);
+    return out;
+  }
+
+  // share_with_target on the stage where the drafter runs, then the load-time check.
+  DrafterBinding binding = share_with_target(host);
+  if (faults.has("draft.own_embedding") && !host_is_first) {
+    // The historical bug: under PP the drafter builds its own embedding, which its
+    // checkpoint does not have, so it stays as constructed (zeros).
+    binding.own_embedding = Tensor::zeros(DType::kBF16, {s.model.vocab_size, s.model.hidden_size});
+    binding.embed = &binding.own_embedding;
+    binding.source = "own";
+    binding.same_object = false;
+  }
+  out.drafter.embedding_source = binding.source;
+  out.drafter.same_object_as_target = binding.same_object;
+  const bool producer = s.speculative.context_only_producer;
+  if (!producer) {
+    Status st = check_shared_embedding(binding, s.model, host_stage, s.speculative.method,
+                                       faults.has("draft.vocab_from_embedding"));
+    if (!st.is_ok()) {
+      out.drafter.refusal = st.message();
+      return st;
+    }
+  }
+  const int n_taps = static_cast<int>(s.capture_ids.size());
+  if (eagle3 && n_taps != kEagle3Taps)
+    return config_rejected("the eagle3 drafter fuses " + std::to_string(kEagle3Taps) +
+                           " taps; the scenario captures " + std::to_string(n_taps));
+  const std::vector<std::string> names = drafter_tensor_names(s);
+  ASSIGN_OR_RETURN(WeightStore own, load_weights(source, names),
+                   std::string(s.speculative.method) + " drafter");
+  if (producer) {
+    // A context-only producer writes the draft's context KV for every prompt position and
+    // proposes nothing: prefill only, no embedding needed.
+    binding.embed = binding.embed ? binding.embed : &binding.own_embedding;
+  }
+  std::unique_ptr<Drafter> drafter;
+  if (eagle3) {
+    ASSIGN_OR_RETURN(drafter, Eagle3Drafter::create(s.model, own, binding));
+  } else {
+    ASSIGN_OR_RETURN(drafter, DsparkDrafter::create(s.model, own, binding, n_taps));
+  }
+  SpeculativeOptions opts{gen, s.speculative.gamma};
+  if (producer) opts.generation.max_new_tokens = 1;
+  ASSIGN_OR_RETURN(out.spec,
+                   generate_speculative(engine, *drafter, workload.prompts, opts, record));
+  out.speculative = true;
+  out.generation = out.spec.generation;
+  score(s, workload, out.generation, out);
+  if (record != nullptr) {
+    record->set_attr("spec", "strict_correct", int64_t{out.strict_correct});
+    record->set_attr("spec", "flexible_correct", int64_t{out.flexible_correct});
+    record->set_attr("spec", "prompts", static_cast<int64_t>(workload.prompts.size()));
+  }
+  return out;
+}
+
+}  // namespace splitcheck

@@ -1,0 +1,139 @@
+#include "harness/engine/partition.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace splitcheck {
+
+Result<Partition> Partition::make(std::vector<int> bounds, int layers) {
+  if (bounds.size() < 2 || bounds.front() != 0 || bounds.back() != layers)
+    return invalid_input(fmt::format("partition must start at 0 and end at {}", layers));
+  for (size_t i = 1; i < bounds.size(); ++i) {
+    if (bounds[i] <= bounds[i - 1])
+      return invalid_input(fmt::format("partition bounds must increase strictly (got {} after {})",
+                                       bounds[i], bounds[i - 1]));
+  }
+  Partition p;
+  p.bounds_ = std::move(bounds);
+  return p;
+}
+
+Result<Partition> Partition::from_cuts(const std::vector<int>& cuts, int layers) {
+  std::vector<int> b{0};
+  b.insert(b.end(), cuts.begin(), cuts.end());
+  b.push_back(layers);
+  return make(std::move(b), layers);
+}
+
+std::string Partition::layout() const {
+  std::string s;
+  for (int i = 0; i < stages(); ++i)
+    s += fmt::format("{}{}-{}", i ? "|" : "", bounds_[i], bounds_[i + 1]);
+  return s;
+}
+
+std::string Partition::key() const {
+  if (stages() == 1) return "pp1";
+  if (stages() == layers()) return "every-layer";
+  std::string s = "split";
+  for (int c : cuts()) s += fmt::format("-{}", c);
+  return s;
+}
+
+namespace {
+
+void combinations(int first, int last, int k, std::vector<int>& cur,
+                  std::vector<std::vector<int>>& out, size_t limit) {
+  if (out.size() > limit) return;
+  if (static_cast<int>(cur.size()) == k) {
+    out.push_back(cur);
+    return;
+  }
+  for (int c = first; c <= last; ++c) {
+    cur.push_back(c);
+    combinations(c + 1, last, k, cur, out, limit);
+    cur.pop_back();
+  }
+}
+
+// Greedy pairwise cover: repeatedly build a cut set of size k that covers the most
+// uncovered pairs, taking candidates in ascending order (deterministic).
+std::vector<std::vector<int>> pairwise_cover(int layers, int k) {
+  std::set<std::pair<int, int>> uncovered;
+  for (int a = 1; a < layers; ++a)
+    for (int b = a + 1; b < layers; ++b) uncovered.insert({a, b});
+  std::vector<std::vector<int>> out;
+  if (k == 1) {
+    for (int a = 1; a < layers; ++a) out.push_back({a});
+    return out;
+  }
+  while (!uncovered.empty()) {
+    std::vector<int> cut{uncovered.begin()->first, uncovered.begin()->second};
+    while (static_cast<int>(cut.size()) < k) {
+      int best = -1, best_gain = -1;
+      for (int c = 1; c < layers; ++c) {
+        if (std::find(cut.begin(), cut.end(), c) != cut.end()) continue;
+        int gain = 0;
+        for (int x : cut) gain += uncovered.count({std::min(x, c), std::max(x, c)});
+        if (gain > best_gain) {
+          best_gain = gain;
+          best = c;
+        }
+      }
+      if (best < 0) break;
+      cut.push_back(best);
+    }
+    std::sort(cut.begin(), cut.end());
+    for (size_t i = 0; i < cut.size(); ++i)
+      for (size_t j = i + 1; j < cut.size(); ++j) uncovered.erase({cut[i], cut[j]});
+    out.push_back(cut);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<Partition>> enumerate_partitions(const PartitionSpec& spec, int layers) {
+  std::vector<std::vector<int>> cut_sets;
+  const int k = spec.pp - 1;
+  std::string mode = spec.mode;
+  if (mode == "all") {
+    if (spec.pp <= 2) {
+      mode = "exhaustive";
+    } else {
+      std::vector<int> cur;
+      std::vector<std::vector<int>> probe;
+      combinations(1, layers - 1, k, cur, probe, kExhaustiveLimit);
+      mode = probe.size() <= kExhaustiveLimit ? "exhaustive" : "pairwise";
+    }
+  }
+  if (mode == "list") {
+    cut_sets = spec.cuts;
+  } else if (mode == "exhaustive") {
+    std::vector<int> cur;
+    combinations(1, layers - 1, k, cur, cut_sets, SIZE_MAX - 1);
+  } else if (mode == "pairwise") {
+    cut_sets = pairwise_cover(layers, k);
+  } else if (mode == "every-layer") {
+    std::vector<int> cuts;
+    for (int c = 1; c < layers; ++c) cuts.push_back(c);
+    cut_sets.push_back(cuts);
+  } else if (mode == "balanced") {
+    std::vector<int> cuts;
+    for (int s = 1; s < spec.pp; ++s)
+      cuts.push_back(static_cast<int>((int64_t{layers} * s) / spec.pp));
+    cut_sets.push_back(cuts);
+  } else {
+    return invalid_input("unknown partition mode '" + spec.mode + "'");
+  }
+  std::vector<Partition> out;
+  for (const auto& cuts : cut_sets) {
+    ASSIGN_OR_RETURN(Partition p, Partition::from_cuts(cuts, layers));
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace splitcheck

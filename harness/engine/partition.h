@@ -1,0 +1,55 @@
+// Partitions of the layer stack (SPEC 2.7) and their enumerations.
+//
+// A partition is 0 = b_0 < b_1 < ... < b_n = L; stage s runs layers [b_s, b_{s+1}).
+// Its name is derived from its cuts ("split-12", "split-8-20") and is the filter key and
+// the report key of the case.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/verdict/scenario.h"
+#include "kernels/status.h"
+
+namespace splitcheck {
+
+struct StageRange {
+  int begin = 0;
+  int end = 0;
+};
+
+class Partition {
+ public:
+  // Validates 0 = b_0 < ... < b_n = layers.
+  static Result<Partition> make(std::vector<int> bounds, int layers);
+  // The partition with these interior cuts.
+  static Result<Partition> from_cuts(const std::vector<int>& cuts, int layers);
+
+  int stages() const { return static_cast<int>(bounds_.size()) - 1; }
+  StageRange stage(int s) const { return {bounds_[s], bounds_[s + 1]}; }
+  const std::vector<int>& bounds() const { return bounds_; }
+  std::vector<int> cuts() const { return {bounds_.begin() + 1, bounds_.end() - 1}; }
+  int layers() const { return bounds_.back(); }
+  // "0-12|12-32": the dump attribute.
+  std::string layout() const;
+  // "split-12", "split-8-20", "pp1" for one stage: the case key.
+  std::string key() const;
+
+ private:
+  std::vector<int> bounds_;
+};
+
+// Every partition a scenario asks for, in a fixed order:
+//  all         pp=2: every split point 1..L-1; pp>=3: exhaustive when there are at most
+//              kExhaustiveLimit partitions, otherwise pairwise.
+//  list        the scenario's explicit cut lists.
+//  exhaustive  every choice of pp-1 cuts.
+//  pairwise    a greedy covering set in which every pair of cut positions {a < b}
+//              occurs in some partition (every single position too); deterministic.
+//  every-layer one stage per layer: every intermediate capture id is a stage end.
+//  balanced    one partition with stage sizes differing by at most one.
+Result<std::vector<Partition>> enumerate_partitions(const PartitionSpec& spec, int layers);
+
+constexpr size_t kExhaustiveLimit = 200;
+
+}  // namespace splitcheck

@@ -1,0 +1,66 @@
+// The partitioned engine: one Stage per range of the partition, each on its own thread
+// (the `inproc` transport), handing encoded payloads through bounded queues. It
+// implements Engine, so the generation loop that drives PP=1 drives it unchanged, and it
+// records the same logical dump layout as the reference engine.
+#pragma once
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "harness/engine/stage.h"
+#include "harness/transport/transport.h"
+
+namespace splitcheck {
+
+class PartitionedEngine : public Engine {
+ public:
+  // Builds every stage (loading only what each holds) and starts their threads. A stage
+  // that refuses its configuration makes this return StatusCode::kConfigRejected. With
+  // `reuse`, the first stage follows PP=1's log (prefix_reuse.h); the log must come from
+  // a reference engine over the same weights and outlive this engine.
+  static Result<std::unique_ptr<PartitionedEngine>> create(
+      const ModelConfig& config, const Partition& partition, const EngineOptions& options,
+      const FaultSet& faults, WeightSource& source, PrefixReuse reuse = {});
+  ~PartitionedEngine() override;
+
+  Result<ForwardResult> forward(const ForwardRequest& request, RunRecord* record) override;
+  void reset_sequence() override { control(JobKind::kReset); }
+  void save_state() override { control(JobKind::kSave); }
+  void restore_state() override { control(JobKind::kRestore); }
+
+  std::vector<StageHoldings> holdings() const;
+  // What the first stage did with PP=1's log (prefix_reuse.h). Read after a run.
+  ReuseStats reuse_stats() const { return stages_.front()->reuse_stats(); }
+  // The last stage's weights: the drafter's target lm_head and embedding copy live here.
+  const WeightStore& last_stage_weights() const;
+  // Records /stages/<s>/ (layer range, embedding, owned taps, parameter bytes).
+  void record_holdings(RunRecord& record) const;
+
+ private:
+  enum class JobKind { kForward, kReset, kSave, kRestore };
+  struct Job {
+    JobKind kind = JobKind::kForward;
+    ForwardRequest request;
+    std::vector<std::byte> payload;
+    RunRecord record;  // per-layer tensors, appended stage by stage
+    DispatchTrace trace;
+    bool wants_record = false;
+    Status status;
+    StageOutput last;  // the last stage's output
+  };
+
+  PartitionedEngine() = default;
+  void stage_loop(size_t s);
+  Job round_trip(Job job);
+  void control(JobKind kind);
+
+  ModelConfig config_;
+  EngineOptions options_;
+  std::vector<std::unique_ptr<Stage>> stages_;
+  std::vector<std::unique_ptr<BoundedQueue<Job>>>
+      queues_;  // queues_[s] feeds stage s; last is results
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace splitcheck

@@ -1,0 +1,150 @@
+#include "harness/engine/run.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "harness/build_info.h"
+#include "harness/dump/digest.h"
+#include "harness/engine/generation.h"
+#include "harness/engine/partitioned_engine.h"
+#include "reference/state_log.h"
+
+namespace splitcheck {
+
+Result<PreparedWorkload> prepare_workload(const Scenario& s) {
+  PreparedWorkload w;
+  if (!s.workload.file.empty()) {
+    ASSIGN_OR_RETURN(w.problems, load_workload(s.workload.file));
+  } else {
+    w.problems = generate_gsm8k_style(s.workload.seed, s.workload.prompts);
+  }
+  if (static_cast<int>(w.problems.size()) < s.workload.prompts) {
+    return invalid_input(fmt::format("{}: /workload/prompts: {} prompts asked, the workload has {}",
+                                     s.source_path, s.workload.prompts, w.problems.size()));
+  }
+  w.problems.resize(static_cast<size_t>(s.workload.prompts));
+  for (const Problem& p : w.problems) {
+    std::vector<int32_t> ids = tokenize_bytes(p.prompt());
+    const size_t cap = static_cast<size_t>(s.workload.max_prompt_tokens);
+    if (cap > 0 && ids.size() > cap) ids.erase(ids.begin(), ids.end() - static_cast<long>(cap));
+    w.prompts.push_back(std::move(ids));
+  }
+  return w;
+}
+
+Result<WeightStore> scenario_weights(const Scenario& s, const std::vector<std::string>& names) {
+  if (s.checkpoint.empty()) return generate_weights(s.model, names);
+  return load_checkpoint(s.checkpoint, s.model, names);
+}
+
+Result<std::string> scenario_identity_sha256(const Scenario& s) {
+  nlohmann::json j = resolved_scenario_json(s);
+  if (!s.workload.file.empty()) {
+    ASSIGN_OR_RETURN(std::string h, sha256_file(s.workload.file));
+    j["workload"]["file"] = "sha256:" + h;
+  }
+  if (!s.checkpoint.empty()) {
+    ASSIGN_OR_RETURN(std::string h, sha256_file(s.checkpoint));
+    j["checkpoint"] = "sha256:" + h;
+  }
+  j.erase("expect");
+  j.erase("description");
+  const std::string text = j.dump();
+  return sha256_hex(std::as_bytes(std::span(text.data(), text.size())));
+}
+
+Result<std::string> model_identity_sha256(const Scenario& s) {
+  nlohmann::json j = resolved_scenario_json(s)["model"];
+  if (!s.checkpoint.empty()) {
+    ASSIGN_OR_RETURN(std::string h, sha256_file(s.checkpoint));
+    j["checkpoint_sha256"] = h;
+  }
+  const std::string text = j.dump();
+  return sha256_hex(std::as_bytes(std::span(text.data(), text.size())));
+}
+
+Result<DumpHeader> make_dump_header(const Scenario& s, const std::string& partition) {
+  DumpHeader h;
+  h.scenario_json = resolved_scenario_json(s).dump();
+  ASSIGN_OR_RETURN(h.scenario_sha256, scenario_identity_sha256(s));
+  ASSIGN_OR_RETURN(h.model_sha256, model_identity_sha256(s));
+  h.partition = partition;
+  h.backend = s.backend;
+  h.producer_json = nlohmann::json{{"name", "splitcheck"},
+                                   {"version", SPLITCHECK_VERSION},
+                                   {"git_revision", SPLITCHECK_GIT_REVISION}}
+                        .dump();
+  h.env_json = nlohmann::json{
+      {"compiler", SPLITCHECK_COMPILER},
+      {"flags", SPLITCHECK_CXX_FLAGS},
+      {"device",
+       "cpu"}}.dump();
+  h.level = dump_level_name(s.dump_level);
+  return h;
+}
+
+std::unique_ptr<WeightSource> scenario_weight_source(const Scenario& s) {
+  if (s.checkpoint.empty()) return std::make_unique<GeneratedWeights>(s.model);
+  return std::make_unique<CheckpointWeights>(s.checkpoint, s.model);
+}
+
+Result<ReferenceRun> run_reference(const Scenario& s) {
+  std::unique_ptr<WeightSource> source = scenario_weight_source(s);
+  return run_reference(s, *source);
+}
+
+Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source, StateLog* log) {
+  ReferenceRun run;
+  ASSIGN_OR_RETURN(run.workload, prepare_workload(s));
+  std::vector<std::string> names;
+  for (const TensorSpec& t : model_tensor_specs(s.model)) names.push_back(t.name);
+  ASSIGN_OR_RETURN(WeightStore weights, load_weights(source, names));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<ReferenceEngine> engine,
+      ReferenceEngine::create(s.model, std::move(weights),
+                              EngineOptions{s.capture_ids, s.dump_level, s.speculative.method,
+                                            s.speculative.context_only_producer}));
+  engine->set_state_log(log);
+  ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->weights(), 0, true, source,
+                                               run.workload, &run.record));
+  run.generation = run.summary.generation;
+  return run;
+}
+
+Result<ReferenceRun> run_partitioned(const Scenario& s, const std::vector<int>& cuts) {
+  ReferenceRun run;
+  ASSIGN_OR_RETURN(run.workload, prepare_workload(s));
+  ASSIGN_OR_RETURN(Partition partition, Partition::from_cuts(cuts, s.model.num_hidden_layers));
+  std::unique_ptr<WeightSource> source = scenario_weight_source(s);
+  const EngineOptions options{s.capture_ids, s.dump_level, s.speculative.method,
+                              s.speculative.context_only_producer};
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<PartitionedEngine> engine,
+      PartitionedEngine::create(s.model, partition, options, FaultSet{s.faults}, *source));
+  const int last = partition.stages() - 1;
+  ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->last_stage_weights(), last,
+                                               last == 0, *source, run.workload, &run.record));
+  run.generation = run.summary.generation;
+  engine->record_holdings(run.record);
+  return run;
+}
+
+Status write_record(const std::string& path, const RunRecord& record, const DumpHeader& header,
+                    bool compress) {
+  ASSIGN_OR_RETURN(DumpWriter writer, DumpWriter::create(path, header, compress));
+  for (const RecordEntry& e : record.entries()) {
+    RETURN_IF_ERROR(writer.write("/" + e.path, e.tensor), path);
+  }
+  for (const auto& [object, attrs] : record.attrs()) {
+    for (const auto& [name, value] : attrs) {
+      Status st =
+          std::visit([&](const auto& v) { return writer.set_attr("/" + object, name, v); }, value);
+      RETURN_IF_ERROR(st, path);
+    }
+  }
+  return writer.finish();
+}
+
+}  // namespace splitcheck

@@ -1,0 +1,55 @@
+// From a scenario to a run: its prompts, its weights, the PP=1 run, and dump files.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/dump/dump.h"
+#include "harness/engine/generation.h"
+#include "harness/verdict/scenario.h"
+#include "reference/engine.h"
+#include "reference/generate.h"
+#include "reference/workload.h"
+
+namespace splitcheck {
+
+// The named tensors (all when empty), generated from the model seed or read from the
+// scenario's checkpoint.
+Result<WeightStore> scenario_weights(const Scenario& scenario,
+                                     const std::vector<std::string>& names = {});
+
+// A portable identity of the scenario: the resolved JSON with file paths replaced by
+// the sha256 of the files' contents, so the hash is equal on every machine.
+Result<std::string> scenario_identity_sha256(const Scenario& scenario);
+// sha256 of the resolved model config plus the checkpoint's sha256 when one is named.
+Result<std::string> model_identity_sha256(const Scenario& scenario);
+
+// The header of a dump of this scenario at `partition` ("0-32", "0-12|12-32").
+Result<DumpHeader> make_dump_header(const Scenario& scenario, const std::string& partition);
+
+struct ReferenceRun {
+  RunRecord record;
+  GenerationResult generation;
+  PreparedWorkload workload;
+  GenerationSummary summary;  // speculative figures and the drafter's binding
+};
+
+// The PP=1 run of the scenario with everything recorded at the scenario's dump level,
+// over `source` (the scenario's own weights unless given). With `log`, the engine logs
+// every operation and its states into it (reference/state_log.h).
+Result<ReferenceRun> run_reference(const Scenario& scenario);
+Result<ReferenceRun> run_reference(const Scenario& scenario, WeightSource& source,
+                                   StateLog* log = nullptr);
+
+// One partitioned run of the scenario at the partition with these interior cuts, with
+// /stages/<s>/ recorded (what each stage holds).
+Result<ReferenceRun> run_partitioned(const Scenario& scenario, const std::vector<int>& cuts);
+
+// The scenario's weights by name: generated from the model seed, or its checkpoint.
+std::unique_ptr<WeightSource> scenario_weight_source(const Scenario& scenario);
+
+// Writes a record as one dump file (temporary name, then renamed).
+Status write_record(const std::string& path, const RunRecord& record, const DumpHeader& header,
+                    bool compress = false);
+
+}  // namespace splitcheck

@@ -1,0 +1,272 @@
+#include "harness/verdict/bisect.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+namespace splitcheck {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+bool has_check(const CaseResult& c, const std::string& check) {
+  return std::find(c.failed_checks.begin(), c.failed_checks.end(), check) != c.failed_checks.end();
+}
+
+// The dispatch mismatch comes no later than the first numeric divergence.
+bool dispatch_first(const CaseResult& c) {
+  if (!c.dispatch) return false;
+  if (!c.first_divergence) return true;
+  const DispatchMismatch& d = *c.dispatch;
+  if (d.forward != c.first_divergence_forward) return d.forward < c.first_divergence_forward;
+  // Within one forward: a layer-less divergence (taps, output, logits) comes after layers.
+  return c.first_divergence_layer < 0 || d.layer <= c.first_divergence_layer;
+}
+
+// The first layer of every stage but the first: the layers that read a handoff.
+bool is_stage_first_layer(const CaseResult& c, int32_t layer) {
+  return std::find(c.cuts.begin(), c.cuts.end(), layer) != c.cuts.end();
+}
+
+BisectFinding finding_of(const CaseResult& c) {
+  BisectFinding f;
+  f.key = c.key;
+  f.layout = c.layout;
+  f.cuts = c.cuts;
+  f.verdict = c.verdict;
+  f.cause = classify_cause(c);
+  f.message = c.message;
+  if (c.first_divergence) {
+    f.dataset = c.first_divergence->path;
+    f.forward = c.first_divergence_forward;
+    f.layer = c.first_divergence_layer;
+    f.site = c.first_divergence_site;
+    f.token = c.first_divergence->first_row;
+    f.channel = c.first_divergence->first_col;
+  } else if (c.dispatch) {
+    f.forward = c.dispatch->forward;
+    f.layer = c.dispatch->layer;
+    f.site = c.dispatch->site;
+  }
+  return f;
+}
+
+// One reduction attempt: the scenario as JSON, parsed, swept, classified.
+struct Trial {
+  bool same = false;
+  BisectFinding finding;
+};
+
+}  // namespace
+
+std::string classify_cause(const CaseResult& c) {
+  if (c.verdict == Verdict::kConfigRejected) return kCauseConfigRejected;
+  if (c.verdict == Verdict::kError) return kCauseError;
+  if (has_check(c, "embedding") || has_check(c, "memory")) return kCauseEmbedding;
+  if (c.first_divergence && c.first_divergence->nan_mismatch) return kCauseNan;
+  // The layers, logits and output all agree and the first divergence is a tap (at most
+  // the tap's own dispatch differs): the tap's source is wrong. What differs after it
+  // (a drafter's proposals and acceptance, the verify blocks' ids) follows from the tap.
+  const bool first_is_tap =
+      c.first_divergence && c.first_divergence->path.find("/taps/") != std::string::npos;
+  const bool dispatch_before =
+      c.dispatch && c.dispatch->site != "tap" && c.dispatch->forward <= c.first_divergence_forward;
+  if (first_is_tap && !dispatch_before) return kCauseTapSource;
+  if (dispatch_first(c)) return kCauseDispatch;
+  if (c.first_divergence && c.first_divergence_layer >= 0 &&
+      is_stage_first_layer(c, c.first_divergence_layer))
+    return kCauseHandoff;
+  return kCausePropagated;
+}
+
+std::optional<BisectFinding> first_failure(const SweepResult& r) {
+  for (const CaseResult& c : r.cases) {
+    if (c.verdict == Verdict::kPass || c.verdict == Verdict::kSkipped) continue;
+    return finding_of(c);
+  }
+  return std::nullopt;
+}
+
+ScenarioSize scenario_size(const Scenario& s) {
+  ScenarioSize z;
+  z.layers = s.model.num_hidden_layers;
+  z.prompts = s.workload.prompts;
+  z.max_new_tokens = s.workload.max_new_tokens;
+  z.max_prompt_tokens = s.workload.max_prompt_tokens;
+  Result<std::vector<Partition>> parts = enumerate_partitions(s.partitions, z.layers);
+  z.partitions = parts.is_ok() ? static_cast<int>(parts->size()) : -1;
+  return z;
+}
+
+Status write_json_atomically(const std::string& path, const json& j) {
+  const fs::path target(path);
+  const fs::path tmp = target.string() + fmt::format(".tmp.{}", ::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return invalid_input(fmt::format("{}: cannot open for writing", tmp.string()));
+    f << j.dump(2) << "\n";
+    f.flush();
+    if (!f) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return internal_error(fmt::format("{}: write failed", tmp.string()));
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return internal_error(fmt::format("{}: cannot rename into place: {}", path, ec.message()));
+  }
+  return Status::ok();
+}
+
+Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
+  BisectResult out;
+  out.before = scenario_size(s);
+  SweepOptions sweep_options;
+  sweep_options.threads = options.threads;
+  // The split points in enumeration order, a batch at a time, up to the first failing
+  // batch: cases are independent, so this finds what a full sweep would find first.
+  const std::string base_dir =
+      s.source_path.empty() ? std::string(".") : fs::path(s.source_path).parent_path().string();
+  ASSIGN_OR_RETURN(std::vector<Partition> parts,
+                   enumerate_partitions(s.partitions, s.model.num_hidden_layers));
+  const size_t batch = std::max<size_t>(
+      8, options.threads > 0 ? static_cast<size_t>(options.threads)
+                             : static_cast<size_t>(std::thread::hardware_concurrency()));
+  std::optional<BisectFinding> first;
+  for (size_t begin = 0; begin < parts.size() && !first; begin += batch) {
+    json j = resolved_scenario_json(s);
+    json list = json::array();
+    for (size_t i = begin; i < std::min(parts.size(), begin + batch); ++i)
+      list.push_back(parts[i].cuts());
+    j["partitions"] = {{"pp", s.partitions.pp}, {"splits", list}};
+    ASSIGN_OR_RETURN(Scenario part, parse_scenario(j, s.name, base_dir));
+    ASSIGN_OR_RETURN(SweepResult r, run_sweep(part, sweep_options));
+    ++out.sweeps;
+    first = first_failure(r);
+  }
+  if (!first) {
+    out.after = out.before;
+    return out;
+  }
+  out.conformant = false;
+  out.finding = *first;
+  const std::string cause = first->cause;
+
+  json best = resolved_scenario_json(s);
+  best["name"] = s.name + "-repro";
+  json expect = {{"verdict", "divergent"}};
+  if (s.expect.contains("caught_by")) expect["caught_by"] = s.expect["caught_by"];
+  best["expect"] = expect;
+
+  // Sweeps `j` (one partition) and says whether it still fails with the cause.
+  auto trial = [&](const json& j) -> Result<Trial> {
+    ASSIGN_OR_RETURN(Scenario t, parse_scenario(j, s.name + "-repro", base_dir));
+    SweepOptions o;
+    o.threads = 1;
+    ASSIGN_OR_RETURN(SweepResult r, run_sweep(t, o));
+    ++out.sweeps;
+    Trial tr;
+    if (std::optional<BisectFinding> f = first_failure(r)) {
+      tr.finding = *f;
+      tr.same = f->cause == cause;
+    }
+    return tr;
+  };
+  // Applies `mutate` to a copy of the best scenario and keeps it when it still fails.
+  auto attempt = [&](const std::string& what, const std::function<bool(json&)>& mutate) -> Status {
+    json j = best;
+    if (!mutate(j)) return Status::ok();
+    Result<Trial> t = trial(j);
+    if (!t.is_ok()) {
+      out.steps.push_back(fmt::format("{}: dropped ({})", what, t.status().message()));
+      return Status::ok();
+    }
+    if (t->same) {
+      best = std::move(j);
+      out.steps.push_back(fmt::format("{}: kept", what));
+    } else {
+      out.steps.push_back(fmt::format("{}: dropped (cause became {})", what,
+                                      t->finding.cause.empty() ? "none" : t->finding.cause));
+    }
+    return Status::ok();
+  };
+
+  // The failing split alone; this one must keep the failure or there is nothing to shrink.
+  {
+    json j = best;
+    j["partitions"] = {{"pp", s.partitions.pp}, {"splits", json::array({first->cuts})}};
+    ASSIGN_OR_RETURN(Trial t, trial(j));
+    if (!t.same) {
+      return internal_error(fmt::format("{}: {} alone does not reproduce the cause {} (got {})",
+                                        s.name, first->key, cause,
+                                        t.finding.cause.empty() ? "pass" : t.finding.cause));
+    }
+    best = std::move(j);
+    out.steps.push_back(fmt::format("partitions: only {}: kept", first->key));
+  }
+  RETURN_IF_ERROR(attempt("prompts -> 1", [](json& j) {
+    if (j["workload"]["prompts"].get<int>() <= 1) return false;
+    j["workload"]["prompts"] = 1;
+    return true;
+  }));
+  for (int n : {1, 2}) {
+    RETURN_IF_ERROR(attempt(fmt::format("max_new_tokens -> {}", n), [n](json& j) {
+      if (j["workload"]["max_new_tokens"].get<int>() <= n) return false;
+      j["workload"]["max_new_tokens"] = n;
+      return true;
+    }));
+  }
+  for (int n : {4, 8}) {
+    RETURN_IF_ERROR(attempt(fmt::format("max_prompt_tokens -> {}", n), [n](json& j) {
+      const int cur = j["workload"]["max_prompt_tokens"].get<int>();
+      if (cur != 0 && cur <= n) return false;
+      j["workload"]["max_prompt_tokens"] = n;
+      return true;
+    }));
+  }
+  // Fewer layers: multiples of the AttnRes block size S that still hold every cut, so
+  // each layer keeps its place in its block; capture ids past the end are dropped and
+  // the final capture (id L) follows the new L. Not with a checkpoint (its shapes are fixed).
+  if (s.checkpoint.empty()) {
+    const int layers = s.model.num_hidden_layers;
+    const int block = std::max(1, s.model.attn_res_block_size);
+    const int last_cut = first->cuts.empty() ? 0 : first->cuts.back();
+    for (int l = block; l < layers; l += block) {
+      if (l <= last_cut || l < s.partitions.pp) continue;
+      const size_t steps_before = out.steps.size();
+      RETURN_IF_ERROR(attempt(fmt::format("num_hidden_layers -> {}", l), [&](json& j) {
+        j["model"]["overrides"]["num_hidden_layers"] = l;
+        std::vector<int> ids;
+        for (int id : j["capture_ids"].get<std::vector<int>>()) {
+          if (id == layers) {
+            ids.push_back(l);
+          } else if (id <= l) {
+            ids.push_back(id);
+          }
+        }
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+        j["capture_ids"] = ids;
+        return true;
+      }));
+      if (out.steps.size() > steps_before && out.steps.back().ends_with(": kept")) break;
+    }
+  }
+
+  ASSIGN_OR_RETURN(Scenario repro, parse_scenario(best, s.name + "-repro", base_dir));
+  out.after = scenario_size(repro);
+  out.repro = resolved_scenario_json(repro);
+  return out;
+}
+
+}  // namespace splitcheck

@@ -1,0 +1,62 @@
+#include "harness/verdict/faults.h"
+
+#include <algorithm>
+
+namespace splitcheck {
+
+namespace {
+
+// SPEC 6, one row per fault. `caught_by` names a row of the check registry. The last
+// field (alters_first_stage_prefix) is false on every row: each fault switches code at a
+// stage's end, in the receiver, at placement or in the drafter, never the first stage's
+// embedding or layers.
+constexpr FaultInfo kFaults[] = {
+    {"handoff.no_zero_delta", "receiver passes no delta after folding it", "dispatch",
+     "dispatch mismatch (native at PP=1, fallback here) at the first layer of each non-first "
+     "stage not on a block boundary; numeric divergence from there for some splits; "
+     "block-aligned cuts stay identical",
+     false},
+    {"tap.boundary_uses_prefix", "a tap at a stage end exports bf16(P + D)", "taps",
+     "tap mismatch exactly where a capture id equals a non-last stage end, with its cosine to "
+     "the true feature",
+     false},
+    {"tap.boundary_rejected",
+     "partitions with a capture id at a stage end are refused at "
+     "configuration",
+     "config",
+     "those splits reported as configuration-rejected with the offending ids, never as crashes",
+     false},
+    {"weights.no_boundary_copy", "checkpoint lacks the boundary copies", "config",
+     "configuration-time error, no NaN tap exported", false},
+    {"draft.own_embedding",
+     "under PP the drafter builds and loads its own embedding, absent from its checkpoint",
+     "embedding",
+     "embedding check fails (own, unloaded), proposals and acceptance differ from PP=1, "
+     "emitted tokens still equal",
+     false},
+    {"tap.embed_resident_by_module", "the last stage's embedding copy makes tap 0 look resident",
+     "taps", "tap 0 not relayed: tap mismatch at the last stage, acceptance differs", false},
+    {"draft.vocab_from_embedding", "the vocab check reads the missing embedding first", "embedding",
+     "the clear refusal never appears: reported as an unreachable refusal, not as a crash of "
+     "the harness",
+     false},
+    {"pd.producer_embedding", "a context-only producer still builds the last-stage copy", "memory",
+     "memory check reports the extra V x H x 2 bytes", false},
+};
+
+}  // namespace
+
+std::span<const FaultInfo> fault_registry() { return kFaults; }
+
+const FaultInfo* find_fault(std::string_view id) {
+  for (const FaultInfo& f : kFaults) {
+    if (f.id == id) return &f;
+  }
+  return nullptr;
+}
+
+bool FaultSet::has(std::string_view id) const {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace splitcheck

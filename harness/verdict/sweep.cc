@@ -1,0 +1,473 @@
+#include "harness/verdict/sweep.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "harness/engine/partitioned_engine.h"
+#include "harness/verdict/checks.h"
+#include "reference/spec_methods.h"
+
+namespace splitcheck {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The check a dataset belongs to, by its path in the dump layout.
+std::string check_of(const std::string& path) {
+  if (path.rfind("stage_trace/", 0) == 0 || path.rfind("stages/", 0) == 0) return "";
+  if (path.rfind("generation/", 0) == 0) return "tokens";
+  if (path.rfind("spec/", 0) == 0) return "acceptance";
+  if (path.find("/taps/") != std::string::npos) return "taps";
+  if (path.ends_with("/logits")) return "logits";
+  if (path.ends_with("/input_ids") || path.ends_with("/next_tokens")) return "tokens";
+  if (path.ends_with("/dispatch")) return "dispatch";
+  return "tensors";
+}
+
+int32_t forward_of(const std::string& path) {
+  if (path.rfind("forward/", 0) != 0) return -1;
+  return std::atoi(path.c_str() + 8);
+}
+
+int32_t layer_of(const std::string& path) {
+  const size_t p = path.find("/layers/");
+  return p == std::string::npos ? -1 : std::atoi(path.c_str() + p + 8);
+}
+
+std::string site_of(const std::string& path) {
+  const size_t p = path.rfind('/');
+  return p == std::string::npos ? path : path.substr(p + 1);
+}
+
+std::string kernel_name(int32_t k) {
+  auto reg = kernel_registry();
+  if (k < 0 || k >= static_cast<int32_t>(reg.size())) return fmt::format("kernel#{}", k);
+  return fmt::format("{}.{}", reg[k].op, reg[k].variant);
+}
+
+// Event-by-event diff of two dispatch tables [N, 4] (layer, site, kernel, aux).
+std::optional<DispatchMismatch> diff_dispatch(int32_t forward, const Tensor& a, const Tensor& b,
+                                              int64_t& mismatching_events) {
+  const int64_t na = a.dim(0), nb = b.dim(0);
+  std::optional<DispatchMismatch> first;
+  const int32_t* pa = a.data<int32_t>();
+  const int32_t* pb = b.data<int32_t>();
+  for (int64_t i = 0; i < std::max(na, nb); ++i) {
+    const bool in_a = i < na, in_b = i < nb;
+    if (in_a && in_b && std::equal(pa + i * 4, pa + i * 4 + 4, pb + i * 4)) continue;
+    ++mismatching_events;
+    if (first) continue;
+    DispatchMismatch m;
+    m.forward = forward;
+    m.event = i;
+    const int32_t* ev = in_a ? pa + i * 4 : pb + i * 4;
+    m.layer = ev[0];
+    m.site = std::string(site_name(static_cast<Site>(ev[1])));
+    auto describe = [](const int32_t* e) {
+      std::string d = kernel_name(e[2]);
+      if (static_cast<Site>(e[1]) == Site::kTap) return d + fmt::format(" (tap {})", e[3]);
+      return d;
+    };
+    // An event that one trace has and the other lacks shows as a shift: name it as
+    // missing or extra rather than as the pair of events that happen to line up.
+    const bool missing_here =
+        in_a && i + 1 < na && in_b && std::equal(pa + (i + 1) * 4, pa + (i + 2) * 4, pb + i * 4);
+    const bool extra_here =
+        in_b && i + 1 < nb && in_a && std::equal(pb + (i + 1) * 4, pb + (i + 2) * 4, pa + i * 4);
+    if (missing_here) {
+      m.expected = describe(pa + i * 4);
+      m.actual = "no such call";
+    } else if (extra_here) {
+      m.layer = pb[i * 4];
+      m.site = std::string(site_name(static_cast<Site>(pb[i * 4 + 1])));
+      m.expected = "no such call";
+      m.actual = describe(pb + i * 4);
+    } else {
+      m.expected = in_a ? describe(pa + i * 4) : "(no event)";
+      m.actual = in_b ? describe(pb + i * 4) : "(no event)";
+      if (in_a && in_b && pa[i * 4 + 2] == pb[i * 4 + 2]) {
+        m.expected +=
+            fmt::format(" at layer {} {}", pa[i * 4], site_name(static_cast<Site>(pa[i * 4 + 1])));
+        m.actual +=
+            fmt::format(" at layer {} {}", pb[i * 4], site_name(static_cast<Site>(pb[i * 4 + 1])));
+      }
+    }
+    first = m;
+  }
+  return first;
+}
+
+void add_failed(CaseResult& c, const std::string& check) {
+  if (std::find(c.failed_checks.begin(), c.failed_checks.end(), check) == c.failed_checks.end())
+    c.failed_checks.push_back(check);
+}
+
+std::string case_message(const CaseResult& c) {
+  std::string msg;
+  if (c.dispatch) {
+    const DispatchMismatch& d = *c.dispatch;
+    msg = fmt::format("dispatch: forward {} layer {} {}: {} at PP=1, {} here", d.forward, d.layer,
+                      d.site, d.expected, d.actual);
+  }
+  if (c.first_divergence) {
+    if (!msg.empty()) msg += "; first numeric divergence: ";
+    msg += verdict_line(*c.first_divergence);
+  }
+  if (msg.empty() && !c.failed_checks.empty()) msg = "differs in " + c.failed_checks.front();
+  return msg;
+}
+
+// SPEC 5.4: the embedding each stage holds against the placement rule of the method
+// registry (SPEC 2.7), which PP=1 satisfies by construction (one stage, the real
+// embedding, no copy). A last-stage copy where no drafter needs it fails `memory` with
+// the extra V x H x 2 bytes; a drafter stage without the target's embedding fails
+// `embedding`.
+void check_placement(const Scenario& s, CaseResult& c) {
+  const int64_t copy_bytes = static_cast<int64_t>(s.model.vocab_size) * s.model.hidden_size * 2;
+  for (const StageHoldings& h : c.stages) {
+    const bool first = h.index == 0;
+    const bool last = h.index + 1 == static_cast<int>(c.stages.size());
+    const bool copy = last_stage_holds_embedding_copy(s.speculative.method, last, first,
+                                                      s.speculative.context_only_producer);
+    const std::string want = first ? "real" : (copy ? "copy-for-drafter" : "missing");
+    if (h.embedding == want) continue;
+    std::string msg;
+    if (h.embedding == "copy-for-drafter") {
+      add_failed(c, "memory");
+      msg = fmt::format(
+          "memory: stage {} holds an embedding copy no drafter needs: {} extra bytes "
+          "(V x H x 2)",
+          h.index, copy_bytes);
+    } else {
+      add_failed(c, "embedding");
+      msg = fmt::format("embedding: stage {} holds '{}', the {} drafter needs '{}'", h.index,
+                        h.embedding, s.speculative.method, want);
+    }
+    if (c.verdict == Verdict::kPass || c.message.empty()) c.message = msg;
+    if (c.verdict == Verdict::kPass) c.verdict = Verdict::kDiverged;
+  }
+}
+
+// SPEC 5.4 for the drafter: it must use the target's embedding object, and a missing
+// placeholder must be refused at load (the refusal must be reachable).
+void check_drafter(const Scenario& s, const Partition& p, CaseResult& c) {
+  const SpecMethodInfo* m = find_spec_method(s.speculative.method);
+  if (m == nullptr || !m->has_drafter || !m->shares_target_embedding) return;
+  auto fail = [&](const std::string& msg) {
+    add_failed(c, "embedding");
+    if (c.verdict == Verdict::kPass) {
+      c.verdict = Verdict::kDiverged;
+      c.message = msg;
+    } else {
+      c.message += "; " + msg;
+    }
+  };
+  if (c.drafter.embedding_source != "none" && !s.speculative.context_only_producer &&
+      (c.drafter.embedding_source != "target" || !c.drafter.same_object_as_target)) {
+    fail(
+        fmt::format("embedding: the {} drafter on stage {} uses a '{}' embedding{}, not the "
+                    "target's object",
+                    s.speculative.method, c.drafter.stage, c.drafter.embedding_source,
+                    c.drafter.embedding_source == "own" ? " (never loaded)" : ""));
+  }
+  if (p.stages() < 2 || s.speculative.context_only_producer) return;
+  const Status probe = probe_missing_embedding_refusal(s, p.stages() - 1);
+  c.refusal_probe = probe.is_ok() ? "accepted a missing placeholder" : probe.message();
+  if (probe.code() != StatusCode::kConfigRejected) {
+    fail(
+        fmt::format("embedding: the refusal of a missing drafter embedding never appears "
+                    "(unreachable refusal: {})",
+                    c.refusal_probe));
+  }
+}
+
+}  // namespace
+
+const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::kPass:
+      return "pass";
+    case Verdict::kDiverged:
+      return "diverged";
+    case Verdict::kConfigRejected:
+      return "config-rejected";
+    case Verdict::kError:
+      return "error";
+    case Verdict::kSkipped:
+      return "skipped";
+  }
+  return "?";
+}
+
+int SweepResult::count(Verdict v) const {
+  return static_cast<int>(std::count_if(cases.begin(), cases.end(),
+                                        [&](const CaseResult& c) { return c.verdict == v; }));
+}
+
+bool SweepResult::conformant() const {
+  return std::all_of(cases.begin(), cases.end(), [](const CaseResult& c) {
+    return c.verdict == Verdict::kPass || c.verdict == Verdict::kSkipped;
+  });
+}
+
+Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& c) {
+  std::map<std::string, const Tensor*> by_path;
+  for (const RecordEntry& e : cand.entries()) by_path[e.path] = &e.tensor;
+  std::map<int, TapVerdict> taps;
+  std::set<std::string> seen;
+  for (const RecordEntry& e : ref.entries()) {
+    const std::string check = check_of(e.path);
+    if (check.empty()) continue;
+    seen.insert(e.path);
+    auto it = by_path.find(e.path);
+    ++c.datasets_compared;
+    if (it == by_path.end()) {
+      ++c.datasets_differing;
+      add_failed(c, check);
+      if (c.message.empty()) c.message = fmt::format("{}: missing in the partitioned run", e.path);
+      continue;
+    }
+    const Tensor& b = *it->second;
+    if (check == "dispatch") {
+      std::optional<DispatchMismatch> m =
+          diff_dispatch(forward_of(e.path), e.tensor, b, c.dispatch_mismatches);
+      if (m) {
+        ++c.datasets_differing;
+        add_failed(c, check);
+        if (!c.dispatch) c.dispatch = m;
+      }
+      continue;
+    }
+    ASSIGN_OR_RETURN(CompareResult r, compare_tensors("/" + e.path, e.tensor, b));
+    const bool is_tap = check == "taps";
+    int tap_id = -1;
+    if (is_tap) {
+      tap_id = std::atoi(e.path.c_str() + e.path.rfind('/') + 1);
+      taps[tap_id].id = tap_id;
+    }
+    if (r.equal()) continue;
+    ++c.datasets_differing;
+    add_failed(c, check);
+    if (!r.structural_errors.empty() && c.message.empty()) c.message = r.structural_errors.front();
+    if (r.diffs.empty()) continue;
+    const TensorDiff& d = r.diffs.front();
+    if (is_tap) {
+      taps[tap_id].mismatches += d.mismatches;
+      taps[tap_id].min_cosine = std::min(taps[tap_id].min_cosine, d.cosine);
+    }
+    if (!c.first_divergence) {
+      c.first_divergence = d;
+      c.first_divergence_forward = forward_of(e.path);
+      c.first_divergence_layer = layer_of(e.path);
+      c.first_divergence_site = site_of(e.path);
+    }
+  }
+  for (const RecordEntry& e : cand.entries()) {
+    if (check_of(e.path).empty() || seen.count(e.path)) continue;
+    ++c.datasets_differing;
+    add_failed(c, check_of(e.path));
+    if (c.message.empty()) c.message = fmt::format("{}: only in the partitioned run", e.path);
+  }
+  for (const auto& [id, t] : taps) c.taps.push_back(t);
+  if (c.failed_checks.empty()) {
+    c.verdict = Verdict::kPass;
+    c.message = fmt::format("bit-identical ({} datasets)", c.datasets_compared);
+  } else {
+    c.verdict = Verdict::kDiverged;
+    const std::string detail = case_message(c);
+    if (!detail.empty()) c.message = detail;
+  }
+  return Status::ok();
+}
+
+std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const SweepResult& r) {
+  std::vector<std::string> fails;
+  auto keys_with = [&](Verdict v) {
+    std::vector<std::string> k;
+    for (const CaseResult& c : r.cases)
+      if (c.verdict == v) k.push_back(c.key);
+    return k;
+  };
+  if (expect.contains("verdict")) {
+    const std::string want = expect["verdict"].get<std::string>();
+    const std::string got = r.conformant() ? "conformant" : "divergent";
+    if (want != got) fails.push_back(fmt::format("expected verdict {}, got {}", want, got));
+  }
+  if (expect.contains("identical_splits")) {
+    const int want = expect["identical_splits"].get<int>();
+    if (r.count(Verdict::kPass) != want)
+      fails.push_back(
+          fmt::format("expected {} identical split points, got {}", want, r.count(Verdict::kPass)));
+  }
+  for (const auto& [field, verdict] : {std::pair{"identical", Verdict::kPass},
+                                       std::pair{"config_rejected", Verdict::kConfigRejected},
+                                       std::pair{"diverged", Verdict::kDiverged}}) {
+    if (!expect.contains(field)) continue;
+    std::vector<std::string> want = expect[field].get<std::vector<std::string>>();
+    std::vector<std::string> got = keys_with(verdict);
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    if (want != got)
+      fails.push_back(fmt::format("expected {} = [{}], got [{}]", field, fmt::join(want, ", "),
+                                  fmt::join(got, ", ")));
+  }
+  if (expect.contains("caught_by")) {
+    const std::string check = expect["caught_by"].get<std::string>();
+    int caught = 0;
+    for (const CaseResult& c : r.cases) {
+      const bool named =
+          std::find(c.failed_checks.begin(), c.failed_checks.end(), check) != c.failed_checks.end();
+      if (c.verdict == Verdict::kDiverged && !named)
+        fails.push_back(fmt::format("{} diverged but the {} check did not fail", c.key, check));
+      caught += named || (check == "config" && c.verdict == Verdict::kConfigRejected);
+    }
+    if (caught == 0) fails.push_back(fmt::format("no split point failed the {} check", check));
+  }
+  for (const CaseResult& c : r.cases)
+    if (c.verdict == Verdict::kError)
+      fails.push_back(fmt::format("{}: error: {}", c.key, c.message));
+  return fails;
+}
+
+Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
+  const auto t0 = Clock::now();
+  SweepResult result;
+  result.scenario_name = s.name;
+  result.scenario = resolved_scenario_json(s);
+  ASSIGN_OR_RETURN(result.scenario_sha256, scenario_identity_sha256(s));
+  ASSIGN_OR_RETURN(result.model_sha256, model_identity_sha256(s));
+  ASSIGN_OR_RETURN(std::vector<Partition> all,
+                   enumerate_partitions(s.partitions, s.model.num_hidden_layers));
+  std::vector<Partition> parts;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (static_cast<int>(i % options.shard_count) != options.shard_index) continue;
+    if (!options.filter.empty() && all[i].key().find(options.filter) == std::string::npos) continue;
+    parts.push_back(all[i]);
+  }
+
+  // The PP=1 states a first stage may start from: up to the last layer before any
+  // partition's first cut.
+  const FaultSet faults{s.faults};
+  ReuseSummary& reuse = result.reuse;
+  reuse.mode = options.reuse;
+  int keep = -1;
+  for (const Partition& p : parts)
+    if (p.stages() >= 2) keep = std::max(keep, p.stage(0).end - 1);
+  std::unique_ptr<StateLog> log;
+  if (options.reuse == ReuseMode::kOff) {
+    reuse.unused_because = "--reuse off";
+  } else if (reuse.unused_because = reuse_blocked_by(faults); !reuse.unused_because.empty()) {
+    reuse.mode = ReuseMode::kOff;
+  } else if (keep < 0) {
+    reuse.mode = ReuseMode::kOff;
+    reuse.unused_because = "no partition has a second stage";
+  } else {
+    log = std::make_unique<StateLog>(keep, options.reuse_memory_bytes);
+  }
+
+  // PP=1, once, over the weight source every split point shares.
+  const auto t_ref = Clock::now();
+  std::unique_ptr<WeightSource> source = scenario_weight_source(s);
+  ASSIGN_OR_RETURN(ReferenceRun ref, run_reference(s, *source, log.get()), "PP=1 run");
+  const PreparedWorkload& workload = ref.workload;
+  const RunRecord& ref_record = ref.record;
+  result.pp1_acceptance = acceptance_figures(ref.summary);
+  result.pp1_drafter = ref.summary.drafter;
+  result.pp1_seconds = seconds_since(t_ref);
+  if (log) {
+    reuse.state_bytes = log->state_bytes();
+    reuse.log_ended_early = log->ended_early();
+  }
+  const EngineOptions engine_options{s.capture_ids, s.dump_level, s.speculative.method,
+                                     s.speculative.context_only_producer};
+  const PrefixReuse prefix{log.get(), reuse.mode};
+
+  result.cases.resize(parts.size());
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> done{0};
+  std::mutex progress_mu;
+  auto worker = [&] {
+    for (size_t i = next++; i < parts.size(); i = next++) {
+      const auto tc = Clock::now();
+      CaseResult& c = result.cases[i];
+      c.key = parts[i].key();
+      c.layout = parts[i].layout();
+      c.cuts = parts[i].cuts();
+      Result<std::unique_ptr<PartitionedEngine>> engine =
+          PartitionedEngine::create(s.model, parts[i], engine_options, faults, *source, prefix);
+      if (!engine.is_ok()) {
+        const bool rejected = engine.status().code() == StatusCode::kConfigRejected;
+        c.verdict = rejected ? Verdict::kConfigRejected : Verdict::kError;
+        c.message = engine.status().message();
+        if (rejected) c.failed_checks.push_back("config");
+      } else {
+        c.stages = (*engine)->holdings();
+        RunRecord rec;
+        const int last = parts[i].stages() - 1;
+        Result<GenerationSummary> g = run_generation(s, **engine, (*engine)->last_stage_weights(),
+                                                     last, last == 0, *source, workload, &rec);
+        c.reuse = (*engine)->reuse_stats();
+        if (!g.is_ok()) {
+          const bool rejected = g.status().code() == StatusCode::kConfigRejected;
+          c.verdict = rejected ? Verdict::kConfigRejected : Verdict::kError;
+          c.message = g.status().message();
+          if (rejected) c.failed_checks.push_back("config");
+        } else {
+          c.acceptance = acceptance_figures(*g);
+          c.drafter = g->drafter;
+          Status st = compare_records(ref_record, rec, c);
+          if (!st.is_ok()) {
+            c.verdict = Verdict::kError;
+            c.message = st.message();
+          } else {
+            check_placement(s, c);
+            check_drafter(s, parts[i], c);
+          }
+        }
+      }
+      c.seconds = seconds_since(tc);
+      const size_t n = ++done;
+      if (options.progress) {
+        std::lock_guard<std::mutex> lock(progress_mu);
+        const double elapsed = seconds_since(t0);
+        const double eta = elapsed / static_cast<double>(n) * static_cast<double>(parts.size() - n);
+        fmt::print(stderr, "\r[{}/{}] split points done, ETA {:.0f} s   ", n, parts.size(), eta);
+        if (n == parts.size()) fmt::print(stderr, "\n");
+      }
+    }
+  };
+  int threads = options.threads > 0
+                    ? options.threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(parts.size())));
+  result.threads = threads;
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
+  for (std::thread& t : pool) t.join();
+  result.total_seconds = seconds_since(t0);
+  for (const CaseResult& c : result.cases) {
+    reuse.reused_forwards += c.reuse.reused_forwards;
+    reuse.verified_forwards += c.reuse.verified_forwards;
+    reuse.computed_forwards += c.reuse.computed_forwards;
+    reuse.left_pp1 += !c.reuse.left_because.empty();
+  }
+  // `expect` speaks of the whole sweep: a filtered or sharded run cannot meet or miss it
+  // (splitcheck merge evaluates it once the shards are joined). Errors still count.
+  const bool partial = !options.filter.empty() || options.shard_count > 1;
+  result.expect_failures = evaluate_expect(partial ? nlohmann::json::object() : s.expect, result);
+  return result;
+}
+
+}  // namespace splitcheck

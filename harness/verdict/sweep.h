@@ -1,0 +1,119 @@
+// The sweep: PP=1 once, then every partition of the scenario, each compared with PP=1
+// dataset by dataset in execution order, and the verdicts per split point.
+//
+// A case is one partition, named from its cuts ("split-12"); verdicts are pass,
+// diverged, config-rejected, error and skipped. Each case names which checks of the
+// check registry failed, the first numeric divergence (forward, layer, site, token,
+// channel), the first dispatch mismatch and the tap verdicts with their cosines.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/dump/compare.h"
+#include "harness/engine/generation.h"
+#include "harness/engine/partition.h"
+#include "harness/engine/prefix_reuse.h"
+#include "harness/engine/run.h"
+#include "harness/engine/stage.h"
+
+namespace splitcheck {
+
+enum class Verdict { kPass, kDiverged, kConfigRejected, kError, kSkipped };
+const char* verdict_name(Verdict v);
+
+// The first event where the partitioned trace differs from PP=1's (SPEC 5.3).
+struct DispatchMismatch {
+  int32_t forward = 0;
+  int64_t event = 0;
+  int32_t layer = -1;
+  std::string site;
+  std::string expected;  // "attn_res.native" (PP=1)
+  std::string actual;    // "attn_res.fallback" (here)
+};
+
+struct TapVerdict {
+  int id = 0;
+  int64_t mismatches = 0;  // elements over all forwards
+  double min_cosine = 1;   // worst forward
+};
+
+struct CaseResult {
+  std::string key;     // "split-12"
+  std::string layout;  // "0-12|12-32"
+  std::vector<int> cuts;
+  Verdict verdict = Verdict::kSkipped;
+  std::string message;                     // one line
+  std::vector<std::string> failed_checks;  // names from the check registry
+  std::optional<TensorDiff> first_divergence;
+  int32_t first_divergence_forward = -1;
+  int32_t first_divergence_layer = -1;
+  std::string first_divergence_site;
+  std::optional<DispatchMismatch> dispatch;
+  int64_t dispatch_mismatches = 0;
+  std::vector<TapVerdict> taps;
+  std::vector<StageHoldings> stages;
+  int64_t datasets_compared = 0;
+  int64_t datasets_differing = 0;
+  double seconds = 0;
+  AcceptanceFigures acceptance;  // this partition's speculative figures
+  DrafterPlacement drafter;      // what the drafter on the last stage was bound to
+  std::string refusal_probe;     // what a missing drafter embedding placeholder gets
+  ReuseStats reuse;              // what the first stage took from PP=1 (prefix_reuse.h)
+};
+
+struct SweepOptions {
+  int threads = 0;      // 0: hardware concurrency
+  int shard_index = 0;  // run partitions with position % shard_count == shard_index
+  int shard_count = 1;
+  std::string filter;     // run only cases whose key contains this
+  bool progress = false;  // a progress line on stderr
+  // Stage-0 prefix reuse (prefix_reuse.h): on by default; verify computes everything
+  // and checks that reuse would have given the same bits.
+  ReuseMode reuse = ReuseMode::kOn;
+  // Bound on the PP=1 states kept for reuse; past it the log ends and first stages
+  // compute the rest themselves (0: no bound).
+  size_t reuse_memory_bytes = size_t{1} << 30;
+};
+
+// What the sweep reused, over all its split points.
+struct ReuseSummary {
+  ReuseMode mode = ReuseMode::kOff;
+  std::string unused_because;    // why no split point could reuse, when none could
+  size_t state_bytes = 0;        // PP=1 states kept for reuse
+  bool log_ended_early = false;  // the memory bound ended PP=1's log before the run did
+  int64_t reused_forwards = 0;
+  int64_t verified_forwards = 0;
+  int64_t computed_forwards = 0;
+  int64_t left_pp1 = 0;  // split points whose operations left PP=1's
+};
+
+struct SweepResult {
+  std::string scenario_name;
+  std::string scenario_sha256;
+  std::string model_sha256;
+  nlohmann::json scenario;  // resolved
+  std::vector<CaseResult> cases;
+  AcceptanceFigures pp1_acceptance;  // PP=1's speculative figures
+  DrafterPlacement pp1_drafter;
+  ReuseSummary reuse;
+  double pp1_seconds = 0;
+  double total_seconds = 0;
+  int threads = 1;
+  std::vector<std::string> expect_failures;  // what the scenario's `expect` says and did not happen
+  int count(Verdict v) const;
+  bool conformant() const;  // every case passed
+};
+
+// Runs the sweep. A Status error means the scenario or an input is invalid (or an
+// internal failure); a divergence is a result, not an error.
+Result<SweepResult> run_sweep(const Scenario& scenario, const SweepOptions& options);
+
+// Compares a partitioned run's record with PP=1's, filling the comparison fields of `c`.
+Status compare_records(const RunRecord& reference, const RunRecord& candidate, CaseResult& c);
+
+// Checks the scenario's `expect` block against the result.
+std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const SweepResult& result);
+
+}  // namespace splitcheck

@@ -1,0 +1,258 @@
+#include "reports/merge.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "harness/engine/partition.h"
+#include "harness/verdict/scenario.h"
+#include "harness/verdict/sweep.h"
+
+namespace splitcheck {
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::istringstream in(text);
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+// The value of `--name X` or `--name=X` in a command line, or "" when absent.
+std::string option_value(const std::string& command, const std::string& name) {
+  const std::vector<std::string> w = split_words(command);
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (w[i] == name && i + 1 < w.size()) return w[i + 1];
+    if (w[i].rfind(name + "=", 0) == 0) return w[i].substr(name.size() + 1);
+  }
+  return "";
+}
+
+// The shard's command without `--shard`, writing to `report_dir`.
+std::string unsharded_command(const std::string& command, const std::string& report_dir) {
+  const std::vector<std::string> w = split_words(command);
+  std::vector<std::string> out;
+  bool has_report = false;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (w[i] == "--shard") {
+      ++i;
+    } else if (w[i].rfind("--shard=", 0) == 0) {
+    } else if (w[i] == "--report" || w[i].rfind("--report=", 0) == 0) {
+      out.push_back("--report");
+      out.push_back(report_dir);
+      has_report = true;
+      if (w[i] == "--report") ++i;
+    } else {
+      out.push_back(w[i]);
+    }
+  }
+  if (!has_report && !report_dir.empty()) {
+    out.push_back("--report");
+    out.push_back(report_dir);
+  }
+  return fmt::format("{}", fmt::join(out, " "));
+}
+
+Result<Verdict> parse_verdict(const std::string& name) {
+  for (Verdict v : {Verdict::kPass, Verdict::kDiverged, Verdict::kConfigRejected, Verdict::kError,
+                    Verdict::kSkipped})
+    if (name == verdict_name(v)) return v;
+  return invalid_input("unknown verdict \"" + name + "\"");
+}
+
+}  // namespace
+
+Result<nlohmann::json> load_report(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return invalid_input(path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    return invalid_input(
+        fmt::format("{}: not valid JSON (truncated?) at byte {}: {}", path, e.byte, e.what()));
+  }
+  if (!j.is_object() || j.value("format", "") != "splitcheck.report")
+    return invalid_input(path + ": not a splitcheck report (format is not \"splitcheck.report\")");
+  if (!j.contains("format_version") || !j["format_version"].is_number_integer() ||
+      j["format_version"].get<int>() != kFormatVersion)
+    return invalid_input(fmt::format("{}: unsupported format_version {} (expected {})", path,
+                                     j.value("format_version", nlohmann::json()).dump(),
+                                     kFormatVersion));
+  if (j.value("kind", "") != "sweep")
+    return invalid_input(path + ": only sweep reports can be merged (kind is " +
+                         j.value("kind", nlohmann::json()).dump() + ")");
+  if (!j.contains("scenario") || !j["scenario"].is_object() || !j["scenario"].contains("sha256") ||
+      !j["scenario"]["sha256"].is_string() || !j["scenario"].contains("resolved") ||
+      !j.contains("cases") || !j["cases"].is_array())
+    return invalid_input(path + ": missing scenario.sha256, scenario.resolved or cases");
+  return j;
+}
+
+Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
+                                     const std::vector<std::string>& paths,
+                                     const std::string& report_dir) {
+  if (reports.empty()) return invalid_input("merge: no reports given");
+  const nlohmann::json& first = reports[0];
+  const std::string sha = first["scenario"]["sha256"];
+  const std::string filter = option_value(first.value("command", ""), "--filter");
+  for (size_t i = 1; i < reports.size(); ++i) {
+    const std::string other = reports[i]["scenario"]["sha256"];
+    if (other != sha)
+      return invalid_input(fmt::format(
+          "{} and {}: different scenarios (scenario.sha256 {} vs {}): shards of different sweeps",
+          paths[0], paths[i], sha, other));
+    const std::string f = option_value(reports[i].value("command", ""), "--filter");
+    if (f != filter)
+      return invalid_input(fmt::format("{} and {}: different --filter (\"{}\" vs \"{}\")", paths[0],
+                                       paths[i], filter, f));
+  }
+
+  // The scenario's full enumeration: where each key belongs and which keys must be present.
+  const nlohmann::json& resolved = first["scenario"]["resolved"];
+  Result<Scenario> s = parse_scenario(resolved, paths[0] + ": scenario.resolved", ".");
+  if (!s.is_ok()) return s.status();
+  ASSIGN_OR_RETURN(std::vector<Partition> all,
+                   enumerate_partitions(s->partitions, s->model.num_hidden_layers));
+  std::map<std::string, int64_t> position;
+  for (size_t i = 0; i < all.size(); ++i) position.emplace(all[i].key(), static_cast<int64_t>(i));
+
+  std::map<std::string, size_t> key_from;  // key -> report it came from
+  std::map<int64_t, size_t> index_from;
+  std::vector<nlohmann::json> cases;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    for (const nlohmann::json& c : reports[r]["cases"]) {
+      if (!c.is_object() || !c.contains("key") || !c["key"].is_string() || !c.contains("index") ||
+          !c["index"].is_number_integer())
+        return invalid_input(paths[r] + ": a case without a string key or an integer index");
+      const std::string key = c["key"];
+      const int64_t index = c["index"];
+      const auto at = position.find(key);
+      if (at == position.end())
+        return invalid_input(
+            fmt::format("{}: case {} is not a split point of the scenario", paths[r], key));
+      if (at->second != index)
+        return invalid_input(
+            fmt::format("{}: case {} has index {}, the scenario enumerates it at {}", paths[r], key,
+                        index, at->second));
+      if (auto k = key_from.find(key); k != key_from.end())
+        return invalid_input(fmt::format("{} and {}: case {} appears twice (overlapping shards)",
+                                         paths[k->second], paths[r], key));
+      if (auto k = index_from.find(index); k != index_from.end())
+        return invalid_input(fmt::format("{} and {}: case index {} appears twice", paths[k->second],
+                                         paths[r], index));
+      key_from.emplace(key, r);
+      index_from.emplace(index, r);
+      cases.push_back(c);
+    }
+  }
+  std::vector<std::string> missing;
+  for (const Partition& p : all) {
+    const std::string key = p.key();
+    if (!filter.empty() && key.find(filter) == std::string::npos) continue;
+    if (!key_from.count(key)) missing.push_back(key);
+  }
+  if (!missing.empty()) {
+    const size_t shown = std::min<size_t>(missing.size(), 8);
+    return invalid_input(fmt::format(
+        "merge: {} split point(s) of the scenario are in none of the {} reports ({}{}): a shard "
+        "report is missing",
+        missing.size(), reports.size(),
+        fmt::join(missing.begin(), missing.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+        missing.size() > shown ? ", ..." : ""));
+  }
+  std::sort(cases.begin(), cases.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return a["index"].get<int64_t>() < b["index"].get<int64_t>();
+  });
+
+  // What evaluate_expect and the counts read, rebuilt from the cases.
+  SweepResult result;
+  result.scenario_name = first["scenario"].value("name", "");
+  result.scenario_sha256 = sha;
+  result.model_sha256 = first["scenario"].value("model_sha256", "");
+  result.scenario = resolved;
+  for (const nlohmann::json& c : cases) {
+    CaseResult cr;
+    cr.key = c["key"];
+    ASSIGN_OR_RETURN(cr.verdict, parse_verdict(c.value("verdict", "")),
+                     paths[key_from[cr.key]] + ": case " + cr.key);
+    cr.message = c.value("message", "");
+    cr.failed_checks = c.value("failed_checks", std::vector<std::string>{});
+    result.cases.push_back(std::move(cr));
+  }
+  // As in run_sweep: a filtered sweep cannot meet or miss the whole sweep's `expect`.
+  result.expect_failures =
+      evaluate_expect(filter.empty() ? s->expect : nlohmann::json::object(), result);
+
+  nlohmann::json merged = first;
+  if (first.contains("acceptance") && first["acceptance"].is_array() &&
+      !first["acceptance"].empty()) {
+    // The acceptance table: PP=1's row (equal in every shard), then one row per split
+    // point in the unsharded order.
+    std::map<std::string, nlohmann::json> rows;
+    for (const nlohmann::json& r : reports) {
+      for (const nlohmann::json& row : r.value("acceptance", nlohmann::json::array())) {
+        if (row.is_object()) rows[row.value("split", "")] = row;
+      }
+    }
+    nlohmann::json acceptance = nlohmann::json::array({first["acceptance"][0]});
+    for (const nlohmann::json& c : cases) {
+      auto it = rows.find(c["key"].get<std::string>());
+      if (it != rows.end()) acceptance.push_back(it->second);
+    }
+    merged["acceptance"] = acceptance;
+  }
+  merged["verdict"] = result.conformant() ? "conformant" : "divergent";
+  merged["exit_code"] = result.conformant() ? 0 : 1;
+  merged["command"] = unsharded_command(first.value("command", ""), report_dir);
+  merged["counts"] = {{"total", result.cases.size()},
+                      {"pass", result.count(Verdict::kPass)},
+                      {"diverged", result.count(Verdict::kDiverged)},
+                      {"config_rejected", result.count(Verdict::kConfigRejected)},
+                      {"error", result.count(Verdict::kError)},
+                      {"skipped", result.count(Verdict::kSkipped)}};
+  double pp1 = 0, total = 0;
+  int threads = 0;
+  for (const nlohmann::json& r : reports) {
+    const nlohmann::json t = r.value("timing", nlohmann::json::object());
+    pp1 = std::max(pp1, t.value("pp1_seconds", 0.0));
+    total += t.value("total_seconds", 0.0);
+    threads = std::max(threads, t.value("threads", 0));
+  }
+  merged["timing"]["pp1_seconds"] = pp1;
+  merged["timing"]["total_seconds"] = total;
+  merged["timing"]["threads"] = threads;
+  merged["timing"]["cost_in_pp1_runs"] = pp1 > 0 ? total / pp1 : 0.0;
+  merged["timing"]["shards"] = reports.size();
+  merged["cases"] = cases;
+  if (first.contains("reuse") && first["reuse"].is_object()) {
+    // What the shards reused, summed; the PP=1 states kept are the largest shard's.
+    nlohmann::json& u = merged["reuse"];
+    for (const char* count : {"reused_forwards", "verified_forwards", "computed_forwards",
+                              "split_points_left_pp1", "state_bytes"})
+      u[count] = 0;
+    for (const nlohmann::json& r : reports) {
+      const nlohmann::json ru = r.value("reuse", nlohmann::json::object());
+      for (const char* count :
+           {"reused_forwards", "verified_forwards", "computed_forwards", "split_points_left_pp1"})
+        u[count] = u[count].get<int64_t>() + ru.value(count, int64_t{0});
+      u["state_bytes"] =
+          std::max(u["state_bytes"].get<int64_t>(), ru.value("state_bytes", int64_t{0}));
+      if (ru.value("mode", "") != first["reuse"].value("mode", "")) u["mode"] = "mixed";
+      if (ru.value("log_ended_early", false)) u["log_ended_early"] = true;
+    }
+  }
+  merged["expect"]["failures"] = result.expect_failures;
+  merged["expect"]["met"] = result.expect_failures.empty();
+  return merged;
+}
+
+}  // namespace splitcheck
