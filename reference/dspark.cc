@@ -94,8 +94,12 @@ DrafterBinding share_with_target(const WeightStore& stage_weights) {
   b.embed = stage_weights.find("embed_tokens.weight");
   b.lm_head = stage_weights.find("lm_head.weight");
   b.source = b.embed != nullptr ? "target" : "missing";
-  b.same_object = b.embed != nullptr;
   return b;
+}
+
+bool binds_target_embedding(const DrafterBinding& b, const WeightStore& stage_weights) {
+  const Tensor* target = stage_weights.find("embed_tokens.weight");
+  return b.embed != nullptr && target != nullptr && same_storage(*b.embed, *target);
 }
 
 Status check_shared_embedding(const DrafterBinding& b, const ModelConfig& c, int stage,

@@ -53,18 +53,23 @@ Tensor generate_markov_factor(const ModelConfig& config, const TensorSpec& spec)
 std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, const Tensor& w1,
                                  const Tensor& w2, int32_t anchor);
 
-// What a drafter's embedding and lm_head are bound to (SPEC 5.4).
+// What a drafter's embedding and lm_head are bound to (SPEC 5.4). Whether the embedding
+// is the target's object is a question for binds_target_embedding, asked of storage.
 struct DrafterBinding {
   const Tensor* embed = nullptr;  // nullptr: the placeholder is missing
   const Tensor* lm_head = nullptr;
   std::string source = "missing";  // target | own | missing
-  bool same_object = false;        // the very object the target's stage holds
   Tensor own_embedding;            // storage when the drafter built its own
 };
 
 // share_with_target: binds the drafter to the embedding and lm_head objects that the
 // stage where it runs holds (the target's, or its copy for the drafter there).
 DrafterBinding share_with_target(const WeightStore& stage_weights);
+
+// Whether the binding's embedding is the very object the stage holds as the target's
+// embed_tokens: the same storage (same_storage), never merely equal values. False when
+// either is missing.
+bool binds_target_embedding(const DrafterBinding& binding, const WeightStore& stage_weights);
 
 // check_shared_embedding: refuses a missing placeholder with a load error naming the
 // stage and the method (StatusCode::kConfigRejected). The vocabulary size comes from the

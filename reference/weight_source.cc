@@ -6,13 +6,14 @@ Result<Tensor> GeneratedWeights::load(const std::string& name) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(name);
-    if (it != cache_.end()) return it->second;
+    if (it != cache_.end()) return it->second.clone();
   }
   std::optional<TensorSpec> spec = find_tensor_spec(config_, name);
   if (!spec) return invalid_input("no tensor named '" + name + "' in model " + config_.preset);
   Tensor t = generate_model_tensor(config_, *spec);
   std::lock_guard<std::mutex> lock(mu_);
-  return cache_.emplace(name, t).first->second;
+  cache_.emplace(name, t);
+  return t.clone();
 }
 
 Result<Tensor> CheckpointWeights::load(const std::string& name) {

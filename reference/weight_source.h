@@ -1,9 +1,11 @@
 // Where engines load weights from, by name. A stage asks only for what it holds.
 //
-// GeneratedWeights memoises generated tensors so that many engines of one sweep load the
-// same bytes without regenerating them (generation is a pure function of seed, name and
-// index, so a memoised tensor equals a fresh one bit for bit). CheckpointWeights reads an
-// HDF5 checkpoint.
+// Every load gives the caller storage of its own: each engine and each stage owns what it
+// loaded, so a stage's measured parameter bytes are what it really holds (SPEC 5.4) and
+// two stages never share a buffer. GeneratedWeights memoises generated tensors so that
+// many engines of one sweep do not regenerate them (generation is a pure function of seed,
+// name and index, so a memoised tensor equals a fresh one bit for bit); a load copies the
+// memoised bytes. CheckpointWeights reads an HDF5 checkpoint.
 #pragma once
 
 #include <map>
@@ -18,7 +20,8 @@ namespace splitcheck {
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
-  // The tensor `name` of the model; an error names it when the source lacks it.
+  // The tensor `name` of the model, in storage the caller owns alone; an error names it
+  // when the source lacks it.
   virtual Result<Tensor> load(const std::string& name) = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "reference/weights.h"
 
 #include <cmath>
+#include <set>
 #include <stdexcept>
 
 #include "reference/dspark.h"
@@ -181,10 +182,20 @@ const Tensor& WeightStore::get(const std::string& name) const {
   return *t;
 }
 
+void WeightStore::put(const std::string& name, Tensor t) {
+  tensors_[name] = t.is_owned() ? std::move(t) : t.clone();
+}
+
 size_t WeightStore::parameter_bytes() const {
+  std::set<const std::byte*> seen;
   size_t n = 0;
-  for (const auto& [name, t] : tensors_) n += t.nbytes();
+  for (const auto& [name, t] : tensors_)
+    if (!t.empty() && seen.insert(t.bytes()).second) n += t.nbytes();
   return n;
+}
+
+bool same_storage(const Tensor& a, const Tensor& b) {
+  return !a.empty() && a.bytes() == b.bytes() && a.nbytes() == b.nbytes();
 }
 
 Result<WeightStore> generate_weights(const ModelConfig& config,

@@ -40,22 +40,31 @@ Tensor generate_tensor(uint64_t seed, const TensorSpec& spec);
 // Any generated tensor of the model, derived ones included.
 Tensor generate_model_tensor(const ModelConfig& config, const TensorSpec& spec);
 
-// Name -> tensor. What a stage holds; parameter bytes are the sum of its tensors.
+// Name -> tensor: what an engine or a stage holds. The store owns what it holds: each
+// tensor put here should come with storage of its own (WeightSource::load gives that); a
+// borrowed tensor is copied into owned storage. Parameter bytes are measured from the
+// storage held, not derived from names or shapes.
 class WeightStore {
  public:
-  void put(const std::string& name, Tensor t) { tensors_[name] = std::move(t); }
+  void put(const std::string& name, Tensor t);
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   // The tensor or nullptr.
   const Tensor* find(const std::string& name) const;
   // The tensor; throws std::out_of_range naming it when absent (a bug, not a user error:
   // loading already refused missing tensors).
   const Tensor& get(const std::string& name) const;
+  // The bytes of the distinct storages the store holds (two names over one buffer count
+  // it once).
   size_t parameter_bytes() const;
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
 
  private:
   std::map<std::string, Tensor> tensors_;
 };
+
+// Whether `a` and `b` are the same object: the same storage, compared as such (SPEC 5.4).
+// A clone with equal values is not the same object.
+bool same_storage(const Tensor& a, const Tensor& b);
 
 // Generates the named tensors (all of them when names is empty).
 Result<WeightStore> generate_weights(const ModelConfig& config,

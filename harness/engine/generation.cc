@@ -46,17 +46,41 @@ AcceptanceFigures acceptance_figures(const GenerationSummary& g) {
   return f;
 }
 
-Status probe_missing_embedding_refusal(const Scenario& s, int stage) {
-  DrafterBinding missing;  // the placeholder was never loaded
-  return check_shared_embedding(missing, s.model, stage, s.speculative.method,
-                                FaultSet{s.faults}.has("draft.vocab_from_embedding"));
+Status bind_drafter(const Scenario& s, const WeightStore& host, int host_stage, bool host_is_first,
+                    DrafterBinding& binding) {
+  const FaultSet faults{s.faults};
+  binding = share_with_target(host);
+  if (faults.has("draft.own_embedding") && !host_is_first) {
+    // The historical bug: under PP the drafter builds its own embedding, which its
+    // checkpoint does not have, so it stays as constructed (zeros).
+    binding.own_embedding = Tensor::zeros(DType::kBF16, {s.model.vocab_size, s.model.hidden_size});
+    binding.embed = &binding.own_embedding;
+    binding.source = "own";
+  }
+  if (s.speculative.context_only_producer) return Status::ok();
+  return check_shared_embedding(binding, s.model, host_stage, s.speculative.method,
+                                faults.has("draft.vocab_from_embedding"));
+}
+
+DrafterPlacement describe_drafter(const Scenario& s, const DrafterBinding& binding,
+                                  const WeightStore& host, int host_stage) {
+  DrafterPlacement p;
+  p.method = s.speculative.method;
+  p.stage = host_stage;
+  p.embedding_source = binding.source;
+  p.same_object_as_target = binds_target_embedding(binding, host);
+  return p;
+}
+
+Status probe_drafter_load(const Scenario& s, const Stage& stage) {
+  DrafterBinding binding;
+  return bind_drafter(s, stage.weights(), stage.index(), stage.is_first(), binding);
 }
 
 Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, const WeightStore& host,
                                          int host_stage, bool host_is_first, WeightSource& source,
                                          const PreparedWorkload& workload, RunRecord* record) {
   GenerationSummary out;
-  const FaultSet faults{s.faults};
   const GenerationOptions gen{s.workload.max_new_tokens, s.prefill_chunk};
   const SpecMethodInfo* method = find_spec_method(s.speculative.method);
   out.drafter.method = s.speculative.method;
@@ -69,26 +93,14 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, cons
   }
 
   // share_with_target on the stage where the drafter runs, then the load-time check.
-  DrafterBinding binding = share_with_target(host);
-  if (faults.has("draft.own_embedding") && !host_is_first) {
-    // The historical bug: under PP the drafter builds its own embedding, which its
-    // checkpoint does not have, so it stays as constructed (zeros).
-    binding.own_embedding = Tensor::zeros(DType::kBF16, {s.model.vocab_size, s.model.hidden_size});
-    binding.embed = &binding.own_embedding;
-    binding.source = "own";
-    binding.same_object = false;
+  DrafterBinding binding;
+  const Status bound = bind_drafter(s, host, host_stage, host_is_first, binding);
+  out.drafter = describe_drafter(s, binding, host, host_stage);
+  if (!bound.is_ok()) {
+    out.drafter.refusal = bound.message();
+    return bound;
   }
-  out.drafter.embedding_source = binding.source;
-  out.drafter.same_object_as_target = binding.same_object;
   const bool producer = s.speculative.context_only_producer;
-  if (!producer) {
-    Status st = check_shared_embedding(binding, s.model, host_stage, s.speculative.method,
-                                       faults.has("draft.vocab_from_embedding"));
-    if (!st.is_ok()) {
-      out.drafter.refusal = st.message();
-      return st;
-    }
-  }
   const int n_taps = static_cast<int>(s.capture_ids.size());
   if (eagle3 && n_taps != kEagle3Taps)
     return config_rejected("the eagle3 drafter fuses " + std::to_string(kEagle3Taps) +

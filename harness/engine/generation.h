@@ -7,13 +7,16 @@
 #include <string>
 
 #include "harness/engine/prepared_workload.h"
+#include "harness/engine/stage.h"
 #include "harness/verdict/faults.h"
+#include "reference/dspark.h"
 #include "reference/speculative.h"
 #include "reference/weight_source.h"
 
 namespace splitcheck {
 
-// Where the drafter runs and what it was bound to (SPEC 5.4).
+// Where the drafter runs and what it was bound to (SPEC 5.4). same_object_as_target is
+// measured: the bound embedding has the storage of the stage's embed_tokens.
 struct DrafterPlacement {
   std::string method = "none";
   int stage = 0;
@@ -21,6 +24,20 @@ struct DrafterPlacement {
   bool same_object_as_target = false;
   std::string refusal;  // the load-time refusal, when one was made
 };
+
+// The drafter-loading path on the stage where it runs (SPEC 3.1): share_with_target binds
+// the stage's embedding and lm_head (`host`, stage `host_stage`); under
+// draft.own_embedding, off a first stage, the drafter builds its own embedding instead;
+// then, unless the scenario's stage is a context-only producer, check_shared_embedding
+// refuses a missing placeholder (StatusCode::kConfigRejected naming the stage and the
+// method). `binding` is filled in either case; it points into `host`, which must outlive it.
+Status bind_drafter(const Scenario& scenario, const WeightStore& host, int host_stage,
+                    bool host_is_first, DrafterBinding& binding);
+
+// What `binding` says of the drafter on stage `host_stage`, its identity measured against
+// the stage's embed_tokens (binds_target_embedding).
+DrafterPlacement describe_drafter(const Scenario& scenario, const DrafterBinding& binding,
+                                  const WeightStore& host, int host_stage);
 
 // What a generation produced, beyond the record.
 struct GenerationSummary {
@@ -58,9 +75,9 @@ Result<GenerationSummary> run_generation(const Scenario& scenario, Engine& engin
                                          bool host_is_first, WeightSource& source,
                                          const PreparedWorkload& workload, RunRecord* record);
 
-// The probe of SPEC 3.1's refusal: binds a drafter to a stage whose embedding
-// placeholder is missing and returns what check_shared_embedding said. OK means the
-// refusal never appeared.
-Status probe_missing_embedding_refusal(const Scenario& scenario, int stage);
+// Loads the scenario's drafter on `stage` through bind_drafter, as if it ran there, and
+// returns what the loading path said: on a stage without the embedding, the clear
+// refusal (kConfigRejected) when it is reachable; OK where the stage holds it.
+Status probe_drafter_load(const Scenario& scenario, const Stage& stage);
 
 }  // namespace splitcheck

@@ -22,6 +22,9 @@ Result<std::unique_ptr<PartitionedEngine>> PartitionedEngine::create(
     ASSIGN_OR_RETURN(std::unique_ptr<Stage> stage, Stage::create(sc, source));
     e->stages_.push_back(std::move(stage));
   }
+  // Tap 0 travels unless the last stage takes it to be resident (Stage::tap0_resident).
+  const bool tap0_relayed = !e->stages_.back()->tap0_resident();
+  for (auto& stage : e->stages_) stage->set_tap0_relayed(tap0_relayed);
   e->stages_.front()->follow_log(reuse);
   for (int s = 0; s <= partition.stages(); ++s)
     e->queues_.push_back(std::make_unique<BoundedQueue<Job>>(2));

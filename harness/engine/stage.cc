@@ -46,14 +46,13 @@ bool Stage::owns_tap(int k) const {
   return (k == 0 && is_first()) || (range_.begin < k && k <= range_.end);
 }
 
-bool Stage::relays_tap0() const {
-  // tap.embed_resident_by_module: the last stage's embedding copy makes tap 0 look
-  // resident there, so stage 0 never relays it (SPEC 2.7: a copy held for a drafter never
-  // makes tap 0 resident).
-  if (!cfg_.faults.has("tap.embed_resident_by_module")) return true;
-  const int stages = cfg_.partition.stages();
-  const bool producer = cfg_.context_only_producer && !cfg_.faults.has("pd.producer_embedding");
-  return !last_stage_holds_embedding_copy(cfg_.spec_method, true, stages == 1, producer);
+bool Stage::tap0_resident() const {
+  // tap.embed_resident_by_module: the bug asked whether the embedding module is present
+  // here, so the last stage's copy for the drafter made tap 0 look resident (SPEC 2.7: a
+  // copy held for a drafter never makes tap 0 resident).
+  if (cfg_.faults.has("tap.embed_resident_by_module"))
+    return is_first() || weights_.has("embed_tokens.weight");
+  return is_first();
 }
 
 std::vector<int32_t> Stage::incoming_tap_ids() const {
@@ -70,7 +69,6 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
   const ModelConfig& c = cfg.model;
   st->range_ = cfg.partition.stage(cfg.index);
   const StageRange r = st->range_;
-  const int L = c.num_hidden_layers;
   const bool last = st->is_last();
 
   // tap.boundary_rejected: the historical refusal of any capture id at a stage end.
@@ -79,22 +77,19 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
         fmt::format("stage {} ends at layer {}, which is a capture id", cfg.index, r.end));
   }
 
-  // What the stage holds: its layers, the embedding on the first stage, the output
-  // weights on the last.
+  // What the stage holds: the placement rule's tensors (SPEC 2.7), the boundary copies
+  // apart (below). pd.producer_embedding restores the historical copy on a context-only
+  // producer: the rule is asked as if the stage proposed.
+  StageConfig placement = cfg;
+  placement.context_only_producer =
+      cfg.context_only_producer && !cfg.faults.has("pd.producer_embedding");
   std::vector<std::string> names;
-  // The last stage also holds a real copy of the embedding when the registry says its
-  // drafter shares it (SPEC 2.7); pd.producer_embedding restores the historical copy on a
-  // context-only producer.
-  const bool producer = cfg.context_only_producer && !cfg.faults.has("pd.producer_embedding");
-  const bool embedding_copy =
-      last_stage_holds_embedding_copy(cfg.spec_method, last, st->is_first(), producer);
-  if (st->is_first() || embedding_copy) names.push_back("embed_tokens.weight");
-  for (int l = r.begin; l < r.end; ++l)
-    for (const TensorSpec& s : layer_tensor_specs(c, l)) names.push_back(s.name);
-  if (last) {
-    for (const char* n : {"norm.weight", "output_attn_res_norm.weight",
-                          "output_attn_res_proj.weight", "lm_head.weight"})
-      names.push_back(n);
+  bool boundary_copies = false;
+  for (const TensorSpec& t : placed_tensors(placement)) {
+    if (t.name == kBoundaryAttnResNorm || t.name == kBoundaryAttnResProj)
+      boundary_copies = true;
+    else
+      names.push_back(t.name);
   }
   ASSIGN_OR_RETURN(st->weights_, load_weights(source, names),
                    fmt::format("stage {} ({}-{})", cfg.index, r.begin, r.end));
@@ -105,7 +100,7 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
 
   // Boundary copies (SPEC 2.6): a non-last stage that owns the tap at its end keeps its
   // own copies of layer end's two AttnRes vectors, NaN until loaded.
-  if (!last && r.end < L && st->captured(r.end)) {
+  if (boundary_copies) {
     st->boundary_norm_ = nan_vector(c.hidden_size);
     st->boundary_proj_ = nan_vector(c.hidden_size);
     if (!cfg.faults.has("weights.no_boundary_copy")) {
@@ -119,19 +114,66 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
           "were not loaded from the checkpoint (still NaN)",
           cfg.index, r.end));
     }
+    // The stage owns its copies like every other tensor it loaded.
+    st->weights_.put(kBoundaryAttnResNorm, st->boundary_norm_);
+    st->weights_.put(kBoundaryAttnResProj, st->boundary_proj_);
   }
 
-  StageHoldings& h = st->holdings_;
-  h.index = cfg.index;
-  h.range = r;
-  h.embedding = st->is_first() ? "real" : (embedding_copy ? "copy-for-drafter" : "missing");
-  for (int k : cfg.capture_ids)
-    if (st->owns_tap(k)) h.owned_taps.push_back(k);
-  h.parameter_bytes =
-      st->weights_.parameter_bytes() + st->boundary_norm_.nbytes() + st->boundary_proj_.nbytes();
-  h.tensors = st->weights_.tensors().size();
+  st->holdings_ = measure_holdings(cfg, st->weights_);
   st->init_caches();
   return st;
+}
+
+StageHoldings measure_holdings(const StageConfig& cfg, const WeightStore& weights) {
+  StageHoldings h;
+  h.index = cfg.index;
+  h.range = cfg.partition.stage(cfg.index);
+  const bool first = cfg.index == 0;
+  if (!weights.has("embed_tokens.weight"))
+    h.embedding = "missing";
+  else
+    h.embedding = first ? "real" : "copy-for-drafter";
+  for (int k : cfg.capture_ids)
+    if ((k == 0 && first) || (h.range.begin < k && k <= h.range.end)) h.owned_taps.push_back(k);
+  h.parameter_bytes = weights.parameter_bytes();
+  h.tensors = weights.tensors().size();
+  return h;
+}
+
+std::vector<TensorSpec> placed_tensors(const StageConfig& cfg) {
+  const ModelConfig& c = cfg.model;
+  const StageRange r = cfg.partition.stage(cfg.index);
+  const bool first = cfg.index == 0;
+  const bool last = cfg.index == cfg.partition.stages() - 1;
+  std::vector<TensorSpec> specs;
+  auto add = [&](const std::string& name) { specs.push_back(*find_tensor_spec(c, name)); };
+  if (first ||
+      last_stage_holds_embedding_copy(cfg.spec_method, last, first, cfg.context_only_producer))
+    add("embed_tokens.weight");
+  for (int l = r.begin; l < r.end; ++l)
+    for (TensorSpec& t : layer_tensor_specs(c, l)) specs.push_back(std::move(t));
+  if (last) {
+    for (const char* n : {"norm.weight", "output_attn_res_norm.weight",
+                          "output_attn_res_proj.weight", "lm_head.weight"})
+      add(n);
+  }
+  const bool end_captured =
+      std::binary_search(cfg.capture_ids.begin(), cfg.capture_ids.end(), r.end);
+  if (!last && r.end < c.num_hidden_layers && end_captured) {
+    for (const char* n : {kBoundaryAttnResNorm, kBoundaryAttnResProj})
+      specs.push_back(TensorSpec{n, {c.hidden_size}});
+  }
+  return specs;
+}
+
+size_t placed_parameter_bytes(const StageConfig& cfg) {
+  size_t n = 0;
+  for (const TensorSpec& t : placed_tensors(cfg)) {
+    size_t numel = 1;
+    for (int64_t d : t.shape) numel *= static_cast<size_t>(d);
+    n += numel * dtype_size(DType::kBF16);
+  }
+  return n;
 }
 
 void Stage::init_caches() {

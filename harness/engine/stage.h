@@ -27,7 +27,10 @@ struct StageConfig {
   bool context_only_producer = false;  // the last stage proposes nothing
 };
 
-// What a stage holds (SPEC 5.4): recorded under /stages/<s>/ in the dump.
+// What a stage holds (SPEC 5.4), read from its own WeightStore: recorded under
+// /stages/<s>/ in the dump. `embedding` says whether the store holds embed_tokens (real on
+// the first stage, copy-for-drafter elsewhere, missing when it does not); parameter_bytes
+// is measured from the storage the stage owns (WeightStore::parameter_bytes).
 struct StageHoldings {
   int index = 0;
   StageRange range;
@@ -36,6 +39,23 @@ struct StageHoldings {
   size_t parameter_bytes = 0;
   size_t tensors = 0;
 };
+
+// What a stage holds and measures, from its store and configuration.
+StageHoldings measure_holdings(const StageConfig& config, const WeightStore& weights);
+
+// The names under which a stage stores its boundary copies (SPEC 2.6), loaded from layer
+// end's self_attention_res_norm / self_attention_res_proj.
+inline constexpr const char* kBoundaryAttnResNorm = "boundary_attn_res_norm";
+inline constexpr const char* kBoundaryAttnResProj = "boundary_attn_res_proj";
+
+// The placement rule (SPEC 2.6, 2.7): exactly the tensors stage `config.index` holds under
+// the fixed protocol, with their shapes: its layers; embed_tokens on the first stage, and
+// on the last when the registry says its drafter shares it and it is not a context-only
+// producer; the output weights and lm_head on the last; the boundary copies of a non-last
+// stage whose end is a capture id. `config.faults` is not consulted.
+std::vector<TensorSpec> placed_tensors(const StageConfig& config);
+// The bytes the placement rule allows the stage: the sum of placed_tensors' sizes (bf16).
+size_t placed_parameter_bytes(const StageConfig& config);
 
 // The result of one stage's forward: a payload for the next stage, or (last stage) the
 // head's output, the final state and every tap in id order.
@@ -64,8 +84,18 @@ class Stage {
   // What the stage did with the log (zero without one).
   ReuseStats reuse_stats() const;
   const StageHoldings& holdings() const { return holdings_; }
-  // What the stage holds (the last stage's embedding copy and lm_head for the drafter).
+  // What the stage holds and owns (the last stage's embedding copy and lm_head for the
+  // drafter, a non-last stage's boundary copies).
   const WeightStore& weights() const { return weights_; }
+  int index() const { return cfg_.index; }
+  // Whether the stage takes tap 0 to be resident here (computed here, never received).
+  // Under the fixed protocol only where layer 0 runs (SPEC 2.7); under
+  // tap.embed_resident_by_module wherever the embedding module is present, as the bug
+  // decided it: a last stage holding the drafter's copy wrongly believes it.
+  bool tap0_resident() const;
+  // Whether tap 0 travels in the payloads: the engine decides it once for every stage
+  // from the last stage's tap0_resident() (the sender and receivers must agree).
+  void set_tap0_relayed(bool relayed) { tap0_relayed_ = relayed; }
   bool is_first() const { return cfg_.index == 0; }
   bool is_last() const { return cfg_.index == cfg_.partition.stages() - 1; }
 
@@ -75,8 +105,8 @@ class Stage {
   bool owns_tap(int k) const;
   // Ids of taps that arrive in the payload: captured and owned by an earlier stage.
   std::vector<int32_t> incoming_tap_ids() const;
-  // Whether tap 0 travels in the payload (always, unless a fault says otherwise).
-  bool relays_tap0() const;
+  // Whether tap 0 travels in the payload (set_tap0_relayed).
+  bool relays_tap0() const { return tap0_relayed_; }
   void init_caches();
   // The tap read after layer l (tap l+1), when it is captured: an inner tap, the output
   // read at L, or the boundary tap with the stage's own copies.
@@ -105,6 +135,7 @@ class Stage {
   std::vector<LayerCache> caches_, snapshot_;
   Tensor boundary_norm_, boundary_proj_;  // layer end's AttnRes vectors, for the boundary tap
   StageHoldings holdings_;
+  bool tap0_relayed_ = true;
   std::unique_ptr<PrefixFollower> follower_;  // first stage following PP=1's log
   std::string reuse_unused_because_ = "reuse is off";
 };

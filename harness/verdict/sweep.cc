@@ -13,7 +13,7 @@
 
 #include "harness/engine/partitioned_engine.h"
 #include "harness/verdict/checks.h"
-#include "reference/spec_methods.h"
+#include "harness/verdict/stage_checks.h"
 
 namespace splitcheck {
 namespace {
@@ -129,68 +129,31 @@ std::string case_message(const CaseResult& c) {
   return msg;
 }
 
-// SPEC 5.4: the embedding each stage holds against the placement rule of the method
-// registry (SPEC 2.7), which PP=1 satisfies by construction (one stage, the real
-// embedding, no copy). A last-stage copy where no drafter needs it fails `memory` with
-// the extra V x H x 2 bytes; a drafter stage without the target's embedding fails
-// `embedding`.
-void check_placement(const Scenario& s, CaseResult& c) {
-  const int64_t copy_bytes = static_cast<int64_t>(s.model.vocab_size) * s.model.hidden_size * 2;
-  for (const StageHoldings& h : c.stages) {
-    const bool first = h.index == 0;
-    const bool last = h.index + 1 == static_cast<int>(c.stages.size());
-    const bool copy = last_stage_holds_embedding_copy(s.speculative.method, last, first,
-                                                      s.speculative.context_only_producer);
-    const std::string want = first ? "real" : (copy ? "copy-for-drafter" : "missing");
-    if (h.embedding == want) continue;
-    std::string msg;
-    if (h.embedding == "copy-for-drafter") {
-      add_failed(c, "memory");
-      msg = fmt::format(
-          "memory: stage {} holds an embedding copy no drafter needs: {} extra bytes "
-          "(V x H x 2)",
-          h.index, copy_bytes);
-    } else {
-      add_failed(c, "embedding");
-      msg = fmt::format("embedding: stage {} holds '{}', the {} drafter needs '{}'", h.index,
-                        h.embedding, s.speculative.method, want);
-    }
-    if (c.verdict == Verdict::kPass || c.message.empty()) c.message = msg;
-    if (c.verdict == Verdict::kPass) c.verdict = Verdict::kDiverged;
+// Records one failed check of SPEC 5.4 on the case: a passing case becomes divergent with
+// this message; a failing one keeps its first message and gains this one.
+void add_check_failure(CaseResult& c, const CheckFailure& f) {
+  add_failed(c, f.check);
+  if (c.verdict == Verdict::kPass) {
+    c.verdict = Verdict::kDiverged;
+    c.message = f.message;
+  } else {
+    c.message += c.message.empty() ? f.message : "; " + f.message;
   }
 }
 
-// SPEC 5.4 for the drafter: it must use the target's embedding object, and a missing
-// placeholder must be refused at load (the refusal must be reachable).
-void check_drafter(const Scenario& s, const Partition& p, CaseResult& c) {
-  const SpecMethodInfo* m = find_spec_method(s.speculative.method);
-  if (m == nullptr || !m->has_drafter || !m->shares_target_embedding) return;
-  auto fail = [&](const std::string& msg) {
-    add_failed(c, "embedding");
-    if (c.verdict == Verdict::kPass) {
-      c.verdict = Verdict::kDiverged;
-      c.message = msg;
-    } else {
-      c.message += "; " + msg;
-    }
-  };
-  if (c.drafter.embedding_source != "none" && !s.speculative.context_only_producer &&
-      (c.drafter.embedding_source != "target" || !c.drafter.same_object_as_target)) {
-    fail(
-        fmt::format("embedding: the {} drafter on stage {} uses a '{}' embedding{}, not the "
-                    "target's object",
-                    s.speculative.method, c.drafter.stage, c.drafter.embedding_source,
-                    c.drafter.embedding_source == "own" ? " (never loaded)" : ""));
+// SPEC 5.4 on one case: memory measured per stage against the placement rule, the
+// embedding each stage holds, the drafter's binding (the same storage as its stage's
+// embed_tokens) and the refusal of a missing placeholder, reached through the drafter's
+// loading path on a stage without the embedding.
+void check_stages(const Scenario& s, const Partition& p, WeightSource& source, CaseResult& c) {
+  for (const CheckFailure& f : check_memory(s, p, c.stages)) add_check_failure(c, f);
+  for (const CheckFailure& f : check_embedding_placement(s, p, c.stages)) add_check_failure(c, f);
+  if (c.drafter.embedding_source != "none") {
+    if (std::optional<CheckFailure> f = check_drafter_identity(s, c.drafter))
+      add_check_failure(c, *f);
   }
-  if (p.stages() < 2 || s.speculative.context_only_producer) return;
-  const Status probe = probe_missing_embedding_refusal(s, p.stages() - 1);
-  c.refusal_probe = probe.is_ok() ? "accepted a missing placeholder" : probe.message();
-  if (probe.code() != StatusCode::kConfigRejected) {
-    fail(
-        fmt::format("embedding: the refusal of a missing drafter embedding never appears "
-                    "(unreachable refusal: {})",
-                    c.refusal_probe));
-  }
+  if (std::optional<CheckFailure> f = check_refusal_reachable(s, p, source, &c.refusal_probe))
+    add_check_failure(c, *f);
 }
 
 }  // namespace
@@ -432,8 +395,7 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
             c.verdict = Verdict::kError;
             c.message = st.message();
           } else {
-            check_placement(s, c);
-            check_drafter(s, parts[i], c);
+            check_stages(s, parts[i], *source, c);
           }
         }
       }

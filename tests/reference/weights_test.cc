@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "reference/config.h"
+#include "reference/weight_source.h"
 
 namespace splitcheck {
 namespace {
@@ -152,6 +153,41 @@ TEST(GeneratedWeightsTest, UnknownNameIsAnErrorNamingIt) {
   ASSERT_FALSE(w.is_ok());
   EXPECT_NE(w.status().message().find("layers.9.input_layernorm.weight"), std::string::npos)
       << w.status().message();
+}
+
+TEST(WeightSourceTest, EveryLoadOwnsItsStorageEvenFromTheMemo) {
+  // Two stages loading one tensor from one memoising source hold two buffers: a copy
+  // occupies memory (SPEC 5.4), and neither is the memo's.
+  GeneratedWeights source(four_layer_tiny());
+  Result<Tensor> a = source.load("embed_tokens.weight");
+  Result<Tensor> b = source.load("embed_tokens.weight");  // from the memo
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_TRUE(a->bit_equal(*b));
+  EXPECT_FALSE(same_storage(*a, *b));
+  EXPECT_TRUE(same_storage(*a, Tensor(*a)));  // a handle copy is the same object
+  EXPECT_FALSE(same_storage(*a, a->clone()));
+}
+
+TEST(WeightStoreTest, ParameterBytesAreTheDistinctStoragesHeld) {
+  const ModelConfig c = four_layer_tiny();
+  GeneratedWeights source(c);
+  Result<WeightStore> w = load_weights(source, {"embed_tokens.weight", "norm.weight"});
+  ASSERT_TRUE(w.is_ok());
+  const size_t embed = static_cast<size_t>(c.vocab_size * c.hidden_size) * 2;
+  const size_t norm = static_cast<size_t>(c.hidden_size) * 2;
+  EXPECT_EQ(w->parameter_bytes(), embed + norm);
+  WeightStore more = *w;
+  // A second name over the same buffer holds no more memory; a copy of it does.
+  more.put("alias", w->get("embed_tokens.weight"));
+  EXPECT_EQ(more.parameter_bytes(), embed + norm);
+  more.put("copy", w->get("embed_tokens.weight").clone());
+  EXPECT_EQ(more.parameter_bytes(), 2 * embed + norm);
+  // A borrowed tensor is copied into storage the store owns.
+  std::vector<bf16> outside(static_cast<size_t>(c.hidden_size));
+  Tensor view = Tensor::borrow(DType::kBF16, {c.hidden_size}, outside.data());
+  more.put("borrowed", view);
+  EXPECT_TRUE(more.get("borrowed").is_owned());
+  EXPECT_FALSE(same_storage(more.get("borrowed"), view));
 }
 
 TEST_F(CheckpointTest, RoundTripIsBitIdentical) {
