@@ -161,9 +161,11 @@ TEST(WeightSourceTest, EveryLoadOwnsItsStorageEvenFromTheMemo) {
   GeneratedWeights source(four_layer_tiny());
   Result<Tensor> a = source.load("embed_tokens.weight");
   Result<Tensor> b = source.load("embed_tokens.weight");  // from the memo
-  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  Result<Tensor> c = source.load("embed_tokens.weight");
+  ASSERT_TRUE(a.is_ok() && b.is_ok() && c.is_ok());
   EXPECT_TRUE(a->bit_equal(*b));
   EXPECT_FALSE(same_storage(*a, *b));
+  EXPECT_FALSE(same_storage(*b, *c));
   EXPECT_TRUE(same_storage(*a, Tensor(*a)));  // a handle copy is the same object
   EXPECT_FALSE(same_storage(*a, a->clone()));
 }
