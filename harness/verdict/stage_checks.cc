@@ -40,11 +40,11 @@ std::vector<CheckFailure> check_memory(const Scenario& s, const Partition& parti
                     "bytes measured",
                     h.index, held, allowed, extra ? held - allowed : allowed - held,
                     extra ? "extra" : "missing")});
-    if (extra && h.embedding == "copy-for-drafter") {
-      out.back().message +=
-          fmt::format(" (it holds an embedding copy, V x H x 2 = {} bytes)",
-                      static_cast<int64_t>(s.model.vocab_size) * s.model.hidden_size * 2);
-    }
+    const bool copy_wanted =
+        last_stage_holds_embedding_copy(s.speculative.method, h.index == partition.stages() - 1,
+                                        h.index == 0, s.speculative.context_only_producer);
+    if (extra && h.embedding == "copy-for-drafter" && !copy_wanted)
+      out.back().message += " (it holds an embedding copy no drafter needs)";
   }
   return out;
 }
