@@ -159,9 +159,14 @@ Digest128 layer_key(const ModelConfig& config, int l, const Digest128& weights,
   h.u64(weights.lo);
   h.i64(static_cast<int64_t>(level));
   h.u64(traced);
-  h.tensor(&state.prefix);
+  // The layer reads P and D only through their fold (see the header).
   h.u64(state.has_delta);
-  if (state.has_delta) h.tensor(&state.delta);
+  if (state.has_delta) {
+    const Tensor folded = folded_hidden(state);
+    h.tensor(&folded);
+  } else {
+    h.tensor(&state.prefix);
+  }
   h.tensor(&state.bank);
   h.bytes(cache.mla_latent.data(), cache.mla_latent.size() * sizeof(bf16));
   h.bytes(cache.kda_state.data(), cache.kda_state.size() * sizeof(float));

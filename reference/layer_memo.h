@@ -8,7 +8,15 @@
 // stage that loaded the wrong tensor for a layer gets another key, and computes), the
 // state and the cache as they are at that call. Two calls with equal keys compute the
 // same outcome bit for bit: the state and cache after the layer, its dispatch events and
-// the per-layer tensors it records. A stage whose inputs equal what PP=1 had at that
+// the per-layer tensors it records.
+//
+// The state enters the key as the layer reads it. SPEC 2.2 step 1 folds a pending delta
+// into the prefix, p = bf16(P + D), before anything reads P or D, and nothing reads the
+// old D afterwards; whether D is given decides the dispatch (native needs it). So the key
+// holds bf16(P + D) and the "D given" flag, not P and D apart: a stage that receives
+// hidden = bf16(P + D) with an explicit zero delta (SPEC 2.7) has PP=1's key at that
+// layer, and one that drops the delta (handoff.no_zero_delta) or sends another hidden
+// does not. Verify mode computes every such call and checks the claim. A stage whose inputs equal what PP=1 had at that
 // layer (every layer of a first stage, and every layer after the first of a later stage
 // once the handoff rebuilt PP=1's state) takes a deep copy of PP=1's outcome instead of
 // computing it; any other input misses and is computed. Nothing is ever taken on the
