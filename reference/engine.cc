@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "reference/state_log.h"
 
 namespace splitcheck {
 
@@ -113,24 +112,23 @@ Result<std::unique_ptr<ReferenceEngine>> ReferenceEngine::create(const ModelConf
 }
 
 void ReferenceEngine::reset_sequence() {
-  if (log_ != nullptr) log_->add_control(EngineOp::kReset);
   caches_.clear();
   for (int l = 0; l < config_.num_hidden_layers; ++l)
     caches_.push_back(empty_layer_cache(config_, l));
 }
 
-void ReferenceEngine::set_state_log(StateLog* log) {
-  log_ = log;
-  if (log_ != nullptr) log_->set_origin(options_.capture_ids, options_.level);
+void ReferenceEngine::set_memo(LayerMemo* memo) {
+  memo_ = memo;
+  layer_digests_.clear();
+  if (memo_ == nullptr) return;
+  for (const LayerWeights& w : layers_) layer_digests_.push_back(layer_weights_digest(w));
 }
 
 void ReferenceEngine::save_state() {
-  if (log_ != nullptr) log_->add_control(EngineOp::kSave);
   snapshot_ = caches_;
 }
 
 void ReferenceEngine::restore_state() {
-  if (log_ != nullptr) log_->add_control(EngineOp::kRestore);
   caches_ = snapshot_;
 }
 
@@ -152,15 +150,12 @@ Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRec
   };
   std::vector<std::pair<int, Tensor>> taps;
   if (captured(0)) taps.emplace_back(0, st.prefix.clone());
-  LoggedForward* logged = log_ != nullptr ? log_->begin_forward(req) : nullptr;
-  const size_t entries_before = record != nullptr ? record->entries().size() : 0;
   for (int l = 0; l < L; ++l) {
-    run_layer(ctx, c, l, layers_[l], st, caches_[l], rec);
-    if (logged != nullptr && l <= log_->last_layer_kept()) {
-      log_->keep_state(*logged, st);
-      logged->events_after.push_back(trace.events.size());
-      logged->entries_after.push_back(record != nullptr ? record->entries().size() - entries_before
-                                                        : 0);
+    if (memo_ != nullptr) {
+      RETURN_IF_ERROR(run_layer_reusing(ctx, c, l, layers_[l], layer_digests_[l], st, caches_[l],
+                                        rec, MemoUse{memo_, nullptr, ReuseMode::kOff}, nullptr));
+    } else {
+      run_layer(ctx, c, l, layers_[l], st, caches_[l], rec);
     }
     const int k = l + 1;
     if (!captured(k)) continue;
@@ -170,15 +165,6 @@ Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRec
     } else {
       taps.emplace_back(k, read_tap(ctx, c, k, st, weights_.get("output_attn_res_norm.weight"),
                                     weights_.get("output_attn_res_proj.weight")));
-    }
-  }
-  if (logged != nullptr) {
-    logged->events = trace.events;
-    logged->taps = taps;
-    if (record != nullptr) {
-      const auto& e = record->entries();
-      logged->layer_entries.assign(e.begin() + static_cast<std::ptrdiff_t>(entries_before),
-                                   e.end());
     }
   }
   HeadOutput head = run_head(ctx, c, st, weights_);

@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "reference/layer.h"
+#include "reference/layer_memo.h"
 
 namespace splitcheck {
 
-class StateLog;
+class LayerMemo;
 
 enum class ForwardKind { kPrefill, kDecode, kVerify, kReplay };
 const char* forward_kind_name(ForwardKind kind);
@@ -68,9 +69,9 @@ class ReferenceEngine : public Engine {
   void save_state() override;
   void restore_state() override;
   const WeightStore& weights() const { return weights_; }
-  // From now on, logs every operation and the state after every layer into `log`
-  // (state_log.h), which must outlive the engine's use of it; nullptr stops logging.
-  void set_state_log(StateLog* log);
+  // From now on, inserts every layer call's outcome into `memo` (layer_memo.h), which
+  // must outlive the engine's use of it; nullptr stops filling.
+  void set_memo(LayerMemo* memo);
   const ModelConfig& config() const { return config_; }
 
  private:
@@ -81,7 +82,8 @@ class ReferenceEngine : public Engine {
   std::vector<LayerWeights> layers_;
   std::vector<LayerCache> caches_;
   std::vector<LayerCache> snapshot_;
-  StateLog* log_ = nullptr;
+  LayerMemo* memo_ = nullptr;
+  std::vector<Digest128> layer_digests_;  // layer_weights_digest per layer, while filling
 };
 
 // Dump helpers shared by both engines.

@@ -120,8 +120,9 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   const nlohmann::json& resolved = first["scenario"]["resolved"];
   Result<Scenario> s = parse_scenario(resolved, paths[0] + ": scenario.resolved", ".");
   if (!s.is_ok()) return s.status();
-  ASSIGN_OR_RETURN(std::vector<Partition> all,
-                   enumerate_partitions(s->partitions, s->model.num_hidden_layers));
+  ASSIGN_OR_RETURN(
+      std::vector<Partition> all,
+      enumerate_partitions(s->partitions, s->model.num_hidden_layers, FaultSet{s->faults}));
   std::map<std::string, int64_t> position;
   for (size_t i = 0; i < all.size(); ++i) position.emplace(all[i].key(), static_cast<int64_t>(i));
 
@@ -234,20 +235,19 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   merged["timing"]["shards"] = reports.size();
   merged["cases"] = cases;
   if (first.contains("reuse") && first["reuse"].is_object()) {
-    // What the shards reused, summed; the PP=1 states kept are the largest shard's.
+    // What the shards reused, summed; the memo kept is the largest shard's (each shard
+    // builds its own from its own PP=1 run).
     nlohmann::json& u = merged["reuse"];
-    for (const char* count : {"reused_forwards", "verified_forwards", "computed_forwards",
-                              "split_points_left_pp1", "state_bytes"})
+    for (const char* count : {"hits", "misses", "verified", "computed", "memo_dropped"})
       u[count] = 0;
+    for (const char* most : {"memo_bytes", "memo_entries"}) u[most] = 0;
     for (const nlohmann::json& r : reports) {
       const nlohmann::json ru = r.value("reuse", nlohmann::json::object());
-      for (const char* count :
-           {"reused_forwards", "verified_forwards", "computed_forwards", "split_points_left_pp1"})
+      for (const char* count : {"hits", "misses", "verified", "computed", "memo_dropped"})
         u[count] = u[count].get<int64_t>() + ru.value(count, int64_t{0});
-      u["state_bytes"] =
-          std::max(u["state_bytes"].get<int64_t>(), ru.value("state_bytes", int64_t{0}));
+      for (const char* most : {"memo_bytes", "memo_entries"})
+        u[most] = std::max(u[most].get<int64_t>(), ru.value(most, int64_t{0}));
       if (ru.value("mode", "") != first["reuse"].value("mode", "")) u["mode"] = "mixed";
-      if (ru.value("log_ended_early", false)) u["log_ended_early"] = true;
     }
   }
   merged["expect"]["failures"] = result.expect_failures;

@@ -37,7 +37,7 @@ std::map<std::string, int64_t> enumeration_index(const nlohmann::json& resolved)
   Result<Scenario> s = parse_scenario(resolved, "report", ".");
   if (!s.is_ok()) return index;
   Result<std::vector<Partition>> all =
-      enumerate_partitions(s->partitions, s->model.num_hidden_layers);
+      enumerate_partitions(s->partitions, s->model.num_hidden_layers, FaultSet{s->faults});
   if (!all.is_ok()) return index;
   for (size_t i = 0; i < all->size(); ++i) index.emplace((*all)[i].key(), static_cast<int64_t>(i));
   return index;
@@ -92,44 +92,42 @@ nlohmann::json empty_case(const std::string& key, int64_t index) {
 
 nlohmann::json reuse_json(const ReuseSummary& u) {
   const bool used = u.mode != ReuseMode::kOff;
-  return {
-      {"mode", reuse_mode_name(u.mode)},
-      {"scope", used ? "stage-0 prefix" : "none"},
-      {"rule", used ? "a first stage whose operations so far equal PP=1's takes PP=1's state after "
-                      "the layer before its cut, the dispatch events, per-layer tensors and taps "
-                      "below the cut from PP=1 (verify: computes them and checks they are equal); "
-                      "its boundary tap, tap relay and payload, every later stage, the head and "
-                      "the drafter always run; at the first operation that differs it rebuilds "
-                      "its caches and computes from there"
-                    : "every split point runs every layer"},
-      {"unused_because", u.unused_because},
-      {"state_bytes", u.state_bytes},
-      {"log_ended_early", u.log_ended_early},
-      {"reused_forwards", u.reused_forwards},
-      {"verified_forwards", u.verified_forwards},
-      {"computed_forwards", u.computed_forwards},
-      {"split_points_left_pp1", u.left_pp1}};
+  return {{"mode", reuse_mode_name(u.mode)},
+          {"scope", used ? "layer calls by content" : "none"},
+          {"rule", used ? "PP=1 keeps each layer call's outcome under a digest of everything the "
+                          "call reads (config, layer, the weights as loaded, the entering state "
+                          "and cache); a stage whose call has the same digest, from the weights "
+                          "it loaded and the state it holds, takes a copy of that outcome "
+                          "(verify: computes it and checks it is equal); every other call, the "
+                          "embedding, taps, handoff, head and drafter always run"
+                        : "every split point runs every layer"},
+          {"unused_because", u.unused_because},
+          {"memo_bytes", u.memo_bytes},
+          {"memo_entries", u.memo_entries},
+          {"memory_bound", u.memory_bound},
+          {"memo_dropped", u.memo_dropped},
+          {"hits", u.calls.hits},
+          {"misses", u.calls.misses},
+          {"verified", u.calls.verified},
+          {"computed", u.calls.computed}};
 }
 
 std::string reuse_line(const nlohmann::json& u) {
   const std::string mode = u.value("mode", "off");
   if (mode == "off") return fmt::format("none ({})", u.value("unused_because", ""));
-  const int64_t reused = u.value("reused_forwards", int64_t{0});
-  const int64_t verified = u.value("verified_forwards", int64_t{0});
-  const int64_t all = reused + verified + u.value("computed_forwards", int64_t{0});
-  std::string what = fmt::format("{} of {} first-stage forwards taken from PP=1", reused, all);
-  if (mode == "verify")
-    what = fmt::format("{} of {} first-stage forwards computed and checked equal to PP=1's",
-                       verified, all);
-  if (mode == "mixed")
-    what = fmt::format("{} of {} first-stage forwards taken from PP=1, {} checked equal to it",
-                       reused, all, verified);
+  const int64_t hits = u.value("hits", int64_t{0});
+  const int64_t misses = u.value("misses", int64_t{0});
+  const int64_t verified = u.value("verified", int64_t{0});
+  const int64_t computed = u.value("computed", int64_t{0});
+  const int64_t all = hits + misses + verified + computed;
   return fmt::format(
-      "stage-0 prefix, {}: {}; {} split points left PP=1's operations and computed from "
-      "there; {:.1f} MiB of PP=1 states kept{}",
-      mode, what, u.value("split_points_left_pp1", int64_t{0}),
-      static_cast<double>(u.value("state_bytes", int64_t{0})) / (1 << 20),
-      u.value("log_ended_early", false) ? " (the memory bound ended the log early)" : "");
+      "layer calls by content, {}: {} of {} layer calls taken from PP=1, {} computed and checked "
+      "equal, {} computed (no equal PP=1 input); {:.1f} MiB of PP=1 outcomes kept{}",
+      mode, hits, all, verified, misses + computed,
+      static_cast<double>(u.value("memo_bytes", int64_t{0})) / (1 << 20),
+      u.value("memo_dropped", int64_t{0}) > 0
+          ? fmt::format(" ({} not kept: memory bound)", u.value("memo_dropped", int64_t{0}))
+          : "");
 }
 
 nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
@@ -211,12 +209,10 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                         {"parameter_bytes", s.parameter_bytes},
                         {"tensors", s.tensors}});
     cj["stages"] = stages;
-    cj["reuse"] = {{"reused_forwards", c.reuse.reused_forwards},
-                   {"verified_forwards", c.reuse.verified_forwards},
-                   {"computed_forwards", c.reuse.computed_forwards},
-                   {"left_at_forward", c.reuse.left_at_forward},
-                   {"left_because", c.reuse.left_because},
-                   {"unused_because", c.reuse.unused_because}};
+    cj["reuse"] = {{"hits", c.reuse.hits},
+                   {"misses", c.reuse.misses},
+                   {"verified", c.reuse.verified},
+                   {"computed", c.reuse.computed}};
     if (c.drafter.method != "none") {
       cj["drafter"] = {{"stage", c.drafter.stage},
                        {"embedding_source", c.drafter.embedding_source},

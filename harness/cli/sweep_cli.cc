@@ -20,13 +20,13 @@ void SweepCli::add_to(CLI::App& app) {
   command->add_option("--filter", filter, "Run only split points whose key contains this");
   command
       ->add_option("--reuse", reuse,
-                   "Stage-0 prefix reuse: on (take what each first stage computes before its "
-                   "cut from PP=1), off (compute everything), verify (compute everything and "
-                   "check that reuse gives the same bits)")
+                   "Layer reuse by content: on (a stage's layer call whose inputs, weights as "
+                   "loaded included, equal a PP=1 call's takes PP=1's outcome), off (compute "
+                   "everything), verify (compute everything and check every hit is equal)")
       ->check(CLI::IsMember({"on", "off", "verify"}));
   command->add_option("--reuse-memory", reuse_memory_mib,
-                      "MiB of PP=1 states kept for reuse (default 1024); past it, first stages "
-                      "compute the rest themselves; 0: no bound");
+                      "MiB of PP=1 layer outcomes kept for reuse (default 1024); past it, the "
+                      "stages compute the calls PP=1 did not keep; 0: no bound");
 }
 
 int SweepCli::run() {

@@ -15,9 +15,72 @@ Result<Partition> Partition::make(std::vector<int> bounds, int layers) {
       return invalid_input(fmt::format("partition bounds must increase strictly (got {} after {})",
                                        bounds[i], bounds[i - 1]));
   }
+  std::vector<StageRange> ranges;
+  for (size_t i = 1; i < bounds.size(); ++i) ranges.push_back({bounds[i - 1], bounds[i]});
+  return from_ranges(std::move(ranges), layers);
+}
+
+Partition Partition::from_ranges(std::vector<StageRange> ranges, int layers) {
   Partition p;
-  p.bounds_ = std::move(bounds);
+  p.ranges_ = std::move(ranges);
+  p.layers_ = layers;
   return p;
+}
+
+std::vector<int> Partition::cuts() const {
+  std::vector<int> out;
+  for (size_t s = 0; s + 1 < ranges_.size(); ++s) out.push_back(ranges_[s].end);
+  return out;
+}
+
+std::string Partition::ownership_problem() const {
+  std::vector<int> owners(static_cast<size_t>(std::max(layers_, 0)), 0);
+  std::vector<int> outside;
+  for (const StageRange& r : ranges_)
+    for (int l = r.begin; l < r.end; ++l) {
+      if (l < 0 || l >= layers_) {
+        outside.push_back(l);
+      } else {
+        ++owners[l];
+      }
+    }
+  // Runs of layers as "5" or "30-31".
+  auto runs = [](const std::vector<int>& ls) {
+    std::string out;
+    for (size_t i = 0; i < ls.size();) {
+      size_t j = i;
+      while (j + 1 < ls.size() && ls[j + 1] == ls[j] + 1) ++j;
+      out += fmt::format("{}{}", out.empty() ? "" : ", ",
+                         i == j ? fmt::format("{}", ls[i]) : fmt::format("{}-{}", ls[i], ls[j]));
+      i = j + 1;
+    }
+    return out;
+  };
+  std::vector<int> none, several;
+  for (int l = 0; l < layers_; ++l) {
+    if (owners[l] == 0) none.push_back(l);
+    if (owners[l] > 1) several.push_back(l);
+  }
+  std::vector<std::string> problems;
+  if (!none.empty())
+    problems.push_back(fmt::format("layer{} {} {} owned by no stage", none.size() > 1 ? "s" : "",
+                                   runs(none), none.size() > 1 ? "are" : "is"));
+  if (!several.empty())
+    problems.push_back(fmt::format("layer{} {} {} owned by more than one stage",
+                                   several.size() > 1 ? "s" : "", runs(several),
+                                   several.size() > 1 ? "are" : "is"));
+  if (!outside.empty())
+    problems.push_back(
+        fmt::format("stages own layers outside 0-{}: {}", layers_ - 1, runs(outside)));
+  for (size_t s = 1; problems.empty() && s < ranges_.size(); ++s) {
+    if (ranges_[s].begin != ranges_[s - 1].end)
+      problems.push_back(fmt::format("stage {} starts at layer {}, not where stage {} ends ({})", s,
+                                     ranges_[s].begin, s - 1, ranges_[s - 1].end));
+  }
+  if (ranges_.empty()) problems.push_back("no stage");
+  std::string out;
+  for (const std::string& p : problems) out += (out.empty() ? "" : "; ") + p;
+  return out;
 }
 
 Result<Partition> Partition::from_cuts(const std::vector<int>& cuts, int layers) {
@@ -30,13 +93,13 @@ Result<Partition> Partition::from_cuts(const std::vector<int>& cuts, int layers)
 std::string Partition::layout() const {
   std::string s;
   for (int i = 0; i < stages(); ++i)
-    s += fmt::format("{}{}-{}", i ? "|" : "", bounds_[i], bounds_[i + 1]);
+    s += fmt::format("{}{}-{}", i ? "|" : "", ranges_[i].begin, ranges_[i].end);
   return s;
 }
 
 std::string Partition::key() const {
   if (stages() == 1) return "pp1";
-  if (stages() == layers()) return "every-layer";
+  if (stages() == layers() && ownership_problem().empty()) return "every-layer";
   std::string s = "split";
   for (int c : cuts()) s += fmt::format("-{}", c);
   return s;
@@ -95,7 +158,15 @@ std::vector<std::vector<int>> pairwise_cover(int layers, int k) {
 
 }  // namespace
 
-Result<std::vector<Partition>> enumerate_partitions(const PartitionSpec& spec, int layers) {
+Result<std::vector<Partition>> enumerate_partitions(const PartitionSpec& spec, int layers,
+                                                    const FaultSet& faults) {
+  if (spec.mode == "balanced" && faults.has("partition.remainder_dropped")) {
+    // The historical planner: floor(L/pp) layers per stage, the remainder dropped.
+    const int q = layers / spec.pp;
+    std::vector<StageRange> ranges;
+    for (int s = 0; s < spec.pp; ++s) ranges.push_back({s * q, (s + 1) * q});
+    return std::vector<Partition>{Partition::from_ranges(std::move(ranges), layers)};
+  }
   std::vector<std::vector<int>> cut_sets;
   const int k = spec.pp - 1;
   std::string mode = spec.mode;

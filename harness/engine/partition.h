@@ -1,6 +1,9 @@
 // Partitions of the layer stack (SPEC 2.7) and their enumerations.
 //
 // A partition is 0 = b_0 < b_1 < ... < b_n = L; stage s runs layers [b_s, b_{s+1}).
+// A planner can get that wrong (partition.remainder_dropped): from_ranges() keeps what it
+// produced as it is, and ownership_problem() is the structural check that every layer is
+// owned by exactly one stage, run before anything is built or compared.
 // Its name is derived from its cuts ("split-12", "split-8-20") and is the filter key and
 // the report key of the case.
 #pragma once
@@ -8,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/verdict/faults.h"
 #include "harness/verdict/scenario.h"
 #include "kernels/status.h"
 
@@ -24,19 +28,27 @@ class Partition {
   static Result<Partition> make(std::vector<int> bounds, int layers);
   // The partition with these interior cuts.
   static Result<Partition> from_cuts(const std::vector<int>& cuts, int layers);
+  // Stage ranges exactly as a planner produced them, unchecked: use ownership_problem()
+  // before running it.
+  static Partition from_ranges(std::vector<StageRange> ranges, int layers);
 
-  int stages() const { return static_cast<int>(bounds_.size()) - 1; }
-  StageRange stage(int s) const { return {bounds_[s], bounds_[s + 1]}; }
-  const std::vector<int>& bounds() const { return bounds_; }
-  std::vector<int> cuts() const { return {bounds_.begin() + 1, bounds_.end() - 1}; }
-  int layers() const { return bounds_.back(); }
+  int stages() const { return static_cast<int>(ranges_.size()); }
+  StageRange stage(int s) const { return ranges_[s]; }
+  // The stage ends of every stage but the last: the cut positions.
+  std::vector<int> cuts() const;
+  int layers() const { return layers_; }
+  // Empty when every layer in [0, layers) is owned by exactly one stage and the stages
+  // follow each other; otherwise which layers are owned by no stage or by two, e.g.
+  // "layers 30-31 are owned by no stage".
+  std::string ownership_problem() const;
   // "0-12|12-32": the dump attribute.
   std::string layout() const;
   // "split-12", "split-8-20", "pp1" for one stage: the case key.
   std::string key() const;
 
  private:
-  std::vector<int> bounds_;
+  std::vector<StageRange> ranges_;
+  int layers_ = 0;
 };
 
 // Every partition a scenario asks for, in a fixed order:
@@ -47,8 +59,10 @@ class Partition {
 //  pairwise    a greedy covering set in which every pair of cut positions {a < b}
 //              occurs in some partition (every single position too); deterministic.
 //  every-layer one stage per layer: every intermediate capture id is a stage end.
-//  balanced    one partition with stage sizes differing by at most one.
-Result<std::vector<Partition>> enumerate_partitions(const PartitionSpec& spec, int layers);
+//  balanced    one partition with stage sizes differing by at most one (with the fault
+//              partition.remainder_dropped: floor(L/pp) layers each, the rest dropped).
+Result<std::vector<Partition>> enumerate_partitions(const PartitionSpec& spec, int layers,
+                                                    const FaultSet& faults = {});
 
 constexpr size_t kExhaustiveLimit = 200;
 

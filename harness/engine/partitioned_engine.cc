@@ -6,7 +6,9 @@ namespace splitcheck {
 
 Result<std::unique_ptr<PartitionedEngine>> PartitionedEngine::create(
     const ModelConfig& config, const Partition& partition, const EngineOptions& options,
-    const FaultSet& faults, WeightSource& source, PrefixReuse reuse) {
+    const FaultSet& faults, WeightSource& source, const LayerMemo* memo, ReuseMode reuse) {
+  if (const std::string problem = partition.ownership_problem(); !problem.empty())
+    return config_rejected(fmt::format("partition {}: {}", partition.layout(), problem));
   std::unique_ptr<PartitionedEngine> e(new PartitionedEngine());
   e->config_ = config;
   e->options_ = options;
@@ -20,17 +22,23 @@ Result<std::unique_ptr<PartitionedEngine>> PartitionedEngine::create(
                    options.spec_method,
                    options.context_only_producer};
     ASSIGN_OR_RETURN(std::unique_ptr<Stage> stage, Stage::create(sc, source));
+    stage->set_memo(memo, reuse);
     e->stages_.push_back(std::move(stage));
   }
   // Tap 0 travels unless the last stage takes it to be resident (Stage::tap0_resident).
   const bool tap0_relayed = !e->stages_.back()->tap0_resident();
   for (auto& stage : e->stages_) stage->set_tap0_relayed(tap0_relayed);
-  e->stages_.front()->follow_log(reuse);
   for (int s = 0; s <= partition.stages(); ++s)
     e->queues_.push_back(std::make_unique<BoundedQueue<Job>>(2));
   for (size_t s = 0; s < e->stages_.size(); ++s)
     e->threads_.emplace_back([engine = e.get(), s] { engine->stage_loop(s); });
   return e;
+}
+
+ReuseStats PartitionedEngine::reuse_stats() const {
+  ReuseStats sum;
+  for (const auto& s : stages_) sum += s->reuse_stats();
+  return sum;
 }
 
 PartitionedEngine::~PartitionedEngine() {

@@ -16,12 +16,13 @@ namespace splitcheck {
 class PartitionedEngine : public Engine {
  public:
   // Builds every stage (loading only what each holds) and starts their threads. A stage
-  // that refuses its configuration makes this return StatusCode::kConfigRejected. With
-  // `reuse`, the first stage follows PP=1's log (prefix_reuse.h); the log must come from
-  // a reference engine over the same weights and outlive this engine.
+  // that refuses its configuration makes this return StatusCode::kConfigRejected. With a
+  // `memo` (filled by PP=1 and frozen, outliving this engine), every stage looks its layer
+  // calls up in it per `reuse` (reference/layer_memo.h).
   static Result<std::unique_ptr<PartitionedEngine>> create(
       const ModelConfig& config, const Partition& partition, const EngineOptions& options,
-      const FaultSet& faults, WeightSource& source, PrefixReuse reuse = {});
+      const FaultSet& faults, WeightSource& source, const LayerMemo* memo = nullptr,
+      ReuseMode reuse = ReuseMode::kOff);
   ~PartitionedEngine() override;
 
   Result<ForwardResult> forward(const ForwardRequest& request, RunRecord* record) override;
@@ -30,8 +31,8 @@ class PartitionedEngine : public Engine {
   void restore_state() override { control(JobKind::kRestore); }
 
   std::vector<StageHoldings> holdings() const;
-  // What the first stage did with PP=1's log (prefix_reuse.h). Read after a run.
-  ReuseStats reuse_stats() const { return stages_.front()->reuse_stats(); }
+  // What the stages' layer calls did with the memo, summed. Read after a run.
+  ReuseStats reuse_stats() const;
   // The last stage's weights: the drafter's target lm_head and embedding copy live here.
   const WeightStore& last_stage_weights() const;
   // Records /stages/<s>/ (layer range, embedding, owned taps, parameter bytes).

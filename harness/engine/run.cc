@@ -9,7 +9,6 @@
 #include "harness/dump/digest.h"
 #include "harness/engine/generation.h"
 #include "harness/engine/partitioned_engine.h"
-#include "reference/state_log.h"
 
 namespace splitcheck {
 
@@ -95,7 +94,7 @@ Result<ReferenceRun> run_reference(const Scenario& s) {
   return run_reference(s, *source);
 }
 
-Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source, StateLog* log) {
+Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source, LayerMemo* memo) {
   ReferenceRun run;
   ASSIGN_OR_RETURN(run.workload, prepare_workload(s));
   std::vector<std::string> names;
@@ -106,7 +105,7 @@ Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source, Stat
       ReferenceEngine::create(s.model, std::move(weights),
                               EngineOptions{s.capture_ids, s.dump_level, s.speculative.method,
                                             s.speculative.context_only_producer}));
-  engine->set_state_log(log);
+  engine->set_memo(memo);
   ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->weights(), 0, true, source,
                                                run.workload, &run.record));
   run.generation = run.summary.generation;

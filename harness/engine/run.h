@@ -35,11 +35,11 @@ struct ReferenceRun {
 };
 
 // The PP=1 run of the scenario with everything recorded at the scenario's dump level,
-// over `source` (the scenario's own weights unless given). With `log`, the engine logs
-// every operation and its states into it (reference/state_log.h).
+// over `source` (the scenario's own weights unless given). With `memo`, the engine fills
+// it with every layer call's outcome (reference/layer_memo.h).
 Result<ReferenceRun> run_reference(const Scenario& scenario);
 Result<ReferenceRun> run_reference(const Scenario& scenario, WeightSource& source,
-                                   StateLog* log = nullptr);
+                                   LayerMemo* memo = nullptr);
 
 // One partitioned run of the scenario at the partition with these interior cuts, with
 // /stages/<s>/ recorded (what each stage holds).

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include "reference/spec_methods.h"
 
@@ -64,6 +65,31 @@ std::vector<int32_t> Stage::incoming_tap_ids() const {
   return ids;
 }
 
+namespace {
+
+// weights.stage_layer_offset: a layer range read one past its end. The first stage's last
+// layer b-1 gets layer b's tensors wherever the two layers have a tensor of the same
+// shape (always the six AttnRes and norm vectors; the attention and MLP weights too when
+// the two layers are of the same kind).
+Status load_one_past_the_end(const ModelConfig& c, int b, WeightSource& source,
+                             WeightStore& store) {
+  const std::string last = "layers." + std::to_string(b - 1) + ".";
+  const std::string next = "layers." + std::to_string(b) + ".";
+  std::map<std::string, Shape> next_shapes;
+  for (const TensorSpec& t : layer_tensor_specs(c, b))
+    next_shapes[t.name.substr(next.size())] = t.shape;
+  for (const TensorSpec& t : layer_tensor_specs(c, b - 1)) {
+    const std::string suffix = t.name.substr(last.size());
+    auto it = next_shapes.find(suffix);
+    if (it == next_shapes.end() || it->second != t.shape) continue;
+    ASSIGN_OR_RETURN(Tensor wrong, source.load(next + suffix));
+    store.put(t.name, std::move(wrong));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSource& source) {
   std::unique_ptr<Stage> st(new Stage(cfg));
   const ModelConfig& c = cfg.model;
@@ -93,6 +119,8 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
   }
   ASSIGN_OR_RETURN(st->weights_, load_weights(source, names),
                    fmt::format("stage {} ({}-{})", cfg.index, r.begin, r.end));
+  if (cfg.faults.has("weights.stage_layer_offset") && st->is_first() && !last)
+    RETURN_IF_ERROR(load_one_past_the_end(c, r.end, source, st->weights_));
   for (int l = r.begin; l < r.end; ++l) {
     ASSIGN_OR_RETURN(LayerWeights w, bind_layer(c, st->weights_, l));
     st->layers_.push_back(std::move(w));
@@ -182,79 +210,18 @@ void Stage::init_caches() {
     caches_.push_back(empty_layer_cache(cfg_.model, l));
 }
 
-const LoggedForward* Stage::follow(EngineOp op, const ForwardRequest* request) {
-  if (!follower_) return nullptr;
-  const PrefixFollower::Step step = follower_->follow(op, request);
-  if (step.left_now && follower_->mode() == ReuseMode::kOn) rebuild_caches();
-  return step.logged;
-}
+void Stage::reset_sequence() { init_caches(); }
 
-void Stage::reset_sequence() {
-  follow(EngineOp::kReset, nullptr);
-  init_caches();
-}
+void Stage::save_state() { snapshot_ = caches_; }
 
-void Stage::save_state() {
-  follow(EngineOp::kSave, nullptr);
-  snapshot_ = caches_;
-}
+void Stage::restore_state() { caches_ = snapshot_; }
 
-void Stage::restore_state() {
-  follow(EngineOp::kRestore, nullptr);
-  caches_ = snapshot_;
-}
-
-void Stage::follow_log(PrefixReuse reuse) {
-  std::string& why = reuse_unused_because_;
-  if (!reuse.enabled()) {
-    why = "reuse is off";
-  } else if (!is_first() || is_last()) {
-    why = "only a first stage that is not also the last reuses";
-  } else if (reuse.log->capture_ids() != cfg_.capture_ids || reuse.log->level() != cfg_.level) {
-    why = "the log was made with other capture ids or another dump level";
-  } else if (reuse.log->last_layer_kept() < range_.end - 1) {
-    why = fmt::format("the log keeps states up to layer {}, this stage ends at {}",
-                      reuse.log->last_layer_kept(), range_.end);
-  } else {
-    why.clear();
-    follower_ = std::make_unique<PrefixFollower>(reuse);
-  }
-}
-
-ReuseStats Stage::reuse_stats() const {
-  ReuseStats s = follower_ ? follower_->stats() : ReuseStats{};
-  s.unused_because = reuse_unused_because_;
-  return s;
-}
-
-void Stage::rebuild_caches() {
-  // Every matched operation, applied to fresh caches; forwards through the stage's own
-  // layers, recording nothing (what they recorded came from the log).
-  init_caches();
-  snapshot_.clear();
-  const StateLog& log = follower_->log();
-  for (const LoggedOp& op : follower_->matched()) {
-    switch (op.op) {
-      case EngineOp::kReset:
-        init_caches();
-        break;
-      case EngineOp::kSave:
-        snapshot_ = caches_;
-        break;
-      case EngineOp::kRestore:
-        caches_ = snapshot_;
-        break;
-      case EngineOp::kForward: {
-        const ForwardRequest& req = log.forward(op).request;
-        DispatchTrace scratch;
-        const KernelContext ctx{&scratch, req.index, -1, Site::kEmbed, cfg_.index, -1};
-        ResidualState st =
-            embed_state(ctx, cfg_.model, weights_.get("embed_tokens.weight"), ids_tensor(req.ids));
-        run_layers(ctx, st, LayerRecording{}, nullptr);
-        break;
-      }
-    }
-  }
+void Stage::set_memo(const LayerMemo* memo, ReuseMode mode) {
+  memo_ = memo;
+  memo_mode_ = memo != nullptr ? mode : ReuseMode::kOff;
+  layer_digests_.clear();
+  if (memo_mode_ == ReuseMode::kOff) return;
+  for (const LayerWeights& w : layers_) layer_digests_.push_back(layer_weights_digest(w));
 }
 
 void Stage::read_tap_after(const KernelContext& ctx, int l, const ResidualState& st,
@@ -275,76 +242,19 @@ void Stage::read_tap_after(const KernelContext& ctx, int l, const ResidualState&
   }
 }
 
-void Stage::run_layers(const KernelContext& ctx, ResidualState& st, const LayerRecording& rec,
-                       std::vector<std::pair<int, Tensor>>* taps) {
+Status Stage::run_layers(const KernelContext& ctx, ResidualState& st, const LayerRecording& rec,
+                         std::vector<std::pair<int, Tensor>>* taps) {
+  const MemoUse use{nullptr, memo_, memo_mode_};
   for (int l = range_.begin; l < range_.end; ++l) {
     const int i = l - range_.begin;
-    run_layer(ctx, cfg_.model, l, layers_[i], st, caches_[i], rec);
-    read_tap_after(ctx, l, st, taps);
-  }
-}
-
-void Stage::take_prefix(const LoggedForward& f, StageOutput& out, RunRecord* record,
-                        DispatchTrace* trace) const {
-  const size_t last = static_cast<size_t>(range_.end - 1);
-  out.state = clone_state(f.state_after[last]);
-  trace->events.insert(trace->events.end(), f.events.begin(),
-                       f.events.begin() + static_cast<std::ptrdiff_t>(f.events_after[last]));
-  if (record != nullptr && cfg_.level != DumpLevel::kSummary) {
-    for (size_t i = 0; i < f.entries_after[last]; ++i)
-      record->add(f.layer_entries[i].path, f.layer_entries[i].tensor);
-  }
-  for (const auto& [k, t] : f.taps)
-    if (k < range_.end) out.taps.emplace_back(k, t);
-}
-
-Status Stage::check_prefix(const LoggedForward& f, const StageOutput& out, const RunRecord* record,
-                           size_t entries_before, const DispatchTrace& trace,
-                           size_t events_before) const {
-  const size_t last = static_cast<size_t>(range_.end - 1);
-  const int32_t fwd = f.request.index;
-  auto differs = [&](const std::string& what) {
-    return internal_error(fmt::format(
-        "prefix reuse would change forward {} of the first stage (layers 0-{}): {} differs from "
-        "what the stage computed",
-        fwd, range_.end, what));
-  };
-  const ResidualState& want = f.state_after[last];
-  const ResidualState& got = out.state;
-  if (!want.prefix.bit_equal(got.prefix)) return differs("the prefix P");
-  if (want.has_delta != got.has_delta || (want.has_delta && !want.delta.bit_equal(got.delta)))
-    return differs("the pending delta D");
-  if (!want.bank.bit_equal(got.bank)) return differs("the bank");
-  const size_t n_events = f.events_after[last];
-  if (trace.events.size() < events_before + n_events)
-    return differs("the number of dispatch events");
-  for (size_t i = 0; i < n_events; ++i) {
-    const DispatchEvent& a = f.events[i];
-    const DispatchEvent& b = trace.events[events_before + i];
-    if (a.forward != b.forward || a.layer != b.layer || a.site != b.site || a.kernel != b.kernel ||
-        a.stage != b.stage || a.aux != b.aux)
-      return differs(fmt::format("dispatch event {}", i));
-  }
-  if (record != nullptr && cfg_.level != DumpLevel::kSummary) {
-    const size_t n_entries = f.entries_after[last];
-    if (record->entries().size() < entries_before + n_entries)
-      return differs("the number of per-layer tensors");
-    for (size_t i = 0; i < n_entries; ++i) {
-      const RecordEntry& a = f.layer_entries[i];
-      const RecordEntry& b = record->entries()[entries_before + i];
-      if (a.path != b.path || !a.tensor.bit_equal(b.tensor)) return differs(a.path);
+    if (memo_mode_ == ReuseMode::kOff) {
+      run_layer(ctx, cfg_.model, l, layers_[i], st, caches_[i], rec);
+      ++reuse_stats_.computed;
+    } else {
+      RETURN_IF_ERROR(run_layer_reusing(ctx, cfg_.model, l, layers_[i], layer_digests_[i], st,
+                                        caches_[i], rec, use, &reuse_stats_));
     }
-  }
-  std::vector<const std::pair<int, Tensor>*> want_taps, got_taps;
-  for (const auto& t : f.taps)
-    if (t.first < range_.end) want_taps.push_back(&t);
-  for (const auto& t : out.taps)
-    if (t.first < range_.end) got_taps.push_back(&t);
-  if (want_taps.size() != got_taps.size()) return differs("the set of taps below the cut");
-  for (size_t i = 0; i < want_taps.size(); ++i) {
-    if (want_taps[i]->first != got_taps[i]->first ||
-        !want_taps[i]->second.bit_equal(got_taps[i]->second))
-      return differs(fmt::format("tap {}", want_taps[i]->first));
+    read_tap_after(ctx, l, st, taps);
   }
   return Status::ok();
 }
@@ -360,19 +270,10 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
   std::vector<std::pair<int, Tensor>>& taps = out.taps;
   const LayerRecording rec{record, forward_path(req.index), cfg_.level};
 
-  const LoggedForward* logged = is_first() ? follow(EngineOp::kForward, &req) : nullptr;
-  if (logged != nullptr && follower_->mode() == ReuseMode::kOn) {
-    // PP=1's prefix; the boundary tap after the last layer is this stage's own.
-    take_prefix(*logged, out, record, trace);
-    read_tap_after(ctx, range_.end - 1, st, &taps);
-  } else if (is_first()) {
-    const size_t events_before = trace->events.size();
-    const size_t entries_before = record != nullptr ? record->entries().size() : 0;
+  if (is_first()) {
     st = embed_state(ctx, c, weights_.get("embed_tokens.weight"), ids_tensor(req.ids));
     if (captured(0)) taps.emplace_back(0, st.prefix.clone());
-    run_layers(ctx, st, rec, &taps);
-    if (logged != nullptr)
-      RETURN_IF_ERROR(check_prefix(*logged, out, record, entries_before, *trace, events_before));
+    RETURN_IF_ERROR(run_layers(ctx, st, rec, &taps));
   } else {
     if (in == nullptr)
       return internal_error(fmt::format("stage {} received no payload", cfg_.index));
@@ -400,7 +301,7 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
                     static_cast<size_t>(h) * sizeof(bf16));
       taps.emplace_back(p.aux_ids[i], std::move(tap));
     }
-    run_layers(ctx, st, rec, &taps);
+    RETURN_IF_ERROR(run_layers(ctx, st, rec, &taps));
   }
 
   if (is_last()) {

@@ -9,9 +9,9 @@
 
 #include "harness/engine/handoff.h"
 #include "harness/engine/partition.h"
-#include "harness/engine/prefix_reuse.h"
 #include "harness/verdict/faults.h"
 #include "reference/engine.h"
+#include "reference/layer_memo.h"
 #include "reference/weight_source.h"
 
 namespace splitcheck {
@@ -78,11 +78,12 @@ class Stage {
   void reset_sequence();
   void save_state();
   void restore_state();
-  // Lets a first stage (that is not also the last) follow PP=1's log (prefix_reuse.h).
-  // Call before the first operation; reuse_stats() says why it did not, when it did not.
-  void follow_log(PrefixReuse reuse);
-  // What the stage did with the log (zero without one).
-  ReuseStats reuse_stats() const;
+  // From now on, looks every layer call up in `memo` (filled by PP=1, frozen) per `mode`
+  // (reference/layer_memo.h): keys are computed from the weights as this stage loaded
+  // them and from its own state, so only inputs equal to PP=1's are ever reused.
+  void set_memo(const LayerMemo* memo, ReuseMode mode);
+  // What the stage's layer calls did with the memo.
+  const ReuseStats& reuse_stats() const { return reuse_stats_; }
   const StageHoldings& holdings() const { return holdings_; }
   // What the stage holds and owns (the last stage's embedding copy and lm_head for the
   // drafter, a non-last stage's boundary copies).
@@ -112,21 +113,10 @@ class Stage {
   // read at L, or the boundary tap with the stage's own copies.
   void read_tap_after(const KernelContext& ctx, int l, const ResidualState& st,
                       std::vector<std::pair<int, Tensor>>* taps) const;
-  // Runs the stage's layers on `st`; reads the captured taps unless `taps` is null.
-  void run_layers(const KernelContext& ctx, ResidualState& st, const LayerRecording& rec,
-                  std::vector<std::pair<int, Tensor>>* taps);
-  // The first stage's prefix from PP=1's log: state after its last layer, dispatch
-  // events, per-layer tensors and taps below its end.
-  void take_prefix(const LoggedForward& f, StageOutput& out, RunRecord* record,
-                   DispatchTrace* trace) const;
-  // Verify mode: what the stage computed equals what take_prefix would have given.
-  Status check_prefix(const LoggedForward& f, const StageOutput& out, const RunRecord* record,
-                      size_t entries_before, const DispatchTrace& trace,
-                      size_t events_before) const;
-  // Leaving the log (mode on): caches as if every matched operation had been computed.
-  void rebuild_caches();
-  // One engine operation, told to the follower; true when the cached prefix applies.
-  const LoggedForward* follow(EngineOp op, const ForwardRequest* request);
+  // Runs the stage's layers on `st` (through the memo when one is set); reads the
+  // captured taps.
+  Status run_layers(const KernelContext& ctx, ResidualState& st, const LayerRecording& rec,
+                    std::vector<std::pair<int, Tensor>>* taps);
 
   StageConfig cfg_;
   StageRange range_;
@@ -136,8 +126,10 @@ class Stage {
   Tensor boundary_norm_, boundary_proj_;  // layer end's AttnRes vectors, for the boundary tap
   StageHoldings holdings_;
   bool tap0_relayed_ = true;
-  std::unique_ptr<PrefixFollower> follower_;  // first stage following PP=1's log
-  std::string reuse_unused_because_ = "reuse is off";
+  const LayerMemo* memo_ = nullptr;
+  ReuseMode memo_mode_ = ReuseMode::kOff;
+  std::vector<Digest128> layer_digests_;  // of layers_, as loaded, while a memo is set
+  ReuseStats reuse_stats_;
 };
 
 }  // namespace splitcheck

@@ -100,7 +100,8 @@ ScenarioSize scenario_size(const Scenario& s) {
   z.prompts = s.workload.prompts;
   z.max_new_tokens = s.workload.max_new_tokens;
   z.max_prompt_tokens = s.workload.max_prompt_tokens;
-  Result<std::vector<Partition>> parts = enumerate_partitions(s.partitions, z.layers);
+  Result<std::vector<Partition>> parts =
+      enumerate_partitions(s.partitions, z.layers, FaultSet{s.faults});
   z.partitions = parts.is_ok() ? static_cast<int>(parts->size()) : -1;
   return z;
 }
@@ -137,8 +138,9 @@ Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
   // batch: cases are independent, so this finds what a full sweep would find first.
   const std::string base_dir =
       s.source_path.empty() ? std::string(".") : fs::path(s.source_path).parent_path().string();
-  ASSIGN_OR_RETURN(std::vector<Partition> parts,
-                   enumerate_partitions(s.partitions, s.model.num_hidden_layers));
+  ASSIGN_OR_RETURN(
+      std::vector<Partition> parts,
+      enumerate_partitions(s.partitions, s.model.num_hidden_layers, FaultSet{s.faults}));
   const size_t batch = std::max<size_t>(
       8, options.threads > 0 ? static_cast<size_t>(options.threads)
                              : static_cast<size_t>(std::thread::hardware_concurrency()));

@@ -6,6 +6,7 @@ namespace {
 
 // SPEC 5, one row per check.
 constexpr CheckInfo kChecks[] = {
+    {"partition", "every layer owned by exactly one stage, checked before anything runs"},
     {"tensors", "per-layer tensors, the AttnRes bank and the final output, bit for bit"},
     {"taps", "captured auxiliary hidden states (SPEC 2.6), bit for bit"},
     {"logits", "target and drafter logits, bit for bit"},

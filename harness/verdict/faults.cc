@@ -6,42 +6,46 @@ namespace splitcheck {
 
 namespace {
 
-// SPEC 6, one row per fault. `caught_by` names a row of the check registry. The last
-// field (alters_first_stage_prefix) is false on every row: each fault switches code at a
-// stage's end, in the receiver, at placement or in the drafter, never the first stage's
-// embedding or layers.
+// SPEC 6, one row per fault. `caught_by` names a row of the check registry. Layer reuse
+// is by content (reference/layer_memo.h), so no fault needs it switched off: a fault that
+// changes a layer's inputs or weights changes its key, and that layer is computed.
 constexpr FaultInfo kFaults[] = {
     {"handoff.no_zero_delta", "receiver passes no delta after folding it", "dispatch",
      "dispatch mismatch (native at PP=1, fallback here) at the first layer of each non-first "
      "stage not on a block boundary; numeric divergence from there for some splits; "
-     "block-aligned cuts stay identical",
-     false},
+     "block-aligned cuts stay identical"},
     {"tap.boundary_uses_prefix", "a tap at a stage end exports bf16(P + D)", "taps",
      "tap mismatch exactly where a capture id equals a non-last stage end, with its cosine to "
-     "the true feature",
-     false},
+     "the true feature"},
     {"tap.boundary_rejected",
      "partitions with a capture id at a stage end are refused at "
      "configuration",
      "config",
-     "those splits reported as configuration-rejected with the offending ids, never as crashes",
-     false},
+     "those splits reported as configuration-rejected with the offending ids, never as crashes"},
     {"weights.no_boundary_copy", "checkpoint lacks the boundary copies", "config",
-     "configuration-time error, no NaN tap exported", false},
+     "configuration-time error, no NaN tap exported"},
     {"draft.own_embedding",
      "under PP the drafter builds and loads its own embedding, absent from its checkpoint",
      "embedding",
      "embedding check fails (own, unloaded), proposals and acceptance differ from PP=1, "
-     "emitted tokens still equal",
-     false},
+     "emitted tokens still equal"},
     {"tap.embed_resident_by_module", "the last stage's embedding copy makes tap 0 look resident",
-     "taps", "tap 0 not relayed: tap mismatch at the last stage, acceptance differs", false},
+     "taps", "tap 0 not relayed: tap mismatch at the last stage, acceptance differs"},
     {"draft.vocab_from_embedding", "the vocab check reads the missing embedding first", "embedding",
      "the clear refusal never appears: reported as an unreachable refusal, not as a crash of "
-     "the harness",
-     false},
+     "the harness"},
     {"pd.producer_embedding", "a context-only producer still builds the last-stage copy", "memory",
-     "memory check reports the extra V x H x 2 bytes", false},
+     "memory check reports the extra V x H x 2 bytes"},
+    {"weights.stage_layer_offset",
+     "the first stage of a cut at b loads layer b's weights for its last layer b-1 (a layer "
+     "range read one past its end)",
+     "tensors", "tensor divergence at layer b-1 at every split point, whatever the sweep reuses"},
+    {"partition.remainder_dropped",
+     "a balanced partition gives each stage floor(L/pp) layers and drops the remainder "
+     "(Megatron-LM issue 1304, mlx-lm issue 1688)",
+     "partition",
+     "structural verdict at configuration: layers owned by no stage (or by two) are named, "
+     "before anything is compared; never a pass"},
 };
 
 }  // namespace

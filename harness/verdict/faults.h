@@ -18,11 +18,6 @@ struct FaultInfo {
   std::string_view restores;   // the historical behaviour the fault brings back
   std::string_view caught_by;  // the check (checks.h) whose failure must report it
   std::string_view expected;   // what the harness must report, in SPEC 6's words
-  // True when the fault changes what a first stage computes before its cut (embedding,
-  // its layers, the taps it reads below its end): PP=1's prefix would then hide it, so
-  // the sweep does not reuse it (prefix_reuse.h). The sweep's verify mode checks the
-  // rows that say false.
-  bool alters_first_stage_prefix = false;
 };
 
 // Every fault, in SPEC 6's order.

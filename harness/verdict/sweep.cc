@@ -311,8 +311,9 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   result.scenario = resolved_scenario_json(s);
   ASSIGN_OR_RETURN(result.scenario_sha256, scenario_identity_sha256(s));
   ASSIGN_OR_RETURN(result.model_sha256, model_identity_sha256(s));
-  ASSIGN_OR_RETURN(std::vector<Partition> all,
-                   enumerate_partitions(s.partitions, s.model.num_hidden_layers));
+  ASSIGN_OR_RETURN(
+      std::vector<Partition> all,
+      enumerate_partitions(s.partitions, s.model.num_hidden_layers, FaultSet{s.faults}));
   std::vector<Partition> parts;
   for (size_t i = 0; i < all.size(); ++i) {
     if (static_cast<int>(i % options.shard_count) != options.shard_index) continue;
@@ -320,42 +321,34 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
     parts.push_back(all[i]);
   }
 
-  // The PP=1 states a first stage may start from: up to the last layer before any
-  // partition's first cut.
+  // PP=1, once, over the weight source every split point shares; it fills the memo of
+  // layer outcomes that the stages look their layer calls up in.
   const FaultSet faults{s.faults};
   ReuseSummary& reuse = result.reuse;
   reuse.mode = options.reuse;
-  int keep = -1;
-  for (const Partition& p : parts)
-    if (p.stages() >= 2) keep = std::max(keep, p.stage(0).end - 1);
-  std::unique_ptr<StateLog> log;
+  reuse.memory_bound = options.reuse_memory_bytes;
+  std::unique_ptr<LayerMemo> memo;
   if (options.reuse == ReuseMode::kOff) {
     reuse.unused_because = "--reuse off";
-  } else if (reuse.unused_because = reuse_blocked_by(faults); !reuse.unused_because.empty()) {
-    reuse.mode = ReuseMode::kOff;
-  } else if (keep < 0) {
-    reuse.mode = ReuseMode::kOff;
-    reuse.unused_because = "no partition has a second stage";
   } else {
-    log = std::make_unique<StateLog>(keep, options.reuse_memory_bytes);
+    memo = std::make_unique<LayerMemo>(options.reuse_memory_bytes, options.reuse_key);
   }
-
-  // PP=1, once, over the weight source every split point shares.
   const auto t_ref = Clock::now();
   std::unique_ptr<WeightSource> source = scenario_weight_source(s);
-  ASSIGN_OR_RETURN(ReferenceRun ref, run_reference(s, *source, log.get()), "PP=1 run");
+  ASSIGN_OR_RETURN(ReferenceRun ref, run_reference(s, *source, memo.get()), "PP=1 run");
   const PreparedWorkload& workload = ref.workload;
   const RunRecord& ref_record = ref.record;
   result.pp1_acceptance = acceptance_figures(ref.summary);
   result.pp1_drafter = ref.summary.drafter;
   result.pp1_seconds = seconds_since(t_ref);
-  if (log) {
-    reuse.state_bytes = log->state_bytes();
-    reuse.log_ended_early = log->ended_early();
+  if (memo) {
+    memo->freeze();
+    reuse.memo_bytes = memo->bytes();
+    reuse.memo_entries = memo->entries();
+    reuse.memo_dropped = memo->dropped();
   }
   const EngineOptions engine_options{s.capture_ids, s.dump_level, s.speculative.method,
                                      s.speculative.context_only_producer};
-  const PrefixReuse prefix{log.get(), reuse.mode};
 
   result.cases.resize(parts.size());
   std::atomic<size_t> next{0};
@@ -368,8 +361,17 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
       c.key = parts[i].key();
       c.layout = parts[i].layout();
       c.cuts = parts[i].cuts();
-      Result<std::unique_ptr<PartitionedEngine>> engine =
-          PartitionedEngine::create(s.model, parts[i], engine_options, faults, *source, prefix);
+      // The structural check comes before anything is built or compared.
+      if (const std::string problem = parts[i].ownership_problem(); !problem.empty()) {
+        c.verdict = Verdict::kConfigRejected;
+        c.message = fmt::format("partition {}: {}", c.layout, problem);
+        c.failed_checks.push_back("partition");
+        c.seconds = seconds_since(tc);
+        ++done;
+        continue;
+      }
+      Result<std::unique_ptr<PartitionedEngine>> engine = PartitionedEngine::create(
+          s.model, parts[i], engine_options, faults, *source, memo.get(), reuse.mode);
       if (!engine.is_ok()) {
         const bool rejected = engine.status().code() == StatusCode::kConfigRejected;
         c.verdict = rejected ? Verdict::kConfigRejected : Verdict::kError;
@@ -419,12 +421,7 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
   for (std::thread& t : pool) t.join();
   result.total_seconds = seconds_since(t0);
-  for (const CaseResult& c : result.cases) {
-    reuse.reused_forwards += c.reuse.reused_forwards;
-    reuse.verified_forwards += c.reuse.verified_forwards;
-    reuse.computed_forwards += c.reuse.computed_forwards;
-    reuse.left_pp1 += !c.reuse.left_because.empty();
-  }
+  for (const CaseResult& c : result.cases) reuse.calls += c.reuse;
   // `expect` speaks of the whole sweep: a filtered or sharded run cannot meet or miss it
   // (splitcheck merge evaluates it once the shards are joined). Errors still count.
   const bool partial = !options.filter.empty() || options.shard_count > 1;

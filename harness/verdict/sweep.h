@@ -14,9 +14,9 @@
 #include "harness/dump/compare.h"
 #include "harness/engine/generation.h"
 #include "harness/engine/partition.h"
-#include "harness/engine/prefix_reuse.h"
 #include "harness/engine/run.h"
 #include "harness/engine/stage.h"
+#include "reference/layer_memo.h"
 
 namespace splitcheck {
 
@@ -60,7 +60,7 @@ struct CaseResult {
   AcceptanceFigures acceptance;  // this partition's speculative figures
   DrafterPlacement drafter;      // what the drafter on the last stage was bound to
   std::string refusal_probe;     // what a missing drafter embedding placeholder gets
-  ReuseStats reuse;              // what the first stage took from PP=1 (prefix_reuse.h)
+  ReuseStats reuse;              // what this split point's layer calls did with the memo
 };
 
 struct SweepOptions {
@@ -69,24 +69,25 @@ struct SweepOptions {
   int shard_count = 1;
   std::string filter;     // run only cases whose key contains this
   bool progress = false;  // a progress line on stderr
-  // Stage-0 prefix reuse (prefix_reuse.h): on by default; verify computes everything
-  // and checks that reuse would have given the same bits.
+  // Layer reuse by content (reference/layer_memo.h): on by default; verify computes
+  // everything and checks that every hit would have given the same bits.
   ReuseMode reuse = ReuseMode::kOn;
-  // Bound on the PP=1 states kept for reuse; past it the log ends and first stages
-  // compute the rest themselves (0: no bound).
+  // Bound on the PP=1 outcomes kept in the memo; past it, PP=1 keeps no more and the
+  // stages compute what is missing (0: no bound).
   size_t reuse_memory_bytes = size_t{1} << 30;
+  // The memo's key function; tests give a broken one to show that verify catches it.
+  LayerKeyFn reuse_key = &layer_key;
 };
 
 // What the sweep reused, over all its split points.
 struct ReuseSummary {
   ReuseMode mode = ReuseMode::kOff;
-  std::string unused_because;    // why no split point could reuse, when none could
-  size_t state_bytes = 0;        // PP=1 states kept for reuse
-  bool log_ended_early = false;  // the memory bound ended PP=1's log before the run did
-  int64_t reused_forwards = 0;
-  int64_t verified_forwards = 0;
-  int64_t computed_forwards = 0;
-  int64_t left_pp1 = 0;  // split points whose operations left PP=1's
+  std::string unused_because;  // why nothing was reused, when nothing could be
+  size_t memo_bytes = 0;       // PP=1 outcomes kept
+  size_t memo_entries = 0;
+  size_t memory_bound = 0;   // --reuse-memory in bytes (0: none)
+  int64_t memo_dropped = 0;  // PP=1 outcomes not kept because of the bound
+  ReuseStats calls;          // layer calls of every split point's stages, summed
 };
 
 struct SweepResult {

@@ -50,7 +50,7 @@ TEST(Partition, PairwiseCoversEveryPairOfCutPositions) {
   // Deterministic.
   auto again = *enumerate_partitions(PartitionSpec{4, "pairwise", {}}, layers);
   ASSERT_EQ(again.size(), parts.size());
-  for (size_t i = 0; i < parts.size(); ++i) EXPECT_EQ(again[i].bounds(), parts[i].bounds());
+  for (size_t i = 0; i < parts.size(); ++i) EXPECT_EQ(again[i].layout(), parts[i].layout());
 }
 
 TEST(Partition, EveryLayerMakesEachLayerAStage) {
@@ -67,6 +67,32 @@ TEST(Partition, BalancedStagesDifferByAtMostOne) {
     const int n = parts[0].stage(s).end - parts[0].stage(s).begin;
     EXPECT_TRUE(n == 10 || n == 11) << n;
   }
+}
+
+TEST(Partition, OwnershipNamesLayersOwnedByNoStageOrByTwo) {
+  EXPECT_EQ(Partition::from_cuts({12}, 32)->ownership_problem(), "");
+  // partition.remainder_dropped: 30 layers at PP=4 became 28.
+  Result<std::vector<Partition>> dropped = enumerate_partitions(
+      PartitionSpec{4, "balanced", {}}, 30, FaultSet{{"partition.remainder_dropped"}});
+  ASSERT_TRUE(dropped.is_ok());
+  ASSERT_EQ(dropped->size(), 1u);
+  EXPECT_EQ((*dropped)[0].layout(), "0-7|7-14|14-21|21-28");
+  EXPECT_EQ((*dropped)[0].ownership_problem(), "layers 28-29 are owned by no stage");
+  // 10 layers on 3 ranks: layer 9 dropped.
+  EXPECT_EQ((*enumerate_partitions(PartitionSpec{3, "balanced", {}}, 10,
+                                   FaultSet{{"partition.remainder_dropped"}}))[0]
+                .ownership_problem(),
+            "layer 9 is owned by no stage");
+  // Without the fault the same planner covers every layer.
+  EXPECT_EQ((*enumerate_partitions(PartitionSpec{4, "balanced", {}}, 30))[0].ownership_problem(),
+            "");
+  // Overlaps and gaps between stages are named too.
+  EXPECT_EQ(Partition::from_ranges({{0, 6}, {5, 10}}, 10).ownership_problem(),
+            "layer 5 is owned by more than one stage");
+  EXPECT_EQ(Partition::from_ranges({{0, 4}, {6, 10}}, 10).ownership_problem(),
+            "layers 4-5 are owned by no stage");
+  EXPECT_EQ(Partition::from_ranges({}, 3).ownership_problem(),
+            "layers 0-2 are owned by no stage; no stage");
 }
 
 TEST(Partition, ExplicitListIsValidated) {

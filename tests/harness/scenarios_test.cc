@@ -43,7 +43,7 @@ TEST_P(CommittedScenario, SweepConcludesWhatExpectSays) {
     }
   }
   EXPECT_EQ(r->reuse.mode, ReuseMode::kOn) << r->reuse.unused_because;
-  EXPECT_GT(r->reuse.reused_forwards, 0);
+  EXPECT_GT(r->reuse.calls.hits, 0);
   if (s->faults.empty()) {
     EXPECT_TRUE(r->conformant()) << "false alarm without faults in " << GetParam();
   } else {
@@ -54,7 +54,13 @@ TEST_P(CommittedScenario, SweepConcludesWhatExpectSays) {
   verify.reuse = ReuseMode::kVerify;
   Result<SweepResult> v = run_sweep(*s, verify);
   ASSERT_TRUE(v.is_ok()) << v.status().message();
-  EXPECT_EQ(v->reuse.verified_forwards, r->reuse.reused_forwards);
+  EXPECT_EQ(v->reuse.calls.verified, r->reuse.calls.hits);
+  EXPECT_EQ(v->reuse.calls.misses, r->reuse.calls.misses);
+  SweepOptions off;
+  off.reuse = ReuseMode::kOff;
+  Result<SweepResult> o = run_sweep(*s, off);
+  ASSERT_TRUE(o.is_ok()) << o.status().message();
+  EXPECT_EQ(o->reuse.calls.hits + o->reuse.calls.verified + o->reuse.calls.misses, 0);
   // Everything but what reuse itself and the clock change.
   auto deterministic = [](nlohmann::json j) {
     j.erase("timing");
@@ -71,6 +77,7 @@ TEST_P(CommittedScenario, SweepConcludesWhatExpectSays) {
   for (size_t i = 0; i < computed["cases"].size(); ++i)
     EXPECT_EQ(with_reuse["cases"][i], computed["cases"][i]) << GetParam() << " case " << i;
   EXPECT_EQ(with_reuse, computed);
+  EXPECT_EQ(deterministic(sweep_report(*o, ReportContext{})), computed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, CommittedScenario, ::testing::ValuesIn(committed_scenarios()),
