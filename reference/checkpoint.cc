@@ -3,8 +3,10 @@
 // renamed, so a failed write leaves nothing at the final path.
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <utility>
 
 #include "reference/weights.h"
 
@@ -25,14 +27,94 @@ struct H5Handle {
 
 void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
-Status write_string_attr(hid_t obj, const char* name, const std::string& value) {
-  H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.id, value.size());
-  H5Tset_cset(type.id, H5T_CSET_UTF8);
-  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  H5Handle attr(H5Acreate2(obj, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (attr.id < 0 || H5Awrite(attr.id, type.id, value.data()) < 0)
-    return internal_error(std::string("cannot write attribute ") + name);
+// An HDF5 identifier of the writer: every call on it is checked, and so is its close.
+// An identifier that was not closed explicitly (an error path) is closed on scope exit,
+// unchecked, since the write has already failed.
+class WriteHandle {
+ public:
+  WriteHandle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  WriteHandle(const WriteHandle&) = delete;
+  WriteHandle& operator=(const WriteHandle&) = delete;
+  ~WriteHandle() {
+    if (id_ >= 0) close_(id_);
+  }
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  // Closes now; false when HDF5 reports an error (for a file: data not flushed).
+  bool close() {
+    const herr_t rc = close_(std::exchange(id_, H5I_INVALID_HID));
+    return rc >= 0;
+  }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+Status write_string_attr(hid_t obj, const char* name, const std::string& value,
+                         const std::string& where) {
+  const auto fail = [&] {
+    return internal_error(where + ": cannot write attribute " + std::string(name));
+  };
+  WriteHandle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  if (!type.valid() || H5Tset_size(type.get(), std::max<size_t>(value.size(), 1)) < 0 ||
+      H5Tset_cset(type.get(), H5T_CSET_UTF8) < 0)
+    return fail();
+  WriteHandle space(H5Screate(H5S_SCALAR), H5Sclose);
+  if (!space.valid()) return fail();
+  WriteHandle attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose);
+  if (!attr.valid() || H5Awrite(attr.get(), type.get(), value.data()) < 0) return fail();
+  if (!attr.close() || !space.close() || !type.close()) return fail();
+  return Status::ok();
+}
+
+// Writes the whole checkpoint into `tmp`, checking every HDF5 call, every close included;
+// `path` is the final name, used in messages.
+Status write_checkpoint_file(const std::string& tmp, const std::string& path,
+                             const ModelConfig& config, const WeightStore& weights) {
+  const auto fail = [&](const std::string& what) {
+    return internal_error(path + ": " + what + " (writing " + tmp + ")");
+  };
+  WriteHandle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  WriteHandle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  WriteHandle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  // No object times anywhere (the root group included): equal weights give equal bytes.
+  // A semi close degree makes H5Fclose fail, rather than linger, if anything is left open.
+  if (!fapl.valid() || !fcpl.valid() || !dcpl.valid() ||
+      H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18) < 0 ||
+      H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_SEMI) < 0 ||
+      H5Pset_obj_track_times(fcpl.get(), false) < 0 ||
+      H5Pset_obj_track_times(dcpl.get(), false) < 0)
+    return fail("cannot set file properties");
+  WriteHandle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
+  if (!file.valid()) return invalid_input(path + ": cannot create checkpoint file " + tmp);
+  {
+    WriteHandle root(H5Gopen2(file.get(), "/", H5P_DEFAULT), H5Gclose);
+    if (!root.valid()) return fail("cannot open the root group");
+    RETURN_IF_ERROR(write_string_attr(root.get(), "format", "splitcheck.checkpoint", path));
+    RETURN_IF_ERROR(write_string_attr(root.get(), "model", config.preset, path));
+    for (const auto& [name, t] : weights.tensors()) {
+      const std::string where = path + ": dataset " + name;
+      std::vector<hsize_t> dims(t.shape().begin(), t.shape().end());
+      WriteHandle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                        H5Sclose);
+      if (!space.valid()) return fail("cannot describe the shape of dataset " + name);
+      WriteHandle ds(H5Dcreate2(root.get(), name.c_str(), H5T_STD_U16LE, space.get(), H5P_DEFAULT,
+                                dcpl.get(), H5P_DEFAULT),
+                     H5Dclose);
+      if (!ds.valid()) return fail("cannot create dataset " + name);
+      if (t.numel() > 0 && (t.empty() || H5Dwrite(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL,
+                                                  H5P_DEFAULT, t.data<uint16_t>()) < 0))
+        return fail("cannot write dataset " + name);
+      RETURN_IF_ERROR(write_string_attr(ds.get(), "dtype", "bfloat16", where));
+      if (!ds.close() || !space.close()) return fail("cannot close dataset " + name);
+    }
+    if (!root.close()) return fail("cannot close the root group");
+  }
+  if (!dcpl.close() || !fcpl.close() || !fapl.close()) return fail("cannot close properties");
+  if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0 || !file.close())
+    return fail("cannot flush and close the file");
   return Status::ok();
 }
 
@@ -42,37 +124,19 @@ Status write_checkpoint(const std::string& path, const ModelConfig& config,
                         const WeightStore& weights) {
   quiet_hdf5();
   const std::string tmp = path + ".partial";
-  {
-    H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    H5Pset_libver_bounds(fapl.id, H5F_LIBVER_V18, H5F_LIBVER_V18);
-    // No object times anywhere (the root group included): equal weights give equal bytes.
-    H5Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
-    H5Pset_obj_track_times(fcpl.id, false);
-    H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.id, fapl.id), H5Fclose);
-    if (file.id < 0) return invalid_input(path + ": cannot create checkpoint file");
-    H5Handle root(H5Gopen2(file.id, "/", H5P_DEFAULT), H5Gclose);
-    RETURN_IF_ERROR(write_string_attr(root.id, "format", "splitcheck.checkpoint"), path);
-    RETURN_IF_ERROR(write_string_attr(root.id, "model", config.preset), path);
-    H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-    H5Pset_obj_track_times(dcpl.id, false);
-    for (const auto& [name, t] : weights.tensors()) {
-      std::vector<hsize_t> dims(t.shape().begin(), t.shape().end());
-      H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                     H5Sclose);
-      H5Handle ds(H5Dcreate2(root.id, name.c_str(), H5T_STD_U16LE, space.id, H5P_DEFAULT, dcpl.id,
-                             H5P_DEFAULT),
-                  H5Dclose);
-      if (ds.id < 0 || H5Dwrite(ds.id, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                t.data<uint16_t>()) < 0) {
-        std::remove(tmp.c_str());
-        return internal_error(path + ": cannot write dataset " + name);
-      }
-      RETURN_IF_ERROR(write_string_attr(ds.id, "dtype", "bfloat16"), path + ": " + name);
-    }
-  }
   std::error_code ec;
+  Status written = write_checkpoint_file(tmp, path, config, weights);
+  H5Eclear2(H5E_DEFAULT);
+  if (!written.is_ok()) {
+    std::filesystem::remove(tmp, ec);
+    return written;
+  }
   std::filesystem::rename(tmp, path, ec);
-  if (ec) return internal_error(path + ": cannot rename checkpoint: " + ec.message());
+  if (ec) {
+    const std::string why = ec.message();
+    std::filesystem::remove(tmp, ec);
+    return invalid_input(path + ": cannot rename checkpoint " + tmp + " to it: " + why);
+  }
   return Status::ok();
 }
 

@@ -47,10 +47,12 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
   }
   for (const std::string& p : r.only_in_a) add(p, "dataset " + p + " only in A", "missing");
   for (const std::string& p : r.only_in_b) add(p, "dataset " + p + " only in B", "missing");
+  for (const AttributeDiff& d : r.attribute_diffs)
+    add(d.object + "@" + d.name, attribute_line(d), "attributes");
 
   const int64_t total =
-      r.datasets_compared +
-      static_cast<int64_t>(r.structural_errors.size() + r.only_in_a.size() + r.only_in_b.size());
+      r.datasets_compared + static_cast<int64_t>(r.structural_errors.size() + r.only_in_a.size() +
+                                                 r.only_in_b.size() + r.attribute_diffs.size());
   const int64_t diverged = static_cast<int64_t>(cases.size());
   nlohmann::json j;
   j["format"] = "splitcheck.report";
@@ -73,6 +75,9 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
                                            {"rule",
                                             "bitwise on the integer bit pattern; no "
                                             "tolerance"}};
+  j["digests"] = r.digests_trusted ? "trusted" : "verified";
+  j["unverified_datasets"] = r.datasets_unverified;
+  j["digests_rule"] = digests_line(r);
   j["cases"] = cases;
   return j;
 }

@@ -318,6 +318,11 @@ std::string render_html(const nlohmann::json& r) {
         "(b)</td><td><code>{}</code></td></tr>\n<tr><td>result</td><td "
         "id=\"summary\">{}</td></tr>\n",
         esc(str_field(in, "a")), esc(str_field(in, "b")), esc(str_field(r, "summary")));
+    out +=
+        fmt::format("<tr><td>digests</td><td id=\"digests\" data-digests=\"{}\">{}{}</td></tr>\n",
+                    esc(str_field(r, "digests")),
+                    str_field(r, "digests") == "trusted" ? "<b>UNVERIFIED</b>: " : "",
+                    esc(str_field(r, "digests_rule")));
   } else {
     out +=
         fmt::format("<tr><td>scenario</td><td><code>{}</code> sha256 <code>{}</code></td></tr>\n",

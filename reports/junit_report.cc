@@ -29,6 +29,12 @@ std::string render_junit(const nlohmann::json& r) {
                      xml_escape(str_field(r, "verdict")));
   out += fmt::format("      <property name=\"scenario_sha256\" value=\"{}\"/>\n",
                      xml_escape(str_field(obj_field(r, "scenario"), "sha256")));
+  if (r.contains("digests")) {
+    out += fmt::format("      <property name=\"digests\" value=\"{}\"/>\n",
+                       xml_escape(str_field(r, "digests")));
+    out += fmt::format("      <property name=\"digests_rule\" value=\"{}\"/>\n",
+                       xml_escape(str_field(r, "digests_rule")));
+  }
   out += fmt::format("      <property name=\"command\" value=\"{}\"/>\n    </properties>\n",
                      xml_escape(str_field(r, "command")));
   for (const nlohmann::json& c : r["cases"]) {
@@ -57,6 +63,9 @@ std::string render_junit(const nlohmann::json& r) {
     }
     out += "    </testcase>\n";
   }
+  if (str_field(r, "digests") == "trusted")
+    out += fmt::format("    <system-out>UNVERIFIED: {}</system-out>\n",
+                       xml_escape(str_field(r, "digests_rule")));
   out += "  </testsuite>\n</testsuites>\n";
   return out;
 }

@@ -39,6 +39,9 @@ std::string render_markdown(const nlohmann::json& r) {
     out += fmt::format("`{}` against `{}`: {} datasets, exit code {}. {}\n\n",
                        cell(str_field(in, "b")), cell(str_field(in, "a")), counts.value("total", 0),
                        r.value("exit_code", 0), cell(str_field(r, "summary")));
+    const bool trusted = str_field(r, "digests") == "trusted";
+    out += fmt::format("{}Digests {}: {}.\n\n", trusted ? "⚠️ " : "",
+                       trusted ? "**UNVERIFIED**" : "verified", cell(str_field(r, "digests_rule")));
   } else {
     const nlohmann::json& scenario = obj_field(r, "scenario");
     out +=

@@ -28,7 +28,8 @@ packages=(
   cmake ninja-build g++ pkg-config
   libhdf5-dev hdf5-tools nlohmann-json3-dev libxtensor-dev xtl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev
-  python3-h5py python3-numpy python3-jsonschema python3-torch
+  libssl-dev libxxhash-dev
+  python3-h5py python3-numpy python3-jsonschema python3-torch python3-xxhash
   chromium libopenmpi-dev
 )
 

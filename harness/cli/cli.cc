@@ -9,6 +9,7 @@
 #include "harness/cli/merge_cli.h"
 #include "harness/cli/sweep_cli.h"
 #include "harness/dump/compare.h"
+#include "harness/dump/verify.h"
 #include "harness/engine/partition.h"
 #include "harness/engine/run.h"
 #include "harness/verdict/bisect.h"
@@ -108,17 +109,17 @@ int cmd_golden_verify(const std::string& golden_dir) {
   return failed ? kExitDiverged : kExitOk;
 }
 
-int cmd_compare(const std::string& a, const std::string& b, bool approximate, bool full,
+int cmd_compare(const std::string& a, const std::string& b, bool approximate, bool trust_digests,
                 const std::string& report_dir, const std::string& command) {
   CompareOptions opts;
   opts.approximate = approximate;
-  opts.trust_digest = !full;
+  opts.trust_digest = trust_digests;
   // Which stage ran an event, and what each stage holds, differ by design between
   // partitions; the embedding and memory checks of a sweep judge the latter.
   opts.ignore_prefixes = {"/stage_trace", "/stages"};
   Result<CompareResult> r = compare_dumps(a, b, opts);
   if (!r.is_ok()) return report_status(r.status());
-  fmt::print("{}\n", verdict(*r));
+  fmt::print("{}\n{}\n", verdict(*r), digests_line(*r));
   if (!report_dir.empty()) {
     Status st =
         write_reports(report_dir, compare_report(*r, a, b, ReportContext{command}, approximate));
@@ -126,6 +127,16 @@ int cmd_compare(const std::string& a, const std::string& b, bool approximate, bo
     fmt::print("report: {}/report.json\n", report_dir);
   }
   return r->equal() ? kExitOk : kExitDiverged;
+}
+
+int cmd_verify_dump(const std::string& path) {
+  Result<DumpIntegrity> r = verify_dump(path);
+  if (!r.is_ok()) return report_status(r.status());
+  fmt::print(
+      "{}: sound ({} datasets, {} bytes, every digest verified; order 0..{} once each; {} "
+      "attributes of {} objects read)\n",
+      path, r->datasets, r->bytes, r->datasets - 1, r->attributes, r->objects);
+  return kExitOk;
 }
 
 }  // namespace
@@ -169,13 +180,29 @@ int run_cli(int argc, char** argv) {
   update->add_option("scenarios", update_scenarios, "Scenario files (default: every golden's)");
 
   std::string cmp_a, cmp_b;
-  bool approximate = false, full = false;
-  auto* compare =
-      app.add_subcommand("compare", "Compare two dumps of the splitcheck format bit for bit");
+  bool approximate = false, full = false, trust_digests = false;
+  auto* compare = app.add_subcommand(
+      "compare",
+      "Compare two dumps of the splitcheck format bit for bit (every byte read, both files' "
+      "digests verified in the same pass, attributes that carry results compared)");
   compare->add_option("a", cmp_a, "Golden (or first) dump")->required();
   compare->add_option("b", cmp_b, "Candidate dump")->required();
   compare->add_flag("--approximate", approximate, "Use the approximate lane's thresholds");
-  compare->add_flag("--full", full, "Read every byte even where stored digests are equal");
+  auto* trust_flag = compare->add_flag(
+      "--trust-digests", trust_digests,
+      "Take datasets with equal stored digests as equal without reading them; every report "
+      "form then says the verdict rests on unverified digests");
+  compare
+      ->add_flag("--full", full,
+                 "Read every byte (the default; kept so that older scripts still run)")
+      ->excludes(trust_flag);
+
+  std::string verify_path;
+  auto* verify_dump_cmd = app.add_subcommand(
+      "verify-dump",
+      "Check one dump's integrity: format, format_version, every dataset's digest against "
+      "its bytes, order 0..n-1 once each, every attribute readable; exit 0 or 2");
+  verify_dump_cmd->add_option("file", verify_path, "Dump file (HDF5)")->required();
   std::string cmp_report;
   compare->add_option("--report", cmp_report,
                       "Directory for report.json, report.html, junit.xml, summary.md");
@@ -210,7 +237,9 @@ int run_cli(int argc, char** argv) {
     return kExitOk;
   }
   if (*compare)
-    return cmd_compare(cmp_a, cmp_b, approximate, full, cmp_report, sweep_cli.command_line);
+    return cmd_compare(cmp_a, cmp_b, approximate, trust_digests, cmp_report,
+                       sweep_cli.command_line);
+  if (*verify_dump_cmd) return cmd_verify_dump(verify_path);
   if (*bisect_cli.command) return bisect_cli.run();
   if (*merge) return run_merge(merge_inputs, merge_dir);
   return sweep_cli.run();

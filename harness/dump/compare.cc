@@ -11,8 +11,12 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
+#include <sstream>
 
+#include "harness/dump/blocks.h"
+#include "harness/dump/digest.h"
 #include "harness/dump/dump.h"
 
 namespace splitcheck {
@@ -145,56 +149,6 @@ void apply_tolerance(const CompareOptions& options, DType dtype, TensorDiff& dif
   diff.within_tolerance = diff.max_ulp <= max_ulp && diff.cosine >= options.min_cosine;
 }
 
-// One block of a dataset: a hyperslab that is also a contiguous range of elements.
-struct Block {
-  std::vector<int64_t> start, count;
-  int64_t offset = 0;  // flat index of the first element
-  int64_t elements = 0;
-};
-
-// Splits `shape` into row-major blocks of at most `max_bytes` (but at least one
-// element), each a single hyperslab: indices fixed on the outer axes, a run along axis
-// k, whole extents on the axes after k. Calls fn(block) in order until it fails.
-template <typename Fn>
-Status for_each_block(const Shape& shape, size_t element_size, size_t max_bytes, Fn&& fn) {
-  Block block;
-  if (shape.empty()) {
-    block.elements = 1;
-    return fn(block);
-  }
-  for (int64_t d : shape)
-    if (d == 0) return Status::ok();
-  const size_t rank = shape.size();
-  // inner[k]: elements below axis k (the product of the extents after k).
-  std::vector<int64_t> inner(rank, 1);
-  for (size_t k = rank - 1; k > 0; --k) inner[k - 1] = inner[k] * shape[k];
-  size_t k = 0;
-  while (k + 1 < rank && static_cast<size_t>(inner[k]) * element_size > max_bytes) ++k;
-  int64_t run = std::clamp<int64_t>(
-      static_cast<int64_t>(max_bytes / (static_cast<size_t>(inner[k]) * element_size)), 1,
-      shape[k]);
-  block.start.assign(rank, 0);
-  block.count = shape;
-  for (size_t i = 0; i < k; ++i) block.count[i] = 1;
-  int64_t outer = 1;
-  for (size_t i = 0; i < k; ++i) outer *= shape[i];
-  for (int64_t o = 0; o < outer; ++o) {
-    int64_t rest = o;
-    for (size_t i = k; i-- > 0;) {
-      block.start[i] = rest % shape[i];
-      rest /= shape[i];
-    }
-    for (int64_t j = 0; j < shape[k]; j += run) {
-      block.start[k] = j;
-      block.count[k] = std::min(run, shape[k] - j);
-      block.offset = (o * shape[k] + j) * inner[k];
-      block.elements = block.count[k] * inner[k];
-      RETURN_IF_ERROR(fn(block));
-    }
-  }
-  return Status::ok();
-}
-
 bool ignored(const std::string& path, const std::vector<std::string>& prefixes) {
   for (const std::string& p : prefixes)
     if (path.rfind(p, 0) == 0) return true;
@@ -278,7 +232,7 @@ class DatasetSource {
   bool mapped() const { return offset_.has_value(); }
 
   // The bytes of `block`, valid until the next call.
-  Result<const std::byte*> bytes(const Block& block) {
+  Result<const std::byte*> bytes(const SlabBlock& block) {
     const size_t esize = dtype_size(info_.dtype);
     if (offset_) {
       const std::byte* p = file_.map(*offset_ + static_cast<uint64_t>(block.offset) * esize,
@@ -309,14 +263,33 @@ class DatasetSource {
   std::optional<uint64_t> offset_;
 };
 
+// Bytes hashed and compared per step inside one block, so that both sides stay in the CPU
+// caches between the digest and the memcmp of the same bytes.
+constexpr size_t kVerifyStepBytes = size_t{256} << 10;
+
+// True when both files carry a digest for the dataset and the digests are equal.
+bool digests_equal(const DatasetInfo& a, const DatasetInfo& b) {
+  std::optional<uint64_t> da = parse_digest64(a.digest), db = parse_digest64(b.digest);
+  return da && db && *da == *db;
+}
+
 // Compares one dataset present in both files with equal dtype and shape, appending a
-// diff to `result` when the bytes differ.
+// diff to `result` when the bytes differ. Every byte of both sides is read once and
+// hashed in the same pass; a side whose bytes do not match its stored digest is an
+// error (kInvalidInput naming the file and the dataset), whatever the other side holds.
 Status compare_dataset(DumpReader& ra, DumpReader& rb, MappedFile& fa, MappedFile& fb,
                        const DatasetInfo& a, const DatasetInfo& b, const CompareOptions& options,
                        std::vector<std::byte>& buf_a, std::vector<std::byte>& buf_b,
                        CompareResult& result) {
-  if (options.trust_digest && !a.digest.empty() && a.digest == b.digest) return Status::ok();
-  if (a.nbytes == 0) return Status::ok();
+  if (options.trust_digest && digests_equal(a, b)) {
+    ++result.datasets_unverified;
+    return Status::ok();
+  }
+  DatasetDigestCheck check_a(ra.path(), a.path, a.digest), check_b(rb.path(), b.path, b.digest);
+  if (a.nbytes == 0) {
+    RETURN_IF_ERROR(check_a.finish());
+    return check_b.finish();
+  }
   const size_t esize = dtype_size(a.dtype);
   DatasetSource sa(ra, fa, a, buf_a), sb(rb, fb, b, buf_b);
   // Mapped windows cost no copy, so they may be as large as chunk_bytes allows.
@@ -325,26 +298,30 @@ Status compare_dataset(DumpReader& ra, DumpReader& rb, MappedFile& fa, MappedFil
                                  : std::min(options.chunk_bytes, kMaxCopyBlockBytes),
       16);
 
-  // Pass 1: bytes only.
+  // Pass 1: bytes and digests, in one pass over both files.
   bool differs = false;
-  RETURN_IF_ERROR(for_each_block(a.shape, esize, block_bytes, [&](const Block& blk) -> Status {
-    if (differs) return Status::ok();
+  RETURN_IF_ERROR(for_each_block(a.shape, esize, block_bytes, [&](const SlabBlock& blk) -> Status {
     const size_t n = static_cast<size_t>(blk.elements) * esize;
     ASSIGN_OR_RETURN(const std::byte* pa, sa.bytes(blk));
     ASSIGN_OR_RETURN(const std::byte* pb, sb.bytes(blk));
     result.bytes_read += static_cast<int64_t>(2 * n);
-    differs = std::memcmp(pa, pb, n) != 0;
+    for (size_t at = 0; at < n; at += kVerifyStepBytes) {
+      const size_t step = std::min(kVerifyStepBytes, n - at);
+      check_a.update({pa + at, step});
+      check_b.update({pb + at, step});
+      if (!differs) differs = std::memcmp(pa + at, pb + at, step) != 0;
+    }
     return Status::ok();
   }));
-  if (!differs) {
-    fa.unmap();
-    fb.unmap();
-    return Status::ok();
-  }
+  fa.unmap();
+  fb.unmap();
+  RETURN_IF_ERROR(check_a.finish());
+  RETURN_IF_ERROR(check_b.finish());
+  if (!differs) return Status::ok();
 
   // Pass 2: statistics over the whole dataset (the cosine needs every element).
   DiffStats stats(a.dtype);
-  RETURN_IF_ERROR(for_each_block(a.shape, esize, block_bytes, [&](const Block& blk) -> Status {
+  RETURN_IF_ERROR(for_each_block(a.shape, esize, block_bytes, [&](const SlabBlock& blk) -> Status {
     ASSIGN_OR_RETURN(const std::byte* pa, sa.bytes(blk));
     ASSIGN_OR_RETURN(const std::byte* pb, sb.bytes(blk));
     result.bytes_read += static_cast<int64_t>(2 * static_cast<size_t>(blk.elements) * esize);
@@ -354,17 +331,89 @@ Status compare_dataset(DumpReader& ra, DumpReader& rb, MappedFile& fa, MappedFil
   fa.unmap();
   fb.unmap();
   TensorDiff diff = diff_header(a);
-  diff.digest_equal = !a.digest.empty() && a.digest == b.digest;
+  diff.digest_equal = digests_equal(a, b);
   stats.finish(diff);
   apply_tolerance(options, a.dtype, diff);
   result.diffs.push_back(std::move(diff));
   return Status::ok();
 }
 
+// The names in a `volatile` root attribute ("created,partition,producer,env").
+std::set<std::string> volatile_names(const std::string& list) {
+  std::set<std::string> out;
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    if (!item.empty()) out.insert(item);
+  }
+  return out;
+}
+
+// Whether attribute `name` of `object` is compared (docs/dump-format.md lists the rule).
+bool attribute_compared(const std::string& object, const std::string& name, bool is_dataset,
+                        const std::set<std::string>& volatile_root) {
+  if (object == "/")
+    return name != "format" && name != "format_version" && name != "scenario" &&
+           !volatile_root.contains(name);
+  if (is_dataset) return name != "dtype" && name != "order" && name != "digest";
+  return true;
+}
+
+std::string describe_attribute(const std::optional<AttributeValue>& v) {
+  if (!v) return "absent";
+  std::string text = v->text.size() > 80 ? v->text.substr(0, 77) + "..." : v->text;
+  return v->type == "string" ? "\"" + text + "\"" : text + " (" + v->type + ")";
+}
+
+// Compares the attributes that carry results (attribute_compared) of every group and
+// dataset in either file, appending one AttributeDiff per differing attribute.
+Status compare_attributes(const DumpReader& ra, const DumpReader& rb, const CompareOptions& options,
+                          CompareResult& result) {
+  std::set<std::string> volatile_root = volatile_names(ra.header().volatile_attrs);
+  volatile_root.merge(volatile_names(rb.header().volatile_attrs));
+  std::set<std::string> objects(ra.objects().begin(), ra.objects().end());
+  objects.insert(rb.objects().begin(), rb.objects().end());
+  for (const std::string& object : objects) {
+    if (ignored(object, options.ignore_prefixes)) continue;
+    const bool in_a = std::binary_search(ra.objects().begin(), ra.objects().end(), object);
+    const bool in_b = std::binary_search(rb.objects().begin(), rb.objects().end(), object);
+    std::map<std::string, AttributeValue> attrs_a, attrs_b;
+    if (in_a) {
+      ASSIGN_OR_RETURN(attrs_a, ra.attributes(object));
+    }
+    if (in_b) {
+      ASSIGN_OR_RETURN(attrs_b, rb.attributes(object));
+    }
+    const bool is_dataset = ra.find(object) != nullptr || rb.find(object) != nullptr;
+    std::set<std::string> names;
+    for (const auto& [name, v] : attrs_a) names.insert(name);
+    for (const auto& [name, v] : attrs_b) names.insert(name);
+    for (const std::string& name : names) {
+      if (!attribute_compared(object, name, is_dataset, volatile_root)) continue;
+      std::optional<AttributeValue> va, vb;
+      if (auto it = attrs_a.find(name); it != attrs_a.end()) va = it->second;
+      if (auto it = attrs_b.find(name); it != attrs_b.end()) vb = it->second;
+      // An object only in one file is reported as such (only_in_a/b for datasets); its
+      // attributes are compared only where the object exists in both.
+      if (!in_a || !in_b) {
+        if (is_dataset) continue;
+      }
+      if (va == vb) continue;
+      result.attribute_diffs.push_back(
+          {object, name, describe_attribute(va), describe_attribute(vb)});
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 bool CompareResult::equal() const {
-  if (!only_in_a.empty() || !only_in_b.empty() || !structural_errors.empty()) return false;
+  if (!only_in_a.empty() || !only_in_b.empty() || !structural_errors.empty() ||
+      !attribute_diffs.empty())
+    return false;
   return first_divergence() == nullptr;
 }
 
@@ -380,6 +429,7 @@ Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
   ASSIGN_OR_RETURN(DumpReader rb, DumpReader::open(b));
   MappedFile fa(a), fb(b);
   CompareResult result;
+  result.digests_trusted = options.trust_digest;
   std::vector<std::byte> buf_a, buf_b;
   auto stop = [&] {
     return options.stop_at_first &&
@@ -404,6 +454,7 @@ Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
     if (ignored(db.path, options.ignore_prefixes)) continue;
     if (ra.find(db.path) == nullptr) result.only_in_b.push_back(db.path);
   }
+  if (!stop()) RETURN_IF_ERROR(compare_attributes(ra, rb, options, result));
   return result;
 }
 
@@ -505,12 +556,31 @@ std::string verdict_line(const TensorDiff& diff) {
   return line;
 }
 
+std::string attribute_line(const AttributeDiff& diff) {
+  return "attribute " + diff.name + " of " + diff.object + ": " + diff.a + " in A, " + diff.b +
+         " in B";
+}
+
+std::string digests_line(const CompareResult& result) {
+  if (!result.digests_trusted)
+    return "digests verified: every byte of both files read, and every stored digest "
+           "checked against it";
+  return "digests TRUSTED, not verified (--trust-digests): " +
+         std::to_string(result.datasets_unverified) +
+         " datasets taken as equal on their stored digests alone, unread";
+}
+
 std::string verdict(const CompareResult& result) {
   if (!result.structural_errors.empty()) return result.structural_errors.front();
   if (const TensorDiff* d = result.first_divergence()) return verdict_line(*d);
   if (!result.only_in_a.empty()) return "dataset " + result.only_in_a.front() + " only in A";
   if (!result.only_in_b.empty()) return "dataset " + result.only_in_b.front() + " only in B";
-  return "equal (" + std::to_string(result.datasets_compared) + " datasets)";
+  if (!result.attribute_diffs.empty()) return attribute_line(result.attribute_diffs.front());
+  std::string line = "equal (" + std::to_string(result.datasets_compared) + " datasets)";
+  if (result.digests_trusted && result.datasets_unverified > 0)
+    line += " on " + std::to_string(result.datasets_unverified) +
+            " unverified digests (--trust-digests)";
+  return line;
 }
 
 }  // namespace splitcheck

@@ -54,8 +54,13 @@ struct CompareOptions {
   size_t chunk_bytes = size_t{64} << 20;
   // Stop after the first differing or problematic dataset in execution order.
   bool stop_at_first = false;
-  // Datasets whose stored digests, dtypes and shapes are equal are equal unread.
-  bool trust_digest = true;
+  // Off (the default): every byte of both files is read and compared, and each file's
+  // stored digests are checked against the bytes in the same pass (a mismatch is a
+  // corrupt file: kInvalidInput naming it and the dataset). On (`compare
+  // --trust-digests`): datasets whose stored digests are equal (dtypes and shapes too)
+  // are taken as equal unread, and the result says its verdict rests on unverified
+  // digests (CompareResult::digests_trusted, datasets_unverified).
+  bool trust_digest = false;
   // The approximate lane (SPEC 5.2): CPU against CUDA, or an external engine against
   // the reference, where accumulation order legitimately differs. The thresholds live
   // here and only here, and are stated in the report next to every verdict:
@@ -77,6 +82,14 @@ struct CompareOptions {
   std::vector<std::string> ignore_prefixes;
 };
 
+// An attribute that carries results and differs between the files (or exists in only
+// one): `a` and `b` are its values as text, or "absent".
+struct AttributeDiff {
+  std::string object;  // "/spec", "/forward/3", "/" for the root
+  std::string name;
+  std::string a, b;
+};
+
 // The outcome of a comparison.
 struct CompareResult {
   // Differing or problematic datasets, in A's execution order.
@@ -84,8 +97,14 @@ struct CompareResult {
   std::vector<std::string> only_in_a, only_in_b;
   // Shape or dtype mismatches, one human-readable line each, naming the dataset.
   std::vector<std::string> structural_errors;
+  // Attributes compared by compare_dumps() that differ (docs/dump-format.md lists which).
+  std::vector<AttributeDiff> attribute_diffs;
   int64_t datasets_compared = 0;
   int64_t bytes_read = 0;  // data bytes read from both files together
+  // CompareOptions::trust_digest was on: datasets_unverified of the datasets compared
+  // were taken as equal on their stored digests, unread and unchecked.
+  bool digests_trusted = false;
+  int64_t datasets_unverified = 0;
 
   // True when nothing differs (diffs within the approximate lane's tolerance aside).
   bool equal() const;
@@ -93,10 +112,12 @@ struct CompareResult {
   const TensorDiff* first_divergence() const;
 };
 
-// Compares dump `b` against dump `a` (the golden). Datasets are streamed in blocks of at
-// most options.chunk_bytes per file; statistics are computed only for datasets whose
-// bytes differ (a second pass over that dataset). Errors (unreadable files, I/O) are a
-// status, not a difference.
+// Compares dump `b` against dump `a` (the golden): every dataset's bytes, then the
+// attributes that carry results. Datasets are streamed in blocks of at most
+// options.chunk_bytes per file, each file's stored digests checked in the same pass;
+// statistics are computed only for datasets whose bytes differ (a second pass over that
+// dataset). Errors (unreadable or corrupt files, a digest that does not match its bytes,
+// I/O) are a status, not a difference.
 Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
                                     const CompareOptions& options = {});
 
@@ -115,8 +136,17 @@ std::string describe_site(const std::string& path);
 // One line for a diff, e.g. "layer 12 pre_attn token 3 channel 41: 0x3f80 != 0x3f81".
 std::string verdict_line(const TensorDiff& diff);
 
-// One line for a whole comparison: "equal (N datasets)", or the first divergence in
-// execution order, a structural error, or a missing dataset.
+// One line for an attribute difference: "attribute kind of /forward/3: \"decode\" in A,
+// \"verify\" in B".
+std::string attribute_line(const AttributeDiff& diff);
+
+// One line that says what the verdict rests on: digests verified, or trusted (with the
+// count of datasets taken as equal unread).
+std::string digests_line(const CompareResult& result);
+
+// One line for a whole comparison: "equal (N datasets)" (with "on K unverified digests"
+// when digests were trusted), or the first divergence in execution order, a structural
+// error, a missing dataset, or an attribute difference.
 std::string verdict(const CompareResult& result);
 
 }  // namespace splitcheck

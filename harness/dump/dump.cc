@@ -185,6 +185,33 @@ herr_t write_numeric_attr(hid_t obj, const std::string& name, hid_t file_t, hid_
   return H5Awrite(attr.get(), mem_t, value);
 }
 
+std::string type_description(hid_t type) {
+  H5T_class_t cls = H5Tget_class(type);
+  size_t size = H5Tget_size(type);
+  std::string kind = cls == H5T_INTEGER  ? (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int")
+                     : cls == H5T_FLOAT  ? "float"
+                     : cls == H5T_STRING ? "string"
+                                         : "class " + std::to_string(static_cast<int>(cls));
+  return kind + std::to_string(size * 8);
+}
+
+// The bytes an attribute's value occupies (elements x element size), or why it may not be
+// read: a size past kMaxAttributeBytes (or one whose product overflows) is refused
+// before anything is allocated for it.
+Result<size_t> attribute_bytes(hid_t type, hid_t space, const std::string& name) {
+  const hssize_t points = H5Sget_simple_extent_npoints(space);
+  const size_t size = H5Tget_size(type);
+  if (points < 0 || size == 0)
+    return invalid_input("attribute " + name + ": invalid datatype or dataspace" + hdf5_detail());
+  const size_t n = static_cast<size_t>(points);
+  if (n != 0 && size > kMaxAttributeBytes / n)
+    return invalid_input("attribute " + name + " declares " + std::to_string(n) + " x " +
+                         std::to_string(size) + " bytes, more than the " +
+                         std::to_string(kMaxAttributeBytes >> 20) +
+                         " MiB a dump attribute may hold");
+  return n * size;
+}
+
 // Reads attribute `name` of `obj`. Errors are plain descriptions; callers add the file
 // and object.
 Result<std::string> read_string_attr(hid_t obj, const std::string& name) {
@@ -200,6 +227,7 @@ Result<std::string> read_string_attr(hid_t obj, const std::string& name) {
     return invalid_input("attribute " + name + " is not a string");
   if (H5Sget_simple_extent_npoints(space.get()) != 1)
     return invalid_input("attribute " + name + " is not a single string");
+  ASSIGN_OR_RETURN(size_t size, attribute_bytes(type.get(), space.get(), name));
   htri_t is_vlen = H5Tis_variable_str(type.get());
   if (is_vlen < 0) return invalid_input("cannot inspect attribute " + name + hdf5_detail());
   if (is_vlen > 0) {
@@ -213,9 +241,6 @@ Result<std::string> read_string_attr(hid_t obj, const std::string& name) {
     if (p) H5free_memory(p);
     return s;
   }
-  size_t size = H5Tget_size(type.get());
-  if (size == 0 || size > (size_t{1} << 31))
-    return invalid_input("attribute " + name + " has an invalid string size");
   std::string s(size, '\0');
   if (H5Aread(attr.get(), type.get(), s.data()) < 0)
     return invalid_input("cannot read attribute " + name + hdf5_detail());
@@ -226,6 +251,118 @@ Result<std::string> read_string_attr(hid_t obj, const std::string& name) {
     s.pop_back();
   }
   return s;
+}
+
+// Any attribute's value as AttributeValue: strings (fixed or variable length, scalar or
+// array) as themselves, integers and floats as decimal text (floats exactly, %.17g),
+// other fixed-size types as the hex of their raw bytes. Sizes are bounded before
+// anything is allocated (attribute_bytes); variable-length sequences are refused.
+Result<AttributeValue> read_any_attr(hid_t obj, const std::string& name) {
+  Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
+  if (!attr.valid()) return invalid_input("cannot open attribute " + name + hdf5_detail());
+  Handle type(H5Aget_type(attr.get()));
+  Handle space(H5Aget_space(attr.get()));
+  if (!type.valid() || !space.valid())
+    return invalid_input("cannot open attribute " + name + hdf5_detail());
+  ASSIGN_OR_RETURN(size_t bytes, attribute_bytes(type.get(), space.get(), name));
+  const size_t n = static_cast<size_t>(H5Sget_simple_extent_npoints(space.get()));
+  AttributeValue v;
+  const H5T_class_t cls = H5Tget_class(type.get());
+  auto join = [&](const std::vector<std::string>& items) {
+    if (H5Sget_simple_extent_type(space.get()) == H5S_SCALAR && items.size() == 1) return items[0];
+    std::string out = "[";
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+    return out + "]";
+  };
+  std::vector<std::string> items;
+  if (n == 0) {
+    v.type = "empty";
+    v.text = "[]";
+    return v;
+  }
+  if (cls == H5T_STRING) {
+    v.type = "string";
+    htri_t is_vlen = H5Tis_variable_str(type.get());
+    if (is_vlen < 0) return invalid_input("cannot inspect attribute " + name + hdf5_detail());
+    if (is_vlen > 0) {
+      Handle mem(H5Tcopy(H5T_C_S1));
+      if (!mem.valid() || H5Tset_size(mem.get(), H5T_VARIABLE) < 0)
+        return invalid_input("cannot read attribute " + name + hdf5_detail());
+      H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+      std::vector<char*> ptrs(n, nullptr);
+      if (H5Aread(attr.get(), mem.get(), ptrs.data()) < 0)
+        return invalid_input("cannot read attribute " + name + hdf5_detail());
+      size_t total = 0;
+      for (char* p : ptrs) {
+        const size_t len = p ? std::strlen(p) : 0;
+        total += len;
+        if (total <= kMaxAttributeBytes) items.emplace_back(p ? p : "", len);
+        if (p) H5free_memory(p);
+      }
+      if (total > kMaxAttributeBytes)
+        return invalid_input("attribute " + name + " holds more than the " +
+                             std::to_string(kMaxAttributeBytes >> 20) +
+                             " MiB a dump attribute may hold");
+    } else {
+      const size_t size = H5Tget_size(type.get());
+      std::string buf(bytes, '\0');
+      if (H5Aread(attr.get(), type.get(), buf.data()) < 0)
+        return invalid_input("cannot read attribute " + name + hdf5_detail());
+      const bool space_pad = H5Tget_strpad(type.get()) == H5T_STR_SPACEPAD;
+      for (size_t i = 0; i < n; ++i) {
+        std::string item = buf.substr(i * size, size);
+        if (size_t nul = item.find('\0'); nul != std::string::npos) item.resize(nul);
+        while (space_pad && !item.empty() && item.back() == ' ') item.pop_back();
+        items.push_back(std::move(item));
+      }
+    }
+    if (H5Sget_simple_extent_type(space.get()) == H5S_SCALAR && items.size() == 1) {
+      v.text = items[0];
+    } else {
+      for (std::string& item : items) item = "\"" + item + "\"";
+      v.text = join(items);
+    }
+    return v;
+  }
+  if (cls == H5T_INTEGER) {
+    const bool is_signed = H5Tget_sign(type.get()) != H5T_SGN_NONE;
+    v.type = "integer";
+    std::vector<int64_t> values(n);
+    if (H5Aread(attr.get(), is_signed ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64, values.data()) < 0)
+      return invalid_input("cannot read attribute " + name + hdf5_detail());
+    for (int64_t x : values)
+      items.push_back(is_signed ? std::to_string(x) : std::to_string(static_cast<uint64_t>(x)));
+    v.text = join(items);
+    return v;
+  }
+  if (cls == H5T_FLOAT) {
+    v.type = "float";
+    std::vector<double> values(n);
+    if (H5Aread(attr.get(), H5T_NATIVE_DOUBLE, values.data()) < 0)
+      return invalid_input("cannot read attribute " + name + hdf5_detail());
+    for (double x : values) {
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "%.17g", x);
+      items.push_back(buf);
+    }
+    v.text = join(items);
+    return v;
+  }
+  if (H5Tdetect_class(type.get(), H5T_VLEN) != 0 || H5Tdetect_class(type.get(), H5T_STRING) != 0 ||
+      cls == H5T_REFERENCE)
+    return invalid_input("attribute " + name + " has an unsupported type (" +
+                         type_description(type.get()) + ")");
+  v.type = type_description(type.get());
+  std::vector<unsigned char> raw(bytes);
+  if (H5Aread(attr.get(), type.get(), raw.data()) < 0)
+    return invalid_input("cannot read attribute " + name + hdf5_detail());
+  static constexpr char kHex[] = "0123456789abcdef";
+  v.text = "0x";
+  for (unsigned char c : raw) {
+    v.text += kHex[c >> 4];
+    v.text += kHex[c & 15];
+  }
+  return v;
 }
 
 template <typename T>
@@ -249,16 +386,6 @@ Result<T> read_numeric_attr(hid_t obj, const std::string& name, bool allow_float
   if (H5Aread(attr.get(), mem, &value) < 0)
     return invalid_input("cannot read attribute " + name + hdf5_detail());
   return value;
-}
-
-std::string type_description(hid_t type) {
-  H5T_class_t cls = H5Tget_class(type);
-  size_t size = H5Tget_size(type);
-  std::string kind = cls == H5T_INTEGER  ? (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int")
-                     : cls == H5T_FLOAT  ? "float"
-                     : cls == H5T_STRING ? "string"
-                                         : "class " + std::to_string(static_cast<int>(cls));
-  return kind + std::to_string(size * 8);
 }
 
 // Everything the listing needs about one dataset, or why it is not a valid dump dataset.
@@ -309,12 +436,13 @@ Result<DatasetInfo> inspect_dataset(hid_t ds, const std::string& path) {
   } else if (space_class != H5S_SCALAR) {
     return invalid_input("has an empty (null) dataspace");
   }
-  // Guard against corrupt extents before anyone allocates numel * size bytes.
+  // Guard against corrupt extents before anyone allocates numel * size bytes: the
+  // product is checked for overflow step by step against kMaxDatasetBytes.
   size_t nbytes = dtype_size(info.dtype);
-  constexpr size_t kLimit = size_t{1} << 50;
   for (int64_t d : info.shape) {
-    if (d < 0 || (d > 0 && nbytes > kLimit / static_cast<size_t>(d)))
-      return invalid_input("has an implausible shape " + shape_string(info.shape));
+    if (d < 0 || (d > 0 && nbytes > kMaxDatasetBytes / static_cast<size_t>(d)))
+      return invalid_input("has an implausible shape " + shape_string(info.shape) + " (more than " +
+                           std::to_string(kMaxDatasetBytes >> 40) + " TiB)");
     nbytes *= static_cast<size_t>(d);
   }
   info.nbytes = nbytes;
@@ -324,6 +452,9 @@ Result<DatasetInfo> inspect_dataset(hid_t ds, const std::string& path) {
   if (has_digest < 0) return invalid_input("cannot look up attribute digest" + hdf5_detail());
   if (has_digest > 0) {
     ASSIGN_OR_RETURN(info.digest, read_string_attr(ds, "digest"));
+    if (!parse_digest64(info.digest))
+      return invalid_input("attribute digest is \"" + info.digest.substr(0, 40) +
+                           "\", not \"xxh64:\" and 16 hex digits");
   }
   return info;
 }
@@ -344,6 +475,7 @@ bool link_exists(hid_t file, const std::string& path) {
 
 struct VisitState {
   std::vector<DatasetInfo> datasets;
+  std::vector<std::string> groups;
   Status status;
 };
 
@@ -357,6 +489,7 @@ herr_t visit_link(hid_t root, const char* name, const H5L_info_t* info, void* da
       state->status = invalid_input("object " + path + ": cannot open" + hdf5_detail());
       return -1;
     }
+    if (H5Iget_type(obj.get()) == H5I_GROUP) state->groups.push_back(path);
     if (H5Iget_type(obj.get()) != H5I_DATASET) return 0;
     Result<DatasetInfo> ds = inspect_dataset(obj.get(), path);
     if (!ds.is_ok()) {
@@ -659,6 +792,10 @@ Result<DumpReader> DumpReader::open(const std::string& path) {
   if (!state.status.is_ok()) return state.status.with_context(path);
   if (visited < 0) return invalid_input(path + ": cannot list datasets" + hdf5_detail());
   r.datasets_ = std::move(state.datasets);
+  r.objects_ = std::move(state.groups);
+  r.objects_.push_back("/");
+  for (const DatasetInfo& d : r.datasets_) r.objects_.push_back(d.path);
+  std::sort(r.objects_.begin(), r.objects_.end());
   std::sort(r.datasets_.begin(), r.datasets_.end(), [](const DatasetInfo& a, const DatasetInfo& b) {
     return a.order != b.order ? a.order < b.order : a.path < b.path;
   });
@@ -671,6 +808,7 @@ DumpReader::DumpReader(DumpReader&& other) noexcept
       file_(std::exchange(other.file_, -1)),
       header_(std::move(other.header_)),
       datasets_(std::move(other.datasets_)),
+      objects_(std::move(other.objects_)),
       index_(std::move(other.index_)),
       open_dataset_path_(std::move(other.open_dataset_path_)),
       open_dataset_(std::exchange(other.open_dataset_, -1)) {}
@@ -682,6 +820,7 @@ DumpReader& DumpReader::operator=(DumpReader&& other) noexcept {
     file_ = std::exchange(other.file_, -1);
     header_ = std::move(other.header_);
     datasets_ = std::move(other.datasets_);
+    objects_ = std::move(other.objects_);
     index_ = std::move(other.index_);
     open_dataset_path_ = std::move(other.open_dataset_path_);
     open_dataset_ = std::exchange(other.open_dataset_, -1);
@@ -744,6 +883,9 @@ Result<Tensor> DumpReader::read(const std::string& path) {
   ASSIGN_OR_RETURN(int64_t ds, dataset_handle(info->path));
   if (H5Dread(ds, memory_type(info->dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data<void>()) < 0)
     return invalid_input(path_ + ": dataset " + info->path + ": cannot read" + hdf5_detail());
+  DatasetDigestCheck check(path_, info->path, info->digest);
+  check.update(std::span<const std::byte>(t.bytes(), info->nbytes));
+  RETURN_IF_ERROR(check.finish());
   return t;
 }
 
@@ -833,6 +975,32 @@ Result<T> DumpReader::read_attr(const std::string& object_path, ReadAttr read) c
   Result<T> v = read(obj.get());
   if (!v.is_ok()) return v.status().with_context(path_ + ": " + p);
   return v;
+}
+
+Result<std::map<std::string, AttributeValue>> DumpReader::attributes(
+    const std::string& object_path) const {
+  return read_attr<std::map<std::string, AttributeValue>>(
+      object_path, [&](hid_t obj) -> Result<std::map<std::string, AttributeValue>> {
+        H5O_info_t oinfo;
+        if (H5Oget_info2(obj, &oinfo, H5O_INFO_NUM_ATTRS) < 0)
+          return invalid_input("cannot list attributes" + hdf5_detail());
+        std::map<std::string, AttributeValue> out;
+        for (hsize_t i = 0; i < oinfo.num_attrs; ++i) {
+          ssize_t len =
+              H5Aget_name_by_idx(obj, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+          if (len < 0 || static_cast<size_t>(len) > kMaxAttributeBytes)
+            return invalid_input("cannot read the name of attribute " + std::to_string(i) +
+                                 hdf5_detail());
+          std::string name(static_cast<size_t>(len) + 1, '\0');
+          if (H5Aget_name_by_idx(obj, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(),
+                                 H5P_DEFAULT) < 0)
+            return invalid_input("cannot read the name of attribute " + std::to_string(i) +
+                                 hdf5_detail());
+          name.resize(static_cast<size_t>(len));
+          ASSIGN_OR_RETURN(out[name], read_any_attr(obj, name));
+        }
+        return out;
+      });
 }
 
 Result<std::string> DumpReader::attr_string(const std::string& object_path,

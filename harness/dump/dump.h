@@ -34,6 +34,14 @@ namespace splitcheck {
 inline constexpr const char* kDumpFormat = "splitcheck.dump";
 inline constexpr int64_t kDumpFormatVersion = 1;
 
+// Upper bounds on what a reader allocates from a file's metadata. An attribute (its
+// elements x element size, or the text of its variable-length strings) holds at most
+// kMaxAttributeBytes; a dataset's shape may describe at most kMaxDatasetBytes (checked
+// for overflow axis by axis). A file past either is refused (kInvalidInput naming the
+// file and the object) before anything is allocated for it.
+inline constexpr size_t kMaxAttributeBytes = size_t{16} << 20;
+inline constexpr size_t kMaxDatasetBytes = size_t{1} << 40;
+
 // The root attributes of a dump. `created` is written as the current UTC time
 // (ISO 8601) when left empty; tests set it to get byte-identical files.
 struct DumpHeader {
@@ -115,6 +123,16 @@ struct DatasetInfo {
   size_t nbytes = 0;
 };
 
+// One attribute's value in a form that compares exactly: `type` is "string", "integer",
+// "float", "empty" or a description of another fixed-size type; `text` is the value
+// (a string as itself, numbers in decimal, floats with 17 significant digits, arrays as
+// "[a, b]", other types as the hex of their bytes).
+struct AttributeValue {
+  std::string type;
+  std::string text;
+  bool operator==(const AttributeValue&) const = default;
+};
+
 // Reads a dump. Opening validates the file (HDF5, `format`, `format_version`, every
 // dataset's type and `order`) so later reads fail only on I/O; every error is
 // kInvalidInput and names the file and, where there is one, the dataset. Move-only.
@@ -141,11 +159,19 @@ class DumpReader {
   // True when a group or dataset exists at `path`.
   bool exists(const std::string& path) const;
 
-  // Reads a whole dataset into a new tensor.
+  // Every group and dataset path, root ("/") included, sorted.
+  const std::vector<std::string>& objects() const { return objects_; }
+
+  // Reads a whole dataset into a new tensor and checks its stored digest (a mismatch
+  // is kInvalidInput naming the file and dataset).
   Result<Tensor> read(const std::string& path);
 
   // Reads rows [first_row, first_row + rows) along axis 0 into `out` (resized to fit,
   // its capacity reused), as raw little-endian element bytes in row-major order.
+  // A part of a dataset cannot be checked against its digest: a caller that streams a
+  // whole dataset through read_chunk() or read_slab() checks it with
+  // DatasetDigestCheck (harness/dump/digest.h) in the same pass, as compare_dumps()
+  // and verify_dump() do.
   Status read_chunk(const std::string& path, int64_t first_row, int64_t rows,
                     std::vector<std::byte>& out);
 
@@ -165,6 +191,8 @@ class DumpReader {
   Result<std::string> attr_string(const std::string& object_path, const std::string& name) const;
   Result<int64_t> attr_int(const std::string& object_path, const std::string& name) const;
   Result<double> attr_double(const std::string& object_path, const std::string& name) const;
+  // Every attribute of a group or dataset by name, each bounded by kMaxAttributeBytes.
+  Result<std::map<std::string, AttributeValue>> attributes(const std::string& object_path) const;
 
  private:
   // Opens the object at `object_path` (under the HDF5 lock) and runs `read` on it,
@@ -179,6 +207,7 @@ class DumpReader {
   int64_t file_ = -1;  // hid_t
   DumpHeader header_;
   std::vector<DatasetInfo> datasets_;
+  std::vector<std::string> objects_;
   std::map<std::string, size_t> index_;
   std::string open_dataset_path_;
   int64_t open_dataset_ = -1;  // hid_t of open_dataset_path_, kept for streaming reads

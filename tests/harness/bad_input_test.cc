@@ -1,6 +1,9 @@
-// Malformed inputs to `compare` and `bisect`, through the real binary: a file that is not
-// HDF5, a truncated dump, a dump of another format_version, and malformed scenario JSON
-// each exit 2 with one `splitcheck: error:` line naming the file.
+// Malformed inputs to `compare`, `verify-dump`, `golden verify`, `checkpoint` and
+// `bisect`, through the real binary: a file that is not HDF5, a truncated dump, a dump of
+// another format_version, a dump whose bytes do not match its digests, hostile
+// attribute and shape sizes, and malformed scenario JSON each exit 2 with one
+// `splitcheck: error:` line naming the file (and the dataset or attribute). Also: what
+// `compare --trust-digests` says in every report form.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <sys/wait.h>
@@ -14,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "reference/weights.h"
 #include "tests/cli_fixture.h"
 
 namespace splitcheck {
@@ -102,6 +106,209 @@ TEST_F(BadInputTest, CompareRefusesADumpOfAnotherFormatVersion) {
   expect_one_line_refusal(r, {path("v99.h5").string(), "format_version", "99"});
   if (!h5py)
     std::cout << "[ note ] h5py missing for /usr/bin/python3: edited with the HDF5 C API\n";
+}
+
+bool have_h5py() {
+  static const bool ok =
+      std::system("/usr/bin/python3 -c 'import h5py, numpy, xxhash' >/dev/null 2>&1") == 0;
+  return ok;
+}
+
+// Runs `body` (Python, indented by 4) with `f` the dump `file` opened read-write by h5py.
+void h5py_edit(const fs::path& file, const std::string& body, const char* mode = "r+") {
+  const fs::path script = fs::path(file.string() + ".edit.py");
+  write_text(script, std::string("import sys, h5py, numpy as np\n"
+                                 "with h5py.File(sys.argv[1], '") +
+                         mode + "', libver=('v108', 'latest')) as f:\n" + body);
+  const std::string cmd = "/usr/bin/python3 " + quote(script.string()) + " " + quote(file.string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << body;
+}
+
+// The first layer dataset's first element, changed in place; its digest left stale.
+constexpr const char* kMutateLayer =
+    "    d = f['/forward/0/layers/0/pre_attn']\n"
+    "    v = d[...]\n"
+    "    v.flat[0] ^= 1\n"
+    "    d[...] = v\n";
+
+TEST_F(BadInputTest, CompareRefusesDataThatDoesNotMatchItsDigest) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 lacks h5py or xxhash";
+  const fs::path good = good_dump();
+  const fs::path mutated = path("mutated.h5"), forged = path("forged.h5");
+  fs::copy_file(good, mutated);
+  fs::copy_file(good, forged);
+  h5py_edit(mutated, kMutateLayer);
+  h5py_edit(forged,
+            "    f['/forward/0/logits'].attrs['digest'] = np.bytes_(b'xxh64:00000000deadbeef')\n");
+  for (const std::string flags : {"", "--full "}) {
+    expect_one_line_refusal(
+        cli("compare " + flags + quote(good.string()) + " " + quote(mutated.string())),
+        {mutated.string(), "/forward/0/layers/0/pre_attn", "digest"});
+    expect_one_line_refusal(
+        cli("compare " + flags + quote(mutated.string()) + " " + quote(good.string())),
+        {mutated.string(), "/forward/0/layers/0/pre_attn", "digest"});
+    expect_one_line_refusal(
+        cli("compare " + flags + quote(good.string()) + " " + quote(forged.string())),
+        {forged.string(), "/forward/0/logits", "digest"});
+  }
+}
+
+TEST_F(BadInputTest, TrustedDigestsAreSaidToBeUnverifiedInEveryReportForm) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 lacks h5py or xxhash";
+  const fs::path good = good_dump();
+  const fs::path mutated = path("mutated.h5");
+  fs::copy_file(good, mutated);
+  h5py_edit(mutated, kMutateLayer);
+  const fs::path report = path("trusted");
+  const CliResult r = cli("compare --trust-digests " + quote(good.string()) + " " +
+                          quote(mutated.string()) + " --report " + quote(report.string()));
+  // What the user opted into: the mutation is not read, so the verdict is "equal"...
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // ...and every form says it rests on digests nobody verified.
+  EXPECT_NE(r.out.find("unverified digests"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("TRUSTED, not verified"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(read_text(report / "report.json"));
+  EXPECT_EQ(j["digests"], "trusted");
+  EXPECT_GT(j["unverified_datasets"].get<int64_t>(), 0);
+  EXPECT_NE(j["summary"].get<std::string>().find("unverified"), std::string::npos);
+  EXPECT_NE(read_text(report / "report.html").find("<b>UNVERIFIED</b>"), std::string::npos);
+  const std::string junit = read_text(report / "junit.xml");
+  EXPECT_NE(junit.find("<property name=\"digests\" value=\"trusted\"/>"), std::string::npos);
+  EXPECT_NE(junit.find("UNVERIFIED"), std::string::npos);
+  EXPECT_NE(read_text(report / "summary.md").find("**UNVERIFIED**"), std::string::npos);
+
+  // The default on the same pair refuses the file; on a sound pair every form says
+  // "verified".
+  expect_one_line_refusal(cli("compare " + quote(good.string()) + " " + quote(mutated.string())),
+                          {mutated.string()});
+  const fs::path verified = path("verified");
+  const CliResult ok = cli("compare " + quote(good.string()) + " " + quote(good.string()) +
+                           " --report " + quote(verified.string()));
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(ok.out.find("unverified"), std::string::npos) << ok.out;
+  EXPECT_EQ(nlohmann::json::parse(read_text(verified / "report.json"))["digests"], "verified");
+  for (const char* form : {"report.html", "junit.xml", "summary.md"})
+    EXPECT_EQ(read_text(verified / form).find("UNVERIFIED"), std::string::npos) << form;
+  // --full (read everything, the default) contradicts --trust-digests.
+  EXPECT_EQ(
+      cli("compare --full --trust-digests " + quote(good.string()) + " " + quote(good.string()))
+          .code,
+      2);
+}
+
+TEST_F(BadInputTest, VerifyDumpPassesASoundDumpAndNamesWhatIsBroken) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 lacks h5py or xxhash";
+  const fs::path good = good_dump();
+  const CliResult ok = cli("verify-dump " + quote(good.string()));
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("sound"), std::string::npos) << ok.out;
+  const struct {
+    const char* name;
+    std::string edit;
+    std::vector<std::string> needles;
+  } cases[] = {
+      {"stale-digest", kMutateLayer, {"/forward/0/layers/0/pre_attn", "digest"}},
+      {"forged-digest",
+       "    f['/forward/0/logits'].attrs['digest'] = np.bytes_(b'xxh64:00000000deadbeef')\n",
+       {"/forward/0/logits", "digest"}},
+      {"no-digest",
+       "    del f['/forward/0/logits'].attrs['digest']\n",
+       {"/forward/0/logits", "no digest"}},
+      {"duplicate-order",
+       "    f['/forward/0/logits'].attrs['order'] = np.int64(0)\n",
+       {"order 0", "/forward/0/input_ids"}},
+      {"order-gap",
+       "    f['/forward/0/logits'].attrs['order'] = np.int64(100000)\n",
+       {"/forward/0/logits", "order 100000"}},
+      {"format", "    f.attrs['format'] = np.bytes_(b'other.dump')\n", {"format"}},
+      {"format-version", "    f.attrs['format_version'] = np.int64(2)\n", {"format_version"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path broken = path(std::string(c.name) + ".h5");
+    fs::copy_file(good, broken);
+    h5py_edit(broken, c.edit);
+    const CliResult r = cli("verify-dump " + quote(broken.string()));
+    std::vector<std::string> needles = c.needles;
+    needles.push_back(broken.string());
+    EXPECT_EQ(r.code, 2) << r.out << r.err;
+    for (const std::string& n : needles)
+      EXPECT_NE(r.err.find(n), std::string::npos) << n << " in: " << r.err;
+  }
+}
+
+TEST_F(BadInputTest, HugeAttributesAndShapesAreRefusedBeforeAllocation) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 lacks h5py or xxhash";
+  const fs::path good = good_dump();
+  const struct {
+    const char* name;
+    std::string edit;
+    std::string place;
+  } cases[] = {
+      // A 20 MiB root string where the reader reads one (past its 16 MiB bound).
+      {"huge-scenario", "    f.attrs['scenario'] = np.bytes_(b'x' * (20 << 20))\n", "scenario"},
+      // A 20 MiB integer array among the attributes compare reads.
+      {"huge-array", "    f.attrs['junk'] = np.zeros(20 << 17, dtype='<i8')\n", "junk"},
+      {"huge-group-attr",
+       "    f['/forward/0'].attrs['kind'] = np.array([b'y' * 1024] * (20 << 10))\n", "kind"},
+      // A dataset whose shape describes 4 TiB (chunked, nothing stored): refused on open.
+      {"huge-shape",
+       "    d = f.create_dataset('/forward/0/huge', shape=(1 << 20, 1 << 20), dtype='<f4', "
+       "chunks=(1, 1024))\n"
+       "    d.attrs['order'] = np.int64(1000)\n",
+       "/forward/0/huge"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path hostile = path(std::string(c.name) + ".h5");
+    fs::copy_file(good, hostile);
+    h5py_edit(hostile, c.edit);
+    expect_one_line_refusal(cli("compare " + quote(good.string()) + " " + quote(hostile.string())),
+                            {hostile.string(), c.place});
+    expect_one_line_refusal(cli("verify-dump " + quote(hostile.string())),
+                            {hostile.string(), c.place});
+  }
+}
+
+TEST_F(BadInputTest, GoldenVerifyRefusesAGoldenThatDoesNotMatchItsDigests) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 lacks h5py or xxhash";
+  const fs::path golden = path("golden");
+  fs::create_directories(golden);
+  for (const char* f : {"MANIFEST.json", "default.h5"})
+    fs::copy_file(fs::path(SPLITCHECK_SOURCE_DIR) / "golden" / f, golden / f);
+  h5py_edit(golden / "default.h5", kMutateLayer);
+  expect_one_line_refusal(cli("golden --dir " + quote(golden.string()) + " verify"),
+                          {(golden / "default.h5").string(), "/forward/0/layers/0/pre_attn"});
+}
+
+TEST_F(BadInputTest, ACheckpointThatCannotBeWrittenLeavesNoPartialFile) {
+  const nlohmann::json j = {
+      {"model", {{"preset", "k3-tiny"}, {"overrides", {{"num_hidden_layers", 2}}}}}};
+  write_text(path("s.json"), j.dump(2));
+  // The destination is a directory that is not empty: the rename fails after the write.
+  const fs::path taken = path("taken.h5");
+  fs::create_directories(taken / "inside");
+  expect_one_line_refusal(
+      cli("checkpoint " + quote(path("s.json").string()) + " --out " + quote(taken.string())),
+      {taken.string()});
+  EXPECT_FALSE(fs::exists(taken.string() + ".partial"));
+  // The destination directory does not exist.
+  const fs::path nowhere = path("gone") / "ckpt.h5";
+  expect_one_line_refusal(
+      cli("checkpoint " + quote(path("s.json").string()) + " --out " + quote(nowhere.string())),
+      {nowhere.string()});
+  EXPECT_FALSE(fs::exists(nowhere.string() + ".partial"));
+  // A tensor name HDF5 refuses (under a group that does not exist), after other tensors.
+  WeightStore store;
+  store.put("a_first", Tensor::zeros(DType::kBF16, {4}));
+  store.put("missing/group/tensor", Tensor::zeros(DType::kBF16, {4}));
+  const fs::path refused = path("refused.h5");
+  Status st = write_checkpoint(refused.string(), ModelConfig{}, store);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find(refused.string()), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("missing/group/tensor"), std::string::npos) << st.message();
+  EXPECT_FALSE(fs::exists(refused));
+  EXPECT_FALSE(fs::exists(refused.string() + ".partial"));
 }
 
 TEST_F(BadInputTest, BisectRefusesMalformedScenarioJson) {

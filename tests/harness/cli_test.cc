@@ -211,19 +211,34 @@ TEST_F(CliTest, GoldenVerifyCatchesOneFlippedBitInAFreshGolden) {
   const CliResult before = cli("golden --dir " + quote(golden_dir.string()) + " verify");
   ASSERT_EQ(before.code, 0) << before.out << before.err;
 
-  // Flip the lowest mantissa bit of one logit.
+  // Flip the lowest mantissa bit of one logit. With the digest left stale the golden is a
+  // corrupt file (exit 2, naming it and the dataset); with the digest rewritten to match,
+  // it is a golden that differs from what the code computes (exit 1, naming the bit).
   const std::string flip =
-      "import h5py, numpy as np, sys\n"
+      "import h5py, numpy as np, sys, xxhash\n"
       "with h5py.File(sys.argv[1], 'r+') as f:\n"
       "    d = f['/forward/0/logits']\n"
       "    v = np.array(d[0, 3], dtype=np.float32)\n"
-      "    d[0, 3] = (v.view(np.uint32) ^ np.uint32(1)).view(np.float32)\n";
+      "    d[0, 3] = (v.view(np.uint32) ^ np.uint32(1)).view(np.float32)\n"
+      "    if len(sys.argv) > 2:\n"
+      "        h = xxhash.xxh64_intdigest(d[...].astype('<f4').tobytes())\n"
+      "        d.attrs.modify('digest', ('xxh64:%016x' % h).encode())\n";
   write_text(path("flip.py"), flip);
   ASSERT_EQ(std::system(("/usr/bin/python3 " + quote(path("flip.py").string()) + " " +
                          quote((golden_dir / file).string()))
                             .c_str()),
             0);
 
+  const CliResult corrupt = cli("golden --dir " + quote(golden_dir.string()) + " verify");
+  EXPECT_EQ(corrupt.code, 2) << corrupt.out << corrupt.err;
+  EXPECT_NE(corrupt.err.find((golden_dir / file).string()), std::string::npos) << corrupt.err;
+  EXPECT_NE(corrupt.err.find("/forward/0/logits"), std::string::npos) << corrupt.err;
+  // Flip it back, then flip it again with an honest digest.
+  for (const char* extra : {"", " honest"})
+    ASSERT_EQ(std::system(("/usr/bin/python3 " + quote(path("flip.py").string()) + " " +
+                           quote((golden_dir / file).string()) + extra)
+                              .c_str()),
+              0);
   const CliResult after = cli("golden --dir " + quote(golden_dir.string()) + " verify");
   EXPECT_EQ(after.code, 1) << after.out << after.err;
   EXPECT_NE(after.out.find("FAIL"), std::string::npos) << after.out;

@@ -99,18 +99,24 @@ class CompareTest : public ::testing::Test {
 TEST_F(CompareTest, IdenticalDumpsAreEqualWithAndWithoutDigests) {
   const std::string a = write("a.h5", base_entries());
   const std::string b = write("b.h5", base_entries());
-  CompareResult trusted = compare(a, b);
-  EXPECT_TRUE(trusted.equal());
-  EXPECT_EQ(trusted.datasets_compared, 5);
-  EXPECT_EQ(trusted.bytes_read, 0);  // proven equal by digests alone
-  EXPECT_EQ(verdict(trusted), "equal (5 datasets)");
-
-  CompareOptions full;
-  full.trust_digest = false;
-  CompareResult read = compare(a, b, full);
+  CompareResult read = compare(a, b);  // the default reads and verifies every byte
   EXPECT_TRUE(read.equal());
-  EXPECT_GT(read.bytes_read, 0);
+  EXPECT_EQ(read.datasets_compared, 5);
+  EXPECT_EQ(read.bytes_read, 2 * (8 * 4 + 2 * 8 * 64 * 2 + 8 * 3 * 64 * 2 + 8 * 100 * 4));
+  EXPECT_FALSE(read.digests_trusted);
+  EXPECT_EQ(read.datasets_unverified, 0);
+  EXPECT_EQ(verdict(read), "equal (5 datasets)");
   EXPECT_EQ(read.first_divergence(), nullptr);
+
+  CompareOptions trust;
+  trust.trust_digest = true;
+  CompareResult trusted = compare(a, b, trust);
+  EXPECT_TRUE(trusted.equal());
+  EXPECT_EQ(trusted.bytes_read, 0);  // taken as equal on digests alone
+  EXPECT_TRUE(trusted.digests_trusted);
+  EXPECT_EQ(trusted.datasets_unverified, 5);
+  EXPECT_EQ(verdict(trusted), "equal (5 datasets) on 5 unverified digests (--trust-digests)");
+  EXPECT_NE(digests_line(trusted).find("not verified"), std::string::npos);
 }
 
 TEST_F(CompareTest, OneBitFlipIsReportedAtItsTokenAndChannel) {
@@ -350,6 +356,166 @@ TEST_F(CompareTest, UnreadableInputIsAnErrorNotADifference) {
   EXPECT_NE(r.status().message().find(junk), std::string::npos);
 }
 
+// ---- digests are claims: checked whenever the data is read ----
+
+bool have_h5py() {
+  static const bool ok =
+      std::system("/usr/bin/python3 -c 'import h5py, numpy' >/dev/null 2>&1") == 0;
+  return ok;
+}
+
+// Runs a Python snippet with `f` open read-write on `file` (h5py), as an external editor
+// of a dump would.
+void h5py_edit(const std::string& file, const std::string& body) {
+  const fs::path script = fs::path(file).replace_extension(".edit.py");
+  std::ofstream(script) << "import sys, h5py, numpy as np\n"
+                           "with h5py.File(sys.argv[1], 'r+') as f:\n"
+                        << body;
+  const std::string cmd = "/usr/bin/python3 " + script.string() + " " + file;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << body;
+}
+
+// One element of /forward/0/logits changed in place; its digest attribute left as it was.
+constexpr const char* kMutateLogits =
+    "    d = f['/forward/0/logits']\n"
+    "    v = d[...]\n"
+    "    v[5, 9] += 1\n"
+    "    d[...] = v\n";
+
+// Only the digest attribute of /forward/0/logits rewritten (the bytes are untouched).
+constexpr const char* kForgeLogitsDigest =
+    "    d = f['/forward/0/logits']\n"
+    "    d.attrs.modify('digest', b'xxh64:0123456789abcdef')\n";
+
+void expect_corrupt(const Result<CompareResult>& r, const std::string& file,
+                    const std::string& dataset) {
+  ASSERT_FALSE(r.is_ok()) << "expected a refusal, got: " << verdict(r.value());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(r.status().message().find(file), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(dataset), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("digest"), std::string::npos) << r.status().message();
+}
+
+TEST_F(CompareTest, MutatedDataUnderAStaleDigestIsACorruptFile) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 cannot import h5py";
+  const std::string a = write("a.h5", base_entries());
+  const std::string b = write("b.h5", base_entries());
+  const std::string bc = write("bc.h5", base_entries(), /*compress=*/true);
+  h5py_edit(b, kMutateLogits);
+  h5py_edit(bc, kMutateLogits);
+  for (size_t chunk : {size_t{64} << 20, size_t{200}}) {
+    CompareOptions o;
+    o.chunk_bytes = chunk;
+    expect_corrupt(compare_dumps(a, b, o), b, "/forward/0/logits");
+    expect_corrupt(compare_dumps(b, a, o), b, "/forward/0/logits");    // either side
+    expect_corrupt(compare_dumps(a, bc, o), bc, "/forward/0/logits");  // read, not mapped
+    o.stop_at_first = true;
+    expect_corrupt(compare_dumps(a, b, o), b, "/forward/0/logits");
+  }
+  // A whole read checks the digest too.
+  Result<DumpReader> r = DumpReader::open(b);
+  ASSERT_TRUE(r.is_ok());
+  Result<Tensor> t = r->read("/forward/0/logits");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_NE(t.status().message().find(b), std::string::npos);
+  EXPECT_TRUE(r->read("/forward/0/input_ids").is_ok());
+}
+
+TEST_F(CompareTest, AForgedDigestOverEqualBytesIsACorruptFile) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 cannot import h5py";
+  const std::string a = write("a.h5", base_entries());
+  const std::string b = write("b.h5", base_entries());
+  h5py_edit(b, kForgeLogitsDigest);
+  expect_corrupt(compare_dumps(a, b, {}), b, "/forward/0/logits");
+  // Trusting digests does not help a forged one: they differ, so the bytes are read and
+  // checked.
+  CompareOptions trust;
+  trust.trust_digest = true;
+  expect_corrupt(compare_dumps(a, b, trust), b, "/forward/0/logits");
+  // A digest that is not "xxh64:" and 16 hex digits is refused on open.
+  h5py_edit(b, "    f['/forward/0/logits'].attrs['digest'] = np.bytes_(b'sha1:abc')\n");
+  Result<CompareResult> r = compare_dumps(a, b, {});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("/forward/0/logits"), std::string::npos);
+}
+
+TEST_F(CompareTest, TrustingDigestsSkipsTheMutationAndSaysSo) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 cannot import h5py";
+  const std::string a = write("a.h5", base_entries());
+  const std::string b = write("b.h5", base_entries());
+  h5py_edit(b, kMutateLogits);
+  CompareOptions trust;
+  trust.trust_digest = true;
+  CompareResult r = compare(a, b, trust);
+  EXPECT_TRUE(r.equal());  // what the user opted into: an unverified verdict...
+  EXPECT_TRUE(r.digests_trusted);
+  EXPECT_EQ(r.datasets_unverified, 5);
+  EXPECT_NE(verdict(r).find("unverified"), std::string::npos);  // ...that says so
+}
+
+TEST_F(CompareTest, AttributesThatCarryResultsAreCompared) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 cannot import h5py";
+  const std::string base = write("base.h5", base_entries());
+  {
+    // The writer's own group attributes: forward kind and positions, /spec figures.
+    for (const std::string& p : {base}) {
+      h5py_edit(p,
+                "    f['/forward/0'].attrs['kind'] = np.bytes_(b'prefill')\n"
+                "    f['/forward/0'].attrs['first_position'] = np.int64(0)\n"
+                "    f['/forward/0'].attrs['last_position'] = np.int64(7)\n"
+                "    g = f.require_group('/spec')\n"
+                "    g.attrs['mean_accepted'] = 0.375\n"
+                "    g.attrs['steps'] = np.int64(16)\n"
+                "    f.attrs['model_sha256'] = np.bytes_(b'a' * 64)\n");
+    }
+  }
+  struct Case {
+    std::string name, edit, object, attribute;
+  };
+  const std::vector<Case> cases = {
+      {"kind", "    f['/forward/0'].attrs['kind'] = np.bytes_(b'decode')\n", "/forward/0", "kind"},
+      {"position", "    f['/forward/0'].attrs['last_position'] = np.int64(8)\n", "/forward/0",
+       "last_position"},
+      {"spec_figure", "    f['/spec'].attrs['mean_accepted'] = 0.5\n", "/spec", "mean_accepted"},
+      {"spec_type", "    f['/spec'].attrs['steps'] = 16.0\n", "/spec", "steps"},
+      {"spec_extra", "    f['/spec'].attrs['new_figure'] = np.int64(1)\n", "/spec", "new_figure"},
+      {"model", "    f.attrs['model_sha256'] = np.bytes_(b'b' * 64)\n", "/", "model_sha256"},
+      {"dataset_attr", "    f['/forward/0/bank'].attrs['note'] = np.bytes_(b'x')\n",
+       "/forward/0/bank", "note"},
+      {"volatile_list",
+       "    f.attrs['volatile'] = np.bytes_(b'created,partition,producer,env,model_sha256')\n", "/",
+       "volatile"},
+  };
+  for (const Case& c : cases) {
+    const std::string b = (dir_ / (c.name + ".h5")).string();
+    fs::copy_file(base, b, fs::copy_options::overwrite_existing);
+    h5py_edit(b, c.edit);
+    CompareResult r = compare(base, b);
+    EXPECT_FALSE(r.equal()) << c.name;
+    EXPECT_TRUE(r.diffs.empty()) << c.name;  // the datasets are equal
+    ASSERT_EQ(r.attribute_diffs.size(), 1u) << c.name << ": " << verdict(r);
+    EXPECT_EQ(r.attribute_diffs[0].object, c.object) << c.name;
+    EXPECT_EQ(r.attribute_diffs[0].name, c.attribute) << c.name;
+    EXPECT_NE(verdict(r).find(c.object), std::string::npos) << verdict(r);
+    EXPECT_NE(verdict(r).find(c.attribute), std::string::npos) << verdict(r);
+  }
+  // Volatile root attributes, the scenario text, and ignored prefixes are not compared.
+  const std::string v = (dir_ / "volatile.h5").string();
+  fs::copy_file(base, v, fs::copy_options::overwrite_existing);
+  h5py_edit(v,
+            "    f.attrs['created'] = np.bytes_(b'2031-01-01T00:00:00Z')\n"
+            "    f.attrs['producer'] = np.bytes_(b'{}')\n"
+            "    f.attrs['scenario'] = np.bytes_(b'{\"workload\": \"/elsewhere\"}')\n");
+  EXPECT_TRUE(compare(base, v).equal()) << verdict(compare(base, v));
+  const std::string ignored = (dir_ / "ignored.h5").string();
+  fs::copy_file(base, ignored, fs::copy_options::overwrite_existing);
+  h5py_edit(ignored, "    f.require_group('/stages/0').attrs['embedding'] = np.bytes_(b'x')\n");
+  CompareOptions o;
+  o.ignore_prefixes = {"/stages"};
+  EXPECT_TRUE(compare(base, ignored, o).equal());
+  EXPECT_FALSE(compare(base, ignored).equal());
+}
+
 // ---- agreement with h5diff ----
 
 struct H5diffOutcome {
@@ -447,6 +613,62 @@ TEST_F(CompareTest, AgreesWithH5diff) {
   H5diffOutcome lenient = run_h5diff("", na, no, (dir_ / "nan_other.out").string());
   EXPECT_TRUE(lenient.differing.empty()) << "h5diff's default NaN rule changed: revisit "
                                             "the comment at the top of harness/dump/compare.h";
+}
+
+TEST_F(CompareTest, CorruptAndAttributeOnlyPairsAgainstH5diff) {
+  if (!fs::exists("/usr/bin/h5diff")) GTEST_SKIP() << "/usr/bin/h5diff is absent";
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 cannot import h5py";
+  // h5diff 1.10 cannot compare string attributes of different fixed sizes (it exits 2),
+  // so the edits below keep each attribute's type (attrs.modify, equal lengths).
+  const std::string a = write("a.h5", base_entries());
+  h5py_edit(a, "    f['/forward/0'].attrs['kind'] = np.bytes_(b'decode')\n");
+  auto edited = [&](const std::string& name, const std::string& edit) {
+    const std::string p = (dir_ / name).string();
+    fs::copy_file(a, p, fs::copy_options::overwrite_existing);
+    h5py_edit(p, edit);
+    return p;
+  };
+  // Mutated data under a stale digest: h5diff sees the data (and nothing else) differ;
+  // we refuse the file as corrupt, naming it and the dataset: never "equal".
+  const std::string mutated = edited("mutated.h5", kMutateLogits);
+  H5diffOutcome h = run_h5diff("", a, mutated, (dir_ / "mutated.out").string());
+  EXPECT_EQ(h.exit_status, 1);
+  EXPECT_EQ(h.differing, std::set<std::string>{"/forward/0/logits"});
+  expect_corrupt(compare_dumps(a, mutated, {}), mutated, "/forward/0/logits");
+
+  // The same edit with its digest rewritten honestly: both say "differ", same dataset.
+  const std::string honest = edited(
+      "honest.h5", std::string(kMutateLogits) +
+                       "    import xxhash\n"
+                       "    d.attrs.modify('digest', ('xxh64:%016x' % "
+                       "xxhash.xxh64_intdigest(d[...].astype('<f4').tobytes())).encode())\n");
+  h = run_h5diff("", a, honest, (dir_ / "honest.out").string());
+  CompareResult ours = compare(a, honest);
+  EXPECT_EQ(h.exit_status, 1);
+  EXPECT_FALSE(ours.equal());
+  EXPECT_EQ(h.differing, differing_paths(ours));
+
+  // Only the digest attribute changed: for h5diff an attribute difference (exit 1); for
+  // us the stored claim is checked against the bytes, so the forging file is named
+  // (exit 2), which says more than "differ": which file lies.
+  const std::string forged = edited("forged.h5", kForgeLogitsDigest);
+  h = run_h5diff("", a, forged, (dir_ / "forged.out").string());
+  EXPECT_EQ(h.exit_status, 1);
+  EXPECT_TRUE(h.differing.empty());
+  expect_corrupt(compare_dumps(a, forged, {}), forged, "/forward/0/logits");
+
+  // An attribute-only difference: both say "differ" (exit 1).
+  const std::string attr =
+      edited("attr.h5", "    f['/forward/0'].attrs.modify('kind', np.bytes_(b'replay'))\n");
+  h = run_h5diff("", a, attr, (dir_ / "attr.out").string());
+  EXPECT_EQ(h.exit_status, 1);
+  EXPECT_TRUE(h.differing.empty());
+  CompareResult attr_ours = compare(a, attr);
+  EXPECT_FALSE(attr_ours.equal());
+  EXPECT_TRUE(attr_ours.diffs.empty());
+  ASSERT_EQ(attr_ours.attribute_diffs.size(), 1u);
+  EXPECT_EQ(attr_ours.attribute_diffs[0].object, "/forward/0");
+  EXPECT_EQ(attr_ours.attribute_diffs[0].name, "kind");
 }
 
 }  // namespace

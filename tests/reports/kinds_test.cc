@@ -117,9 +117,20 @@ TEST_F(KindsTest, CompareReport) {
     f.put(byte);
     ASSERT_TRUE(f.good());
   }
+  // The stored digest still names the original bytes: a corrupt file, refused.
+  ASSERT_EQ(cli("compare " + quote(a.string()) + " " + quote(c.string())), 2);
+  EXPECT_NE(read_text(dir_ / "stderr.txt").find(flipped), std::string::npos);
+  // Rewritten honestly (as an engine that computed these bits would), it is a divergence.
+  const std::string fix_digest =
+      "/usr/bin/python3 -c 'import sys, h5py, xxhash\n"
+      "with h5py.File(sys.argv[1], \"r+\") as f:\n"
+      "    d = f[sys.argv[2]]\n"
+      "    h = xxhash.xxh64_intdigest(d[...].tobytes())\n"
+      "    d.attrs[\"digest\"] = (\"xxh64:%016x\" % h).encode()' " +
+      quote(c.string()) + " " + quote(flipped);
+  ASSERT_EQ(std::system(fix_digest.c_str()), 0) << fix_digest;
   const fs::path diff_dir = dir_ / "diff";
-  // --full: the stored digest still names the original bytes.
-  ASSERT_EQ(cli("compare " + quote(a.string()) + " " + quote(c.string()) + " --full --report " +
+  ASSERT_EQ(cli("compare " + quote(a.string()) + " " + quote(c.string()) + " --report " +
                 quote(diff_dir.string())),
             1)
       << read_text(dir_ / "stderr.txt");
