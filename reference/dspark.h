@@ -49,9 +49,12 @@ std::vector<TensorSpec> drafter_tensor_specs(const ModelConfig& config, const st
 Tensor generate_markov_factor(const ModelConfig& config, const TensorSpec& spec);
 
 // The Markov head: x_0 = anchor, x_k = argmax_v(U[k-1, v] + W1[x_{k-1}] · W2[v]) for
-// k = 1..gamma, lowest index on ties. U float32 [gamma, V], W1/W2 bf16 [V, r].
+// k = 1..gamma, lowest index on ties. U float32 [gamma, V], W1/W2 bf16 [V, r]. Where
+// `departs[k-1]` is true, x_k is the second choice of those scores instead
+// (second_choice, reference/speculative.h); an empty `departs` never departs.
 std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, const Tensor& w1,
-                                 const Tensor& w2, int32_t anchor);
+                                 const Tensor& w2, int32_t anchor,
+                                 const std::vector<bool>& departs = {});
 
 // What a drafter's embedding and lm_head are bound to (SPEC 5.4).
 struct DrafterBinding {
@@ -82,13 +85,18 @@ class DsparkDrafter : public Drafter {
   static Result<std::unique_ptr<DsparkDrafter>> create(const ModelConfig& config,
                                                        const WeightStore& own,
                                                        const DrafterBinding& binding, int n_taps);
-  void reset() override;
+  void reset(int64_t request) override;
   Status observe(const std::vector<int32_t>& ids, const Tensor& taps) override;
   Result<std::vector<int32_t>> propose(int32_t anchor, int gamma) override;
+  // The controlled departures (SPEC 3.3); none until set.
+  void set_departure(const Departure& departure) { departure_ = departure; }
 
  private:
   DsparkDrafter() = default;
   ModelConfig config_;
+  Departure departure_;
+  int64_t request_ = 0;
+  int64_t position_ = 0;  // verified positions observed: the next anchor's position
   const Tensor* embed_ = nullptr;
   const Tensor* lm_head_ = nullptr;
   Tensor ctx_proj_;  // [n*H, H]

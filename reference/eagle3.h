@@ -48,13 +48,18 @@ class Eagle3Drafter : public Drafter {
   static Result<std::unique_ptr<Eagle3Drafter>> create(const ModelConfig& config,
                                                        const WeightStore& own,
                                                        const DrafterBinding& binding);
-  void reset() override;
+  void reset(int64_t request) override;
   Status observe(const std::vector<int32_t>& ids, const Tensor& taps) override;
   Result<std::vector<int32_t>> propose(int32_t anchor, int gamma) override;
+  // The controlled departures (SPEC 3.3); none until set.
+  void set_departure(const Departure& departure) { departure_ = departure; }
 
  private:
   Eagle3Drafter() = default;
   ModelConfig config_;
+  Departure departure_;
+  int64_t request_ = 0;
+  int64_t position_ = 0;  // verified positions observed: the next anchor's position
   const Tensor* embed_ = nullptr;
   const Tensor *fc_ = nullptr, *input_norm_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr,
                *o_ = nullptr, *post_norm_ = nullptr, *gate_ = nullptr, *up_ = nullptr,
