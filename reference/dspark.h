@@ -10,10 +10,16 @@
 //
 // Layouts follow the target: linear weights [in, out]. The Markov factors are not free
 // random tensors: they are the target's bigram logits in factored form, W1 =
-// bf16(embed_tokens ⊙ norm) and W2 = lm_head, rank r = H < V. The target's small
-// residual writes make its next token often its bigram choice, so this is the fit a
-// trained drafter approximates (SPEC 3.3: make acceptance meaningful); the block pass
-// adds its logits U on top.
+// bf16(embed_tokens ⊙ norm) and W2 = lm_head, rank r = H < V. The target's lm_head is
+// successor-tied (reference/weights.h: row succ[t] holds embed_tokens row t on top of
+// its random draw) and its residual writes are small, so where the output mixture is
+// dominated by the current token's embedding the target continues t with succ[t], and
+// W1[t] · W2ᵀ peaks there too: the head follows the target's own prediction, the fit a
+// trained drafter approximates; the block pass adds its logits U on top. On the default
+// workload the target departs from that chain where its context dominates, about one
+// token in four, which gives the rejections at every position (SPEC 3.3).
+// Departures (reference/speculative.h, Departure): at a seeded rate the head proposes
+// its second choice instead, a pure function of (seed, request, position, k).
 #pragma once
 
 #include <memory>

@@ -20,9 +20,11 @@
 // weights are derived, as DSpark's Markov factors are: lm_head holds the target's
 // lm_head values (WeightInit::kMarkovW2) and the final norm the target's norm.weight
 // (kMarkovW1 of shape [H]), W_fc has gain 0.05 and the layer's residual writes (o_proj,
-// down_proj) gain 0.05, so the drafter approximates the target's bigram choice and
-// acceptance is meaningful (SPEC 3.3). Layouts follow the target: linear weights
-// [in, out], the head [V, H]. The MLP is a dense SwiGLU of the target's intermediate size.
+// down_proj) gain 0.05, so the drafter approximates the target's successor choice
+// (lm_head is successor-tied, reference/weights.h) and acceptance is meaningful
+// (SPEC 3.3). It departs at the scenario's seeded rate like DSpark-lite (Departure). Layouts follow
+// the target: linear weights [in, out], the head [V, H]. The MLP is a dense SwiGLU of the target's
+// intermediate size.
 #pragma once
 
 #include <memory>

@@ -1,6 +1,6 @@
-#include "reports/writers.h"
-
 #include <fmt/format.h>
+
+#include "reports/writers.h"
 
 namespace splitcheck {
 

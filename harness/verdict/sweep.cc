@@ -337,8 +337,8 @@ std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const Swe
   }
   // SPEC 3.3 on PP=1's acceptance: its range, and every accepted length 0..gamma.
   const AcceptanceFigures& a = r.pp1_acceptance;
-  for (const auto& [field, at_most] : {std::pair{"acceptance_rate_at_least", false},
-                                       std::pair{"acceptance_rate_at_most", true}}) {
+  for (const auto& [field, at_most] :
+       {std::pair{"acceptance_rate_at_least", false}, std::pair{"acceptance_rate_at_most", true}}) {
     if (!expect.contains(field)) continue;
     const double bound = expect[field].get<double>();
     if (!a.speculative)

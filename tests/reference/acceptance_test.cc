@@ -16,7 +16,8 @@ namespace splitcheck {
 namespace {
 
 Scenario default_scenario() {
-  Result<Scenario> s = load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json");
+  Result<Scenario> s =
+      load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json");
   EXPECT_TRUE(s.is_ok()) << s.status().message();
   Scenario out = std::move(*s);
   out.dump_level = DumpLevel::kSummary;
