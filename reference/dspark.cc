@@ -48,17 +48,19 @@ std::vector<TensorSpec> drafter_tensor_specs(const ModelConfig& c, const std::st
 Tensor generate_markov_factor(const ModelConfig& c, const TensorSpec& spec) {
   const int64_t h = c.hidden_size, v = c.vocab_size;
   const bool w1 = spec.init == WeightInit::kMarkovW1;
+  const TensorSpec norm = *find_tensor_spec(c, "norm.weight");
   if (w1 && spec.shape.size() == 1) {
     // W1's norm factor alone: the target's norm.weight (EAGLE-3-lite's final norm).
-    return generate_tensor(c.seed, *find_tensor_spec(c, "norm.weight"));
+    return generate_tensor(c.seed, norm);
   }
-  const TensorSpec src = *find_tensor_spec(c, w1 ? "embed_tokens.weight" : "lm_head.weight");
-  const TensorSpec norm = *find_tensor_spec(c, "norm.weight");
+  // W2: the target's lm_head values (successor-tied, reference/weights.h).
+  if (!w1) return generate_model_tensor(c, *find_tensor_spec(c, "lm_head.weight"));
+  const TensorSpec src = *find_tensor_spec(c, "embed_tokens.weight");
   Tensor out = Tensor::zeros(DType::kBF16, {v, h});
   for (int64_t x = 0; x < v; ++x) {
     for (int64_t d = 0; d < h; ++d) {
       const float e = round_bf16(generated_value(c.seed, src, x * h + d));
-      const float n = w1 ? round_bf16(generated_value(c.seed, norm, d)) : 1.0f;
+      const float n = round_bf16(generated_value(c.seed, norm, d));
       out.data<bf16>()[x * h + d] = to_bf16(e * n);
     }
   }
@@ -66,7 +68,8 @@ Tensor generate_markov_factor(const ModelConfig& c, const TensorSpec& spec) {
 }
 
 std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, const Tensor& w1,
-                                 const Tensor& w2, int32_t anchor) {
+                                 const Tensor& w2, int32_t anchor,
+                                 const std::vector<bool>& departs) {
   const int64_t gamma = u.dim(0), v = u.dim(1), r = w1.dim(1);
   const KernelContext dctx = ctx.at(-1, Site::kDraft);
   std::vector<int32_t> x;
@@ -84,6 +87,8 @@ std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, cons
     ArgmaxArgs aa{&bias, &tok};
     argmax(dctx, aa);
     prev = tok.data<int32_t>()[0];
+    if (static_cast<size_t>(k) < departs.size() && departs[static_cast<size_t>(k)])
+      prev = second_choice(b, v, prev);
     x.push_back(prev);
   }
   return x;
@@ -165,7 +170,9 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(const ModelConfig& 
   return d;
 }
 
-void DsparkDrafter::reset() {
+void DsparkDrafter::reset(int64_t request) {
+  request_ = request;
+  position_ = 0;
   for (Layer& l : layers_) {
     l.cache_k.clear();
     l.cache_v.clear();
@@ -186,6 +193,7 @@ Status DsparkDrafter::observe(const std::vector<int32_t>& ids, const Tensor& tap
     append_rows(l.cache_k, apply_linear(ctx, c, *l.k));
     append_rows(l.cache_v, apply_linear(ctx, c, *l.v));
   }
+  position_ += static_cast<int64_t>(ids.size());
   return Status::ok();
 }
 
@@ -220,7 +228,10 @@ Result<std::vector<int32_t>> DsparkDrafter::propose(int32_t anchor, int gamma) {
   Tensor u = Tensor::zeros(DType::kF32, {gamma, config_.vocab_size});
   LmHeadArgs la{&hf, lm_head_, &u};
   lm_head(ctx, la);
-  return markov_head(ctx, u, *w1_, *w2_, anchor);
+  std::vector<bool> departs(static_cast<size_t>(gamma));
+  for (int k = 1; k <= gamma; ++k)
+    departs[static_cast<size_t>(k - 1)] = departure_.departs(request_, position_, k);
+  return markov_head(ctx, u, *w1_, *w2_, anchor, departs);
 }
 
 }  // namespace splitcheck

@@ -10,10 +10,16 @@
 //
 // Layouts follow the target: linear weights [in, out]. The Markov factors are not free
 // random tensors: they are the target's bigram logits in factored form, W1 =
-// bf16(embed_tokens ⊙ norm) and W2 = lm_head, rank r = H < V. The target's small
-// residual writes make its next token often its bigram choice, so this is the fit a
-// trained drafter approximates (SPEC 3.3: make acceptance meaningful); the block pass
-// adds its logits U on top.
+// bf16(embed_tokens ⊙ norm) and W2 = lm_head, rank r = H < V. The target's lm_head is
+// successor-tied (reference/weights.h: row succ[t] holds embed_tokens row t on top of
+// its random draw) and its residual writes are small, so where the output mixture is
+// dominated by the current token's embedding the target continues t with succ[t], and
+// W1[t] · W2ᵀ peaks there too: the head follows the target's own prediction, the fit a
+// trained drafter approximates; the block pass adds its logits U on top. On the default
+// workload the target departs from that chain where its context dominates, about one
+// token in four, which gives the rejections at every position (SPEC 3.3).
+// Departures (reference/speculative.h, Departure): at a seeded rate the head proposes
+// its second choice instead, a pure function of (seed, request, position, k).
 #pragma once
 
 #include <memory>
@@ -49,9 +55,12 @@ std::vector<TensorSpec> drafter_tensor_specs(const ModelConfig& config, const st
 Tensor generate_markov_factor(const ModelConfig& config, const TensorSpec& spec);
 
 // The Markov head: x_0 = anchor, x_k = argmax_v(U[k-1, v] + W1[x_{k-1}] · W2[v]) for
-// k = 1..gamma, lowest index on ties. U float32 [gamma, V], W1/W2 bf16 [V, r].
+// k = 1..gamma, lowest index on ties. U float32 [gamma, V], W1/W2 bf16 [V, r]. Where
+// `departs[k-1]` is true, x_k is the second choice of those scores instead
+// (second_choice, reference/speculative.h); an empty `departs` never departs.
 std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, const Tensor& w1,
-                                 const Tensor& w2, int32_t anchor);
+                                 const Tensor& w2, int32_t anchor,
+                                 const std::vector<bool>& departs = {});
 
 // What a drafter's embedding and lm_head are bound to (SPEC 5.4). Whether the embedding
 // is the target's object is a question for binds_target_embedding, asked of storage.
@@ -87,13 +96,18 @@ class DsparkDrafter : public Drafter {
   static Result<std::unique_ptr<DsparkDrafter>> create(const ModelConfig& config,
                                                        const WeightStore& own,
                                                        const DrafterBinding& binding, int n_taps);
-  void reset() override;
+  void reset(int64_t request) override;
   Status observe(const std::vector<int32_t>& ids, const Tensor& taps) override;
   Result<std::vector<int32_t>> propose(int32_t anchor, int gamma) override;
+  // The controlled departures (SPEC 3.3); none until set.
+  void set_departure(const Departure& departure) { departure_ = departure; }
 
  private:
   DsparkDrafter() = default;
   ModelConfig config_;
+  Departure departure_;
+  int64_t request_ = 0;
+  int64_t position_ = 0;  // verified positions observed: the next anchor's position
   const Tensor* embed_ = nullptr;
   const Tensor* lm_head_ = nullptr;
   Tensor ctx_proj_;  // [n*H, H]

@@ -78,7 +78,9 @@ Result<std::unique_ptr<Eagle3Drafter>> Eagle3Drafter::create(const ModelConfig& 
   return d;
 }
 
-void Eagle3Drafter::reset() {
+void Eagle3Drafter::reset(int64_t request) {
+  request_ = request;
+  position_ = 0;
   cache_k_.clear();
   cache_v_.clear();
   last_feature_.clear();
@@ -98,6 +100,7 @@ Status Eagle3Drafter::observe(const std::vector<int32_t>& ids, const Tensor& tap
   append_rows(cache_v_, apply_linear(ctx, n, *v_));
   const bf16* last = f.data<bf16>() + (f.dim(0) - 1) * h;
   last_feature_.assign(last, last + h);
+  position_ += static_cast<int64_t>(ids.size());
   return Status::ok();
 }
 
@@ -141,6 +144,8 @@ Result<std::vector<int32_t>> Eagle3Drafter::propose(int32_t anchor, int gamma) {
     ArgmaxArgs ga{&logits, &tok};
     argmax(ctx, ga);
     prev = tok.data<int32_t>()[0];
+    if (departure_.departs(request_, position_, step + 1))
+      prev = second_choice(logits.data<float>(), config_.vocab_size, prev);
     out.push_back(prev);
     // The layer's residual writes feed the next step.
     for (int64_t i = 0; i < h; ++i)

@@ -20,9 +20,11 @@
 // weights are derived, as DSpark's Markov factors are: lm_head holds the target's
 // lm_head values (WeightInit::kMarkovW2) and the final norm the target's norm.weight
 // (kMarkovW1 of shape [H]), W_fc has gain 0.05 and the layer's residual writes (o_proj,
-// down_proj) gain 0.05, so the drafter approximates the target's bigram choice and
-// acceptance is meaningful (SPEC 3.3). Layouts follow the target: linear weights
-// [in, out], the head [V, H]. The MLP is a dense SwiGLU of the target's intermediate size.
+// down_proj) gain 0.05, so the drafter approximates the target's successor choice
+// (lm_head is successor-tied, reference/weights.h) and acceptance is meaningful
+// (SPEC 3.3). It departs at the scenario's seeded rate like DSpark-lite (Departure). Layouts follow
+// the target: linear weights [in, out], the head [V, H]. The MLP is a dense SwiGLU of the target's
+// intermediate size.
 #pragma once
 
 #include <memory>
@@ -48,13 +50,18 @@ class Eagle3Drafter : public Drafter {
   static Result<std::unique_ptr<Eagle3Drafter>> create(const ModelConfig& config,
                                                        const WeightStore& own,
                                                        const DrafterBinding& binding);
-  void reset() override;
+  void reset(int64_t request) override;
   Status observe(const std::vector<int32_t>& ids, const Tensor& taps) override;
   Result<std::vector<int32_t>> propose(int32_t anchor, int gamma) override;
+  // The controlled departures (SPEC 3.3); none until set.
+  void set_departure(const Departure& departure) { departure_ = departure; }
 
  private:
   Eagle3Drafter() = default;
   ModelConfig config_;
+  Departure departure_;
+  int64_t request_ = 0;
+  int64_t position_ = 0;  // verified positions observed: the next anchor's position
   const Tensor* embed_ = nullptr;
   const Tensor *fc_ = nullptr, *input_norm_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr,
                *o_ = nullptr, *post_norm_ = nullptr, *gate_ = nullptr, *up_ = nullptr,

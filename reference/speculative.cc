@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "reference/splitmix.h"
+
 namespace splitcheck {
 namespace {
 
@@ -14,6 +16,26 @@ Tensor proposals_tensor(const std::vector<std::vector<int32_t>>& p, int gamma) {
 
 }  // namespace
 
+bool Departure::departs(int64_t request, int64_t position, int k) const {
+  if (rate <= 0.0) return false;
+  uint64_t h = splitmix64(seed ^ 0x6465706172747572ull);  // "departur"
+  h = splitmix64(h ^ static_cast<uint64_t>(request));
+  h = splitmix64(h ^ static_cast<uint64_t>(position));
+  h = splitmix64(h ^ static_cast<uint64_t>(k));
+  // 53 random bits -> u in [0, 1).
+  const double u = static_cast<double>(h >> 11) * 0x1.0p-53;
+  return u < rate;
+}
+
+int32_t second_choice(const float* scores, int64_t n, int32_t best) {
+  int32_t pick = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i == best) continue;
+    if (pick < 0 || scores[i] > scores[pick]) pick = static_cast<int32_t>(i);
+  }
+  return pick < 0 ? best : pick;
+}
+
 Result<SpeculativeResult> generate_speculative(Engine& engine, Drafter& drafter,
                                                const std::vector<std::vector<int32_t>>& prompts,
                                                const SpeculativeOptions& options,
@@ -22,11 +44,12 @@ Result<SpeculativeResult> generate_speculative(Engine& engine, Drafter& drafter,
   GenerationResult& gen = result.generation;
   const int gamma = options.gamma;
   const int max_new = options.generation.max_new_tokens;
+  result.accepted_histogram.assign(static_cast<size_t>(gamma) + 1, 0);
   for (size_t p = 0; p < prompts.size(); ++p) {
     const std::vector<int32_t>& prompt = prompts[p];
     if (prompt.empty()) return invalid_input("prompt " + std::to_string(p) + " is empty");
     engine.reset_sequence();
-    drafter.reset();
+    drafter.reset(static_cast<int64_t>(p));
     SequenceResult seq;
     SpeculativeSequence spec;
     seq.prompt_ids = prompt;
@@ -73,6 +96,7 @@ Result<SpeculativeResult> generate_speculative(Engine& engine, Drafter& drafter,
       anchor = y[a];
       ++result.steps;
       result.accepted_total += a;
+      ++result.accepted_histogram[static_cast<size_t>(a)];
     }
     std::vector<int32_t> all_emitted = seq.emitted;
     if (static_cast<int>(seq.emitted.size()) > max_new) seq.emitted.resize(max_new);
@@ -96,6 +120,10 @@ Result<SpeculativeResult> generate_speculative(Engine& engine, Drafter& drafter,
     result.tokens_per_forward = 1.0 + acc / steps;
   }
   if (record != nullptr) {
+    Tensor hist = Tensor::zeros(DType::kI32, {gamma + 1});
+    std::copy(result.accepted_histogram.begin(), result.accepted_histogram.end(),
+              hist.data<int32_t>());
+    record->add("spec/accepted_histogram", std::move(hist));
     record->set_attr("spec", "steps", result.steps);
     record->set_attr("spec", "gamma", int64_t{gamma});
     record->set_attr("spec", "acceptance_rate", result.acceptance_rate);

@@ -15,12 +15,29 @@
 
 namespace splitcheck {
 
+// SPEC 3.3's seeded, controlled departure. A drafter proposes its own best guess of the
+// target's next token, except where departs() says so: there it proposes its second
+// choice instead (and continues its chain from that token). Whether proposal k (1..gamma)
+// of the step anchored at `position` (the anchor's position) of request `request`
+// departs is a pure function of (seed, request, position, k): every partition, which
+// computes the same positions, gets the same departures. `rate` is the probability of a
+// departure per proposal (scenario field speculative.departure_rate); 0 never departs,
+// 1 always does.
+struct Departure {
+  uint64_t seed = 0;
+  double rate = 0.0;
+  bool departs(int64_t request, int64_t position, int k) const;
+};
+
+// The lowest-index maximum of scores[0..n) other than `best` (a drafter's second choice).
+int32_t second_choice(const float* scores, int64_t n, int32_t best);
+
 // A drafter as the verify loop sees it.
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // Starts a new sequence: empty draft cache.
-  virtual void reset() = 0;
+  // Starts request `request` (its index in the workload): empty draft cache, position 0.
+  virtual void reset(int64_t request) = 0;
   // Verified positions: their ids and the target's taps [T, n*H] (ascending capture id).
   virtual Status observe(const std::vector<int32_t>& ids, const Tensor& taps) = 0;
   // gamma proposals from `anchor` (the last verified token, not yet consumed).
@@ -46,12 +63,15 @@ struct SpeculativeResult {
   double acceptance_rate = 0;     // sum(a) / (steps * gamma)
   double tokens_per_forward = 0;  // 1 + sum(a) / steps
   double mean_accepted = 0;       // sum(a) / steps
+  // How many steps accepted a tokens, for a = 0..gamma (SPEC 3.3's histogram).
+  std::vector<int64_t> accepted_histogram;
 };
 
 // Runs every prompt speculatively. Records the forwards, "generation/<p>/{prompt_ids,
 // emitted}" as generate_greedy does (emitted truncated to max_new_tokens), and
-// "spec/<p>/{proposals [steps, gamma], accepted [steps], emitted}" with the figures as
-// attributes of the "spec" group.
+// "spec/<p>/{proposals [steps, gamma], accepted [steps], emitted}", then
+// "spec/accepted_histogram" (int32 [gamma + 1], steps per accepted length over every
+// prompt), with the figures as attributes of the "spec" group.
 Result<SpeculativeResult> generate_speculative(Engine& engine, Drafter& drafter,
                                                const std::vector<std::vector<int32_t>>& prompts,
                                                const SpeculativeOptions& options,

@@ -1,8 +1,10 @@
 #include "reference/weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "reference/dspark.h"
 #include "reference/eagle3.h"
@@ -19,8 +21,10 @@ uint64_t fnv1a(const std::string& s) {
 
 // Gain of the projections that write into the residual stream (attention o_proj, MLP
 // down_proj). Small enough that the embedding row (bank row 0) dominates the output
-// mixture: the target is then bigram-dominant, which the drafter's Markov head can fit
-// (SPEC 3.3), while every layer still moves the logits.
+// mixture; with the successor-tied lm_head (successor_permutation) the target then
+// mostly continues t with succ[t], which the drafters' derived heads follow (SPEC 3.3),
+// while every layer still moves the logits and the context overrides it about one
+// token in four on k3-tiny.
 constexpr float kResidualWriteGain = 0.05f;
 
 float linear_scale(int64_t fan_in, float gain) {
@@ -102,8 +106,10 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
   s.push_back(vec("output_attn_res_norm.weight", h, WeightInit::kOnePlus, 0.1f));
   s.push_back(vec("output_attn_res_proj.weight", h, WeightInit::kUniform,
                   2.0f / std::sqrt(static_cast<float>(h))));
-  s.push_back(
-      TensorSpec{"lm_head.weight", {c.vocab_size, h}, WeightInit::kUniform, linear_scale(h, 4.0f)});
+  // lm_head = R + tie: R uniform with scale linear_scale(H, 4), the tie adds the same
+  // scale times the embedding row of each token's predecessor (successor_permutation).
+  s.push_back(TensorSpec{
+      "lm_head.weight", {c.vocab_size, h}, WeightInit::kSuccessorTied, linear_scale(h, 4.0f)});
   return s;
 }
 
@@ -165,9 +171,41 @@ Tensor generate_tensor(uint64_t seed, const TensorSpec& spec) {
   return t;
 }
 
+std::vector<int32_t> successor_permutation(const ModelConfig& c) {
+  const int64_t v = c.vocab_size;
+  const uint64_t key = splitmix64(c.seed ^ fnv1a("successor_permutation"));
+  std::vector<std::pair<uint64_t, int32_t>> order;
+  for (int64_t t = 0; t < v; ++t)
+    order.emplace_back(splitmix64(key + static_cast<uint64_t>(t)), static_cast<int32_t>(t));
+  std::sort(order.begin(), order.end());
+  // The token at rank i follows the token at rank i - 1 (cyclically): one cycle over the
+  // whole vocabulary, so greedy text does not fall into a short loop.
+  std::vector<int32_t> succ(static_cast<size_t>(v));
+  for (int64_t i = 0; i < v; ++i) succ[order[i].second] = order[(i + 1) % v].second;
+  return succ;
+}
+
 Tensor generate_model_tensor(const ModelConfig& config, const TensorSpec& spec) {
   if (spec.init == WeightInit::kMarkovW1 || spec.init == WeightInit::kMarkovW2)
     return generate_markov_factor(config, spec);
+  if (spec.init == WeightInit::kSuccessorTied) {
+    // lm_head[succ[t]] = bf16(R[succ[t]] + scale * embed_tokens[t]), element by element.
+    TensorSpec free = spec;
+    free.init = WeightInit::kUniform;
+    Tensor out = generate_tensor(config.seed, free);
+    const TensorSpec embed = *find_tensor_spec(config, "embed_tokens.weight");
+    const std::vector<int32_t> succ = successor_permutation(config);
+    const int64_t h = spec.shape[1];
+    bf16* d = out.data<bf16>();
+    for (int64_t t = 0; t < spec.shape[0]; ++t) {
+      const int64_t row = succ[static_cast<size_t>(t)];
+      for (int64_t i = 0; i < h; ++i) {
+        const float e = round_bf16(generated_value(config.seed, embed, t * h + i));
+        d[row * h + i] = to_bf16(generated_value(config.seed, free, row * h + i) + spec.scale * e);
+      }
+    }
+    return out;
+  }
   return generate_tensor(config.seed, spec);
 }
 

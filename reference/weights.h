@@ -17,7 +17,9 @@ namespace splitcheck {
 // How a tensor's values are drawn: value = scale * u (+ 1 for kOnePlus), u uniform in
 // [-1, 1) from a counter-based generator keyed by (seed, name, element index).
 // kMarkovW1/kMarkovW2 are derived from other generated tensors (reference/dspark.h).
-enum class WeightInit { kUniform, kOnePlus, kMarkovW1, kMarkovW2 };
+// kSuccessorTied (lm_head only): the uniform draw plus `scale` times the embedding row of
+// the token's predecessor under successor_permutation (see lm_head_successor_tie).
+enum class WeightInit { kUniform, kOnePlus, kMarkovW1, kMarkovW2, kSuccessorTied };
 
 struct TensorSpec {
   std::string name;
@@ -39,6 +41,12 @@ float generated_value(uint64_t seed, const TensorSpec& spec, int64_t index);
 Tensor generate_tensor(uint64_t seed, const TensorSpec& spec);
 // Any generated tensor of the model, derived ones included.
 Tensor generate_model_tensor(const ModelConfig& config, const TensorSpec& spec);
+
+// The target's preferred successor of every token: a permutation of [0, V) drawn from
+// the model seed (tokens sorted by a seeded hash). lm_head.weight ties row succ[t] to
+// embed_tokens row t, so the target tends to continue t with succ[t] (SPEC 3.3: the
+// weights make the target predictable enough for acceptance to be meaningful).
+std::vector<int32_t> successor_permutation(const ModelConfig& config);
 
 // Name -> tensor: what an engine or a stage holds. The store owns what it holds: each
 // tensor put here should come with storage of its own (WeightSource::load gives that); a

@@ -2,6 +2,7 @@
 // SVG only: no script, no fonts, no network access. Every string is escaped.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
 #include "reports/report.h"
@@ -269,6 +270,28 @@ std::string object_table(const char* id, const nlohmann::json& rows) {
   return out + "</tbody></table>\n";
 }
 
+// PP=1's accepted-length histogram (the first acceptance row) as a two-row table with a
+// bar per length; empty when the rows carry none.
+std::string histogram_table(const nlohmann::json& rows) {
+  if (!rows.is_array() || rows.empty() || !rows[0].is_object() ||
+      !rows[0].contains("accepted_histogram") || !rows[0]["accepted_histogram"].is_array())
+    return "";
+  const nlohmann::json& h = rows[0]["accepted_histogram"];
+  int64_t most = 1;
+  for (const auto& n : h) most = std::max(most, n.is_number_integer() ? n.get<int64_t>() : 0);
+  std::string head = "<tr><th>accepted length</th>", bars = "<tr><th>PP=1 steps</th>";
+  for (size_t a = 0; a < h.size(); ++a) {
+    const int64_t n = h[a].is_number_integer() ? h[a].get<int64_t>() : 0;
+    head += fmt::format("<th>{}</th>", a);
+    bars += fmt::format(
+        "<td class=\"num\"><svg width=\"12\" height=\"40\"><rect x=\"0\" y=\"{}\" "
+        "width=\"12\" height=\"{}\" fill=\"#0969da\"/></svg><br>{}</td>",
+        40 - 40 * n / most, 40 * n / most, n);
+  }
+  return "<h3>Accepted lengths (PP=1)</h3>\n<table id=\"accepted-histogram\"><thead>" + head +
+         "</tr></thead><tbody>" + bars + "</tr></tbody></table>\n";
+}
+
 }  // namespace
 
 std::string render_html(const nlohmann::json& r) {
@@ -357,8 +380,10 @@ std::string render_html(const nlohmann::json& r) {
   out +=
       std::string(kind == "compare" ? "<h2>Differing datasets</h2>\n" : "<h2>Split points</h2>\n") +
       cases_table(r);
-  if (r.contains("acceptance"))
+  if (r.contains("acceptance")) {
     out += "<h2>Acceptance against PP=1</h2>\n" + object_table("acceptance", r["acceptance"]);
+    out += histogram_table(r["acceptance"]);
+  }
   if (kind == "sweep") out += "<h2>Embedding and memory per stage</h2>\n" + stages_table(r);
   out += "<h2>Reproduce</h2>\n<pre id=\"command\">" + esc(str_field(r, "command")) + "</pre>\n";
   out += "</body></html>\n";

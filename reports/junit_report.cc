@@ -35,8 +35,11 @@ std::string render_junit(const nlohmann::json& r) {
     out += fmt::format("      <property name=\"digests_rule\" value=\"{}\"/>\n",
                        xml_escape(str_field(r, "digests_rule")));
   }
-  out += fmt::format("      <property name=\"command\" value=\"{}\"/>\n    </properties>\n",
+  out += fmt::format("      <property name=\"command\" value=\"{}\"/>\n",
                      xml_escape(str_field(r, "command")));
+  if (const std::string a = acceptance_line(r); !a.empty())
+    out += fmt::format("      <property name=\"acceptance\" value=\"{}\"/>\n", xml_escape(a));
+  out += "    </properties>\n";
   for (const nlohmann::json& c : r["cases"]) {
     const std::string verdict = str_field(c, "verdict");
     const std::string message = xml_escape(str_field(c, "message"));

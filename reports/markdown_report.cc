@@ -56,6 +56,8 @@ std::string render_markdown(const nlohmann::json& r) {
                   counts.value("diverged", 0), counts.value("config_rejected", 0),
                   counts.value("error", 0), counts.value("skipped", 0), counts.value("total", 0));
   if (r.contains("reuse")) out += fmt::format("Reuse: {}.\n\n", cell(reuse_line(r["reuse"])));
+  if (const std::string a = acceptance_line(r); !a.empty())
+    out += fmt::format("Speculative decoding: {}.\n\n", cell(a));
   std::vector<const nlohmann::json*> bad;
   for (const nlohmann::json& c : r["cases"])
     if (str_field(c, "verdict") != "pass") bad.push_back(&c);

@@ -226,15 +226,14 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
     // SPEC 5.5: the speculative figures of every split point against PP=1's.
     auto row = [](const std::string& split, const AcceptanceFigures& a,
                   const AcceptanceFigures& ref) {
-      const bool equal = a.speculative && a.steps == ref.steps && a.accepted == ref.accepted &&
-                         a.strict_correct == ref.strict_correct &&
-                         a.flexible_correct == ref.flexible_correct;
+      const bool equal = same_acceptance(a, ref);
       return nlohmann::json{{"split", split},
                             {"steps", a.steps},
                             {"accepted", a.accepted},
                             {"mean_accepted_length", a.mean_accepted},
                             {"acceptance_rate", a.acceptance_rate},
                             {"tokens_per_forward", a.tokens_per_forward},
+                            {"accepted_histogram", a.accepted_histogram},
                             {"gsm8k_strict", a.strict_correct},
                             {"gsm8k_flexible", a.flexible_correct},
                             {"prompts", a.prompts},

@@ -31,4 +31,9 @@ const nlohmann::json& obj_field(const nlohmann::json& j, const char* key);
 // A JSON string field, or `fallback` when it is absent or not a string.
 std::string str_field(const nlohmann::json& j, const char* key, const std::string& fallback = "");
 
+// One line on speculative decoding for the text forms (JUnit, Markdown): PP=1's steps,
+// acceptance rate, tokens per forward and accepted-length histogram ("a=0: n, ..."), and
+// how many split points have PP=1's figures. Empty when the report has no acceptance.
+std::string acceptance_line(const nlohmann::json& report);
+
 }  // namespace splitcheck

@@ -1,3 +1,5 @@
+#include <fmt/format.h>
+
 #include "reports/writers.h"
 
 namespace splitcheck {
@@ -56,6 +58,24 @@ const nlohmann::json& obj_field(const nlohmann::json& j, const char* key) {
 std::string str_field(const nlohmann::json& j, const char* key, const std::string& fallback) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return fallback;
   return j[key].get<std::string>();
+}
+
+std::string acceptance_line(const nlohmann::json& r) {
+  if (!r.contains("acceptance") || !r["acceptance"].is_array() || r["acceptance"].empty())
+    return "";
+  const nlohmann::json& rows = r["acceptance"];
+  const nlohmann::json& pp1 = rows[0];
+  std::string hist;
+  const nlohmann::json h = pp1.value("accepted_histogram", nlohmann::json::array());
+  for (size_t a = 0; a < h.size(); ++a)
+    hist += fmt::format("{}a={}: {}", a ? ", " : "", a, h[a].dump());
+  size_t equal = 0;
+  for (size_t i = 1; i < rows.size(); ++i) equal += rows[i].value("equal_to_pp1", false);
+  return fmt::format(
+      "PP=1: {} steps, acceptance rate {:.3f}, tokens per forward {:.3f}, accepted lengths [{}]; "
+      "{} of {} split points equal to PP=1",
+      pp1.value("steps", 0), pp1.value("acceptance_rate", 0.0),
+      pp1.value("tokens_per_forward", 0.0), hist, equal, rows.size() - 1);
 }
 
 }  // namespace splitcheck

@@ -47,10 +47,11 @@ int cmd_run(const std::string& scenario_path, const std::string& out,
   if (run->summary.speculative) {
     const SpeculativeResult& sp = run->summary.spec;
     fmt::print(
-        "  speculative {} (gamma {}): {} steps, mean accepted length {:.3f}, acceptance "
-        "rate {:.3f}, tokens per forward {:.3f}\n",
-        s->speculative.method, s->speculative.gamma, sp.steps, sp.mean_accepted, sp.acceptance_rate,
-        sp.tokens_per_forward);
+        "  speculative {} (gamma {}, departure rate {}): {} steps, mean accepted length {:.3f}, "
+        "acceptance rate {:.3f}, tokens per forward {:.3f}\n  accepted lengths: {}\n",
+        s->speculative.method, s->speculative.gamma, s->speculative.departure_rate, sp.steps,
+        sp.mean_accepted, sp.acceptance_rate, sp.tokens_per_forward,
+        histogram_text(sp.accepted_histogram));
   }
   int strict = 0, flexible = 0;
   for (size_t p = 0; p < seqs.size(); ++p) {

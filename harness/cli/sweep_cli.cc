@@ -72,16 +72,16 @@ int SweepCli::run() {
     const AcceptanceFigures& a = r->pp1_acceptance;
     int equal = 0;
     for (const CaseResult& c : r->cases) {
-      equal += c.acceptance.speculative && c.acceptance.steps == a.steps &&
-               c.acceptance.accepted == a.accepted;
+      equal += same_acceptance(c.acceptance, a);
     }
     fmt::print(
-        "speculative ({}, gamma {}): PP=1 {} steps, mean accepted length {:.3f}, acceptance rate "
-        "{:.3f}, tokens per forward {:.3f}, GSM8K strict {}/{}, flexible {}/{}; {} of {} split "
-        "points with the same acceptance\n",
-        s->speculative.method, s->speculative.gamma, a.steps, a.mean_accepted, a.acceptance_rate,
-        a.tokens_per_forward, a.strict_correct, a.prompts, a.flexible_correct, a.prompts, equal,
-        r->cases.size());
+        "speculative ({}, gamma {}, departure rate {}): PP=1 {} steps, mean accepted length "
+        "{:.3f}, acceptance rate {:.3f}, tokens per forward {:.3f}, accepted lengths [{}], GSM8K "
+        "strict {}/{}, flexible {}/{}; {} of {} split points with the same acceptance\n",
+        s->speculative.method, s->speculative.gamma, s->speculative.departure_rate, a.steps,
+        a.mean_accepted, a.acceptance_rate, a.tokens_per_forward,
+        histogram_text(a.accepted_histogram), a.strict_correct, a.prompts, a.flexible_correct,
+        a.prompts, equal, r->cases.size());
   }
   for (const std::string& f : r->expect_failures) fmt::print("expect: NOT MET: {}\n", f);
   if (!report_dir.empty()) {

@@ -40,6 +40,7 @@ AcceptanceFigures acceptance_figures(const GenerationSummary& g) {
   f.acceptance_rate = g.spec.acceptance_rate;
   f.tokens_per_forward = g.spec.tokens_per_forward;
   f.mean_accepted = g.spec.mean_accepted;
+  f.accepted_histogram = g.spec.accepted_histogram;
   f.strict_correct = g.strict_correct;
   f.flexible_correct = g.flexible_correct;
   f.prompts = static_cast<int>(g.generation.sequences.size());
@@ -75,6 +76,18 @@ DrafterPlacement describe_drafter(const Scenario& s, const DrafterBinding& bindi
 Status probe_drafter_load(const Scenario& s, const Stage& stage) {
   DrafterBinding binding;
   return bind_drafter(s, stage.weights(), stage.index(), stage.is_first(), binding);
+}
+
+bool same_acceptance(const AcceptanceFigures& a, const AcceptanceFigures& ref) {
+  return a.speculative && ref.speculative && a.steps == ref.steps && a.accepted == ref.accepted &&
+         a.accepted_histogram == ref.accepted_histogram && a.strict_correct == ref.strict_correct &&
+         a.flexible_correct == ref.flexible_correct;
+}
+
+std::string histogram_text(const std::vector<int64_t>& h) {
+  std::string out;
+  for (size_t a = 0; a < h.size(); ++a) out += fmt::format("{}a={}: {}", a ? ", " : "", a, h[a]);
+  return out;
 }
 
 Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, const WeightStore& host,
@@ -114,10 +127,17 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, cons
     binding.embed = binding.embed ? binding.embed : &binding.own_embedding;
   }
   std::unique_ptr<Drafter> drafter;
+  const Departure departure{s.model.seed, s.speculative.departure_rate};
   if (eagle3) {
-    ASSIGN_OR_RETURN(drafter, Eagle3Drafter::create(s.model, own, binding));
+    ASSIGN_OR_RETURN(std::unique_ptr<Eagle3Drafter> e,
+                     Eagle3Drafter::create(s.model, own, binding));
+    e->set_departure(departure);
+    drafter = std::move(e);
   } else {
-    ASSIGN_OR_RETURN(drafter, DsparkDrafter::create(s.model, own, binding, n_taps));
+    ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> d,
+                     DsparkDrafter::create(s.model, own, binding, n_taps));
+    d->set_departure(departure);
+    drafter = std::move(d);
   }
   SpeculativeOptions opts{gen, s.speculative.gamma};
   if (producer) opts.generation.max_new_tokens = 1;

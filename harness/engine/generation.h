@@ -57,11 +57,18 @@ struct AcceptanceFigures {
   double acceptance_rate = 0;
   double tokens_per_forward = 0;
   double mean_accepted = 0;
+  // Steps that accepted a tokens, a = 0..gamma (SPEC 3.3); empty without a drafter.
+  std::vector<int64_t> accepted_histogram;
   int strict_correct = 0;
   int flexible_correct = 0;
   int prompts = 0;
 };
 AcceptanceFigures acceptance_figures(const GenerationSummary& summary);
+// Whether a run's figures equal PP=1's: both speculative, the same steps, accepted total,
+// accepted-length histogram and GSM8K-style scores.
+bool same_acceptance(const AcceptanceFigures& run, const AcceptanceFigures& pp1);
+// "a=0: n0, a=1: n1, ..." for a console line.
+std::string histogram_text(const std::vector<int64_t>& histogram);
 
 // The checkpoint names of the scenario's drafter (empty without one).
 std::vector<std::string> drafter_tensor_names(const Scenario& scenario);

@@ -344,7 +344,8 @@ Status parse_engine(const ScenarioReader& r, const json& j, Scenario* s) {
 
 Status parse_speculative(const ScenarioReader& r, const json& j, SpeculativeConfig* out) {
   const std::string ptr = "/speculative";
-  RETURN_IF_ERROR(r.check_object(j, ptr, {"method", "gamma", "context_only_producer"}));
+  RETURN_IF_ERROR(
+      r.check_object(j, ptr, {"method", "gamma", "context_only_producer", "departure_rate"}));
   SpeculativeConfig sp;
   if (const json* v = member(j, "method")) {
     ASSIGN_OR_RETURN(sp.method, r.one_of(*v, ptr + "/method", kMethods));
@@ -354,6 +355,14 @@ Status parse_speculative(const ScenarioReader& r, const json& j, SpeculativeConf
   }
   if (const json* v = member(j, "context_only_producer")) {
     ASSIGN_OR_RETURN(sp.context_only_producer, r.boolean(*v, ptr + "/context_only_producer"));
+  }
+  if (const json* v = member(j, "departure_rate")) {
+    const std::string vptr = ptr + "/departure_rate";
+    if (!v->is_number()) return r.type_error(*v, vptr, "number");
+    const double rate = v->get<double>();
+    if (!(rate >= 0.0 && rate <= 1.0))
+      return r.error(vptr, "must be a number in [0, 1], got " + v->dump());
+    sp.departure_rate = rate;
   }
   *out = std::move(sp);
   return Status::ok();
@@ -547,7 +556,8 @@ nlohmann::json resolved_scenario_json(const Scenario& s) {
       {"speculative",
        {{"method", s.speculative.method},
         {"gamma", s.speculative.gamma},
-        {"context_only_producer", s.speculative.context_only_producer}}},
+        {"context_only_producer", s.speculative.context_only_producer},
+        {"departure_rate", s.speculative.departure_rate}}},
       {"partitions", {{"pp", s.partitions.pp}, {"splits", splits}}},
       {"faults", s.faults},
       {"checks", s.checks},

@@ -34,6 +34,9 @@ struct SpeculativeConfig {
   std::string method = "none";  // none | dspark | eagle3
   int gamma = 7;
   bool context_only_producer = false;  // the last stage is a context-only prefill producer
+  // The drafter's seeded departure probability per proposal (SPEC 3.3, Departure in
+  // reference/speculative.h): 0 follows its own prediction everywhere.
+  double departure_rate = 0.0;
 };
 
 // Which partitions to sweep (SPEC 2.7).

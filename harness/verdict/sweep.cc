@@ -298,6 +298,28 @@ std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const Swe
     }
     if (caught == 0) fails.push_back(fmt::format("no split point failed the {} check", check));
   }
+  // SPEC 3.3 on PP=1's acceptance: its range, and every accepted length 0..gamma.
+  const AcceptanceFigures& a = r.pp1_acceptance;
+  for (const auto& [field, at_most] :
+       {std::pair{"acceptance_rate_at_least", false}, std::pair{"acceptance_rate_at_most", true}}) {
+    if (!expect.contains(field)) continue;
+    const double bound = expect[field].get<double>();
+    if (!a.speculative)
+      fails.push_back(fmt::format("expected {} {}, but the run is not speculative", field, bound));
+    else if (at_most ? a.acceptance_rate > bound : a.acceptance_rate < bound)
+      fails.push_back(fmt::format("expected {} {}, got acceptance rate {:.4f}", field, bound,
+                                  a.acceptance_rate));
+  }
+  if (expect.value("every_accepted_length", false)) {
+    std::vector<size_t> missing;
+    for (size_t n = 0; n < a.accepted_histogram.size(); ++n)
+      if (a.accepted_histogram[n] == 0) missing.push_back(n);
+    if (!a.speculative || a.accepted_histogram.empty())
+      fails.push_back("expected every accepted length, but the run is not speculative");
+    else if (!missing.empty())
+      fails.push_back(fmt::format("expected every accepted length 0..{}, never accepted: {}",
+                                  a.accepted_histogram.size() - 1, fmt::join(missing, ", ")));
+  }
   for (const CaseResult& c : r.cases)
     if (c.verdict == Verdict::kError)
       fails.push_back(fmt::format("{}: error: {}", c.key, c.message));

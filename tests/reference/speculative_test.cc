@@ -61,7 +61,7 @@ class OracleDrafter : public Drafter {
  public:
   OracleDrafter(std::vector<int32_t> greedy, size_t prompt_len, int good, int vocab)
       : greedy_(std::move(greedy)), prompt_len_(prompt_len), good_(good), vocab_(vocab) {}
-  void reset() override { seen_ = 0; }
+  void reset(int64_t) override { seen_ = 0; }
   Status observe(const std::vector<int32_t>& ids, const Tensor&) override {
     seen_ += ids.size();
     return Status::ok();

@@ -119,3 +119,39 @@ TEST(ReportTest, EscapesEveryString) {
 
 }  // namespace
 }  // namespace splitcheck::testing
+
+namespace splitcheck::testing {
+namespace {
+
+// SPEC 3.3: the histogram of accepted lengths appears in every form, PP=1's and every
+// split point's, compared against PP=1.
+TEST(ReportTest, AcceptedLengthHistogramInEveryForm) {
+  const std::filesystem::path& dir = pairwise_reports();
+  const nlohmann::json j = nlohmann::json::parse(read_text(dir / "report.json"));
+  ASSERT_TRUE(j.contains("acceptance"));
+  const nlohmann::json& pp1 = j["acceptance"][0];
+  ASSERT_TRUE(pp1.contains("accepted_histogram"));
+  const nlohmann::json& h = pp1["accepted_histogram"];
+  ASSERT_EQ(h.size(), static_cast<size_t>(j["scenario"]["resolved"]["speculative"]["gamma"]) + 1)
+      << pp1.dump();
+  int64_t steps = 0;
+  std::string text;
+  for (size_t a = 0; a < h.size(); ++a) {
+    steps += h[a].get<int64_t>();
+    text += (a ? ", " : "") + std::string("a=") + std::to_string(a) + ": " + h[a].dump();
+  }
+  EXPECT_EQ(steps, pp1["steps"].get<int64_t>());
+  for (const auto& row : j["acceptance"]) {
+    EXPECT_EQ(row["accepted_histogram"], h) << row.dump();
+    EXPECT_TRUE(row["equal_to_pp1"].get<bool>()) << row.dump();
+  }
+  EXPECT_NE(read_text(dir / "summary.md").find(text), std::string::npos) << text;
+  EXPECT_NE(read_text(dir / "junit.xml").find(text), std::string::npos) << text;
+  const std::string html = read_text(dir / "report.html");
+  EXPECT_NE(html.find("id=\"accepted-histogram\""), std::string::npos);
+  for (size_t a = 0; a < h.size(); ++a)
+    EXPECT_NE(html.find("/></svg><br>" + h[a].dump() + "</td>"), std::string::npos) << a;
+}
+
+}  // namespace
+}  // namespace splitcheck::testing
