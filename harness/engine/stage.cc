@@ -162,10 +162,18 @@ void Stage::restore_state() {
   caches_ = snapshot_;
 }
 
+void Stage::record_caches(int32_t forward, RunRecord& record) const {
+  for (int l = range_.begin; l < range_.end; ++l)
+    record.add(forward_path(forward) + "cache/" + std::to_string(l),
+               cache_tensor(cfg_.model, l, caches_[l - range_.begin]));
+}
+
 void Stage::follow_log(PrefixReuse reuse) {
   std::string& why = reuse_unused_because_;
   if (!reuse.enabled()) {
     why = "reuse is off";
+  } else if (cfg_.level == DumpLevel::kFull) {
+    why = "the full dump level records the caches, which the log does not keep";
   } else if (!is_first() || is_last()) {
     why = "only a first stage that is not also the last reuses";
   } else if (reuse.log->capture_ids() != cfg_.capture_ids || reuse.log->level() != cfg_.level) {

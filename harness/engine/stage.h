@@ -58,6 +58,9 @@ class Stage {
   void reset_sequence();
   void save_state();
   void restore_state();
+  // At the full dump level: each of the stage's layers' cache, as PP=1 records it
+  // ("forward/<f>/cache/<l>", reference/engine.h), after forward `forward`.
+  void record_caches(int32_t forward, RunRecord& record) const;
   // Lets a first stage (that is not also the last) follow PP=1's log (prefix_reuse.h).
   // Call before the first operation; reuse_stats() says why it did not, when it did not.
   void follow_log(PrefixReuse reuse);
