@@ -76,6 +76,18 @@ void record_forward_end(RunRecord* record, const ForwardRequest& req, DumpLevel 
   record->add("stage_trace/" + std::to_string(req.index), dispatch_stages(trace));
 }
 
+Tensor cache_tensor(const ModelConfig& c, int layer, const LayerCache& lc) {
+  Tensor t;
+  if (c.is_mla_layer(layer)) {
+    t = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(lc.mla_latent.size())});
+    std::copy(lc.mla_latent.begin(), lc.mla_latent.end(), t.data<bf16>());
+  } else {
+    t = Tensor::zeros(DType::kF32, {static_cast<int64_t>(lc.kda_state.size())});
+    std::copy(lc.kda_state.begin(), lc.kda_state.end(), t.data<float>());
+  }
+  return t;
+}
+
 Tensor concat_taps(const std::vector<std::pair<int, Tensor>>& taps, int64_t tokens,
                    int64_t hidden) {
   const int64_t n = static_cast<int64_t>(taps.size());
@@ -170,18 +182,9 @@ Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRec
   HeadOutput head = run_head(ctx, c, st, weights_);
   record_forward_end(record, req, options_.level, head, st, taps, trace);
   if (record != nullptr && options_.level == DumpLevel::kFull) {
-    for (int l = 0; l < L; ++l) {
-      const LayerCache& lc = caches_[l];
-      Tensor t;
-      if (c.is_mla_layer(l)) {
-        t = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(lc.mla_latent.size())});
-        std::copy(lc.mla_latent.begin(), lc.mla_latent.end(), t.data<bf16>());
-      } else {
-        t = Tensor::zeros(DType::kF32, {static_cast<int64_t>(lc.kda_state.size())});
-        std::copy(lc.kda_state.begin(), lc.kda_state.end(), t.data<float>());
-      }
-      record->add(forward_path(req.index) + "cache/" + std::to_string(l), std::move(t));
-    }
+    for (int l = 0; l < L; ++l)
+      record->add(forward_path(req.index) + "cache/" + std::to_string(l),
+                  cache_tensor(c, l, caches_[l]));
   }
   ForwardResult out;
   out.logits = head.logits;

@@ -99,6 +99,9 @@ void record_forward_end(RunRecord* record, const ForwardRequest& request, DumpLe
                         const HeadOutput& head, const ResidualState& state,
                         const std::vector<std::pair<int, Tensor>>& taps,
                         const DispatchTrace& trace);
+// Layer `layer`'s cache as the full dump level records it under "cache/<layer>": the MLA
+// latent (bf16) or the KDA state (float32), flattened.
+Tensor cache_tensor(const ModelConfig& config, int layer, const LayerCache& cache);
 // Concatenates taps (ascending id) along the hidden axis: [T, n*H].
 Tensor concat_taps(const std::vector<std::pair<int, Tensor>>& taps, int64_t tokens, int64_t hidden);
 

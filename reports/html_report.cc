@@ -310,11 +310,15 @@ std::string render_html(const nlohmann::json& r) {
       "<header><h1>splitcheck {} <code>{}</code></h1>\n<p><span id=\"verdict\" class=\"verdict "
       "{}\" "
       "data-verdict=\"{}\" data-exit-code=\"{}\">{}</span></p>\n",
-      esc(str_field(r, "kind", "sweep")), esc(name), esc(verdict), esc(verdict),
+      esc(str_field(r, "kind", "sweep")), esc(name),
+      esc(r.value("exit_code", 0) != 0 ? std::string("divergent") : verdict), esc(verdict),
       text_of(r.value("exit_code", nlohmann::json())),
       esc(verdict != "conformant" ? "DIVERGENT"
           : kind == "compare"     ? "CONFORMANT: the dumps are bit-identical"
-                                  : "CONFORMANT: every split point is bit-identical to PP=1"));
+          : r.value("exit_code", 0) != 0
+              ? "FAILED: every split point is bit-identical to PP=1, but the scenario's expect "
+                "is not met"
+              : "CONFORMANT: every split point is bit-identical to PP=1"));
   out +=
       "<table "
       "id=\"counts\"><thead><tr><th>pass</th><th>diverged</th><th>config-rejected</th><th>error</"
@@ -332,6 +336,11 @@ std::string render_html(const nlohmann::json& r) {
       for (const auto& f : fails) out += "<li>" + esc(text_of(f)) + "</li>";
       out += "</ul>\n";
     }
+  }
+  if (r.contains("checks") && r["checks"].is_array()) {
+    std::string names;
+    for (const auto& c : r["checks"]) names += (names.empty() ? "" : ", ") + text_of(c);
+    out += fmt::format("<p id=\"checks\">Checks evaluated: {}</p>\n", esc(names));
   }
   out += "<h2>Provenance</h2>\n<table class=\"prov\" id=\"provenance\"><tbody>\n";
   if (kind == "compare") {

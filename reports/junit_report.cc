@@ -1,6 +1,8 @@
 // junit.xml: one test case per split point (compare: per differing dataset, while tests=
 // counts the datasets compared; bisect: the first failing split); diverged and config-rejected
 // cases are failures (type "diverged" / "config-rejected"), errors are <error>, skipped <skipped/>.
+// A sweep whose scenario `expect` is not met has one more test case, "expect", failing
+// (type "expect-not-met") with every unmet expectation: the gate failed on it.
 #include <fmt/format.h>
 
 #include "reports/writers.h"
@@ -9,8 +11,12 @@ namespace splitcheck {
 
 std::string render_junit(const nlohmann::json& r) {
   const nlohmann::json& counts = r["counts"];
-  const int64_t total = counts.value("total", 0);
-  const int64_t failures = counts.value("diverged", 0) + counts.value("config_rejected", 0);
+  const nlohmann::json& expect = obj_field(r, "expect");
+  const bool expect_unmet =
+      expect.contains("met") && expect["met"].is_boolean() && !expect["met"].get<bool>();
+  const int64_t total = counts.value("total", 0) + (expect_unmet ? 1 : 0);
+  const int64_t failures =
+      counts.value("diverged", 0) + counts.value("config_rejected", 0) + (expect_unmet ? 1 : 0);
   const int64_t errors = counts.value("error", 0);
   const int64_t skipped = counts.value("skipped", 0);
   const double seconds = r.contains("timing") ? r["timing"].value("total_seconds", 0.0) : 0.0;
@@ -69,6 +75,16 @@ std::string render_junit(const nlohmann::json& r) {
   if (str_field(r, "digests") == "trusted")
     out += fmt::format("    <system-out>UNVERIFIED: {}</system-out>\n",
                        xml_escape(str_field(r, "digests_rule")));
+  if (expect_unmet) {
+    std::string fails;
+    for (const auto& f : expect.value("failures", nlohmann::json::array()))
+      fails += (fails.empty() ? "" : "\n") + (f.is_string() ? f.get<std::string>() : f.dump());
+    const std::string message = "the scenario's expect is not met";
+    out += fmt::format(
+        "    <testcase classname=\"{}\" name=\"expect\" time=\"0.000\">\n      <failure "
+        "type=\"expect-not-met\" message=\"{}\">{}</failure>\n    </testcase>\n",
+        suite, message, xml_escape(fails));
+  }
   out += "  </testsuite>\n</testsuites>\n";
   return out;
 }

@@ -30,9 +30,15 @@ std::string render_markdown(const nlohmann::json& r) {
   const nlohmann::json& counts = r["counts"];
   const std::string verdict = str_field(r, "verdict");
   const bool ok = verdict == "conformant";
+  // Every split point identical is not a pass when the gate failed on something else
+  // (an unmet expect): the headline says so.
+  const bool gate_ok = r.value("exit_code", ok ? 0 : 1) == 0;
   std::string out =
       fmt::format("## splitcheck {}: **{}** {}\n\n", cell(str_field(r, "kind", "sweep")),
-                  ok ? "CONFORMANT" : "DIVERGENT", ok ? "✅" : "❌");
+                  !ok       ? "DIVERGENT"
+                  : gate_ok ? "CONFORMANT"
+                            : "CONFORMANT, BUT THE SCENARIO'S EXPECT IS NOT MET",
+                  ok && gate_ok ? "✅" : "❌");
   const std::string kind = str_field(r, "kind", "sweep");
   if (kind == "compare") {
     const nlohmann::json& in = obj_field(r, "inputs");
@@ -55,6 +61,12 @@ std::string render_markdown(const nlohmann::json& r) {
       fmt::format("| {} | {} | {} | {} | {} | {} |\n\n", counts.value("pass", 0),
                   counts.value("diverged", 0), counts.value("config_rejected", 0),
                   counts.value("error", 0), counts.value("skipped", 0), counts.value("total", 0));
+  if (r.contains("checks") && r["checks"].is_array()) {
+    std::string names;
+    for (const auto& c : r["checks"])
+      if (c.is_string()) names += (names.empty() ? "" : ", ") + c.get<std::string>();
+    out += fmt::format("Checks evaluated: {}.\n\n", cell(names));
+  }
   if (r.contains("reuse")) out += fmt::format("Reuse: {}.\n\n", cell(reuse_line(r["reuse"])));
   if (const std::string a = acceptance_line(r); !a.empty())
     out += fmt::format("Speculative decoding: {}.\n\n", cell(a));

@@ -212,7 +212,6 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
     merged["acceptance"] = acceptance;
   }
   merged["verdict"] = result.conformant() ? "conformant" : "divergent";
-  merged["exit_code"] = result.conformant() ? 0 : 1;
   merged["command"] = unsharded_command(first.value("command", ""), report_dir);
   merged["counts"] = {{"total", result.cases.size()},
                       {"pass", result.count(Verdict::kPass)},
@@ -252,6 +251,7 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   }
   merged["expect"]["failures"] = result.expect_failures;
   merged["expect"]["met"] = result.expect_failures.empty();
+  merged["exit_code"] = result.exit_code();
   return merged;
 }
 

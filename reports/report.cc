@@ -136,7 +136,8 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   j["format_version"] = 1;
   j["kind"] = "sweep";
   j["verdict"] = r.conformant() ? "conformant" : "divergent";
-  j["exit_code"] = r.conformant() ? 0 : 1;
+  j["exit_code"] = r.exit_code();
+  j["checks"] = r.checks;
   j["scenario"] = {{"name", r.scenario_name},
                    {"sha256", r.scenario_sha256},
                    {"model_sha256", r.model_sha256},

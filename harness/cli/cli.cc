@@ -140,9 +140,7 @@ int cmd_verify_dump(const std::string& path) {
   return kExitOk;
 }
 
-}  // namespace
-
-int run_cli(int argc, char** argv) {
+int run_cli_unguarded(int argc, char** argv) {
   CLI::App app{
       "splitcheck: proves a pipeline-parallel engine computes exactly what the single-stage "
       "(PP=1) engine computes, at every split point.\n"
@@ -244,6 +242,20 @@ int run_cli(int argc, char** argv) {
   if (*bisect_cli.command) return bisect_cli.run();
   if (*merge) return run_merge(merge_inputs, merge_dir);
   return sweep_cli.run();
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  // An exception that escapes a command is an internal error (exit 3), never a crash.
+  try {
+    return run_cli_unguarded(argc, argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "splitcheck: error: internal error: {}\n", e.what());
+  } catch (...) {
+    fmt::print(stderr, "splitcheck: error: internal error: unknown exception\n");
+  }
+  return kExitInternal;
 }
 
 }  // namespace splitcheck

@@ -60,6 +60,7 @@ int SweepCli::run() {
   for (const CaseResult& c : r->cases) {
     fmt::print("  {:<16} {:<16} {}\n", c.key, verdict_name(c.verdict), c.message);
   }
+  fmt::print("checks: {}\n", fmt::join(r->checks, ", "));
   fmt::print("summary: {} pass, {} diverged, {} config-rejected, {} error, {} skipped\n",
              r->count(Verdict::kPass), r->count(Verdict::kDiverged),
              r->count(Verdict::kConfigRejected), r->count(Verdict::kError),
@@ -93,8 +94,9 @@ int SweepCli::run() {
     }
     fmt::print("report: {}/report.json\n", report_dir);
   }
-  if (r->count(Verdict::kError) > 0) return 3;
-  return r->conformant() ? 0 : 1;
+  if (r->conformant() && !r->expect_failures.empty())
+    fmt::print("result: every split point passed, but the scenario's expect is not met\n");
+  return r->exit_code();
 }
 
 }  // namespace splitcheck

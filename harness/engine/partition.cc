@@ -122,8 +122,9 @@ void combinations(int first, int last, int k, std::vector<int>& cur,
 }
 
 // Greedy pairwise cover: repeatedly build a cut set of size k that covers the most
-// uncovered pairs, taking candidates in ascending order (deterministic).
-std::vector<std::vector<int>> pairwise_cover(int layers, int k) {
+// uncovered pairs, taking candidates in ascending order (deterministic). Stops once it
+// holds more than `cap` cut sets.
+std::vector<std::vector<int>> pairwise_cover(int layers, int k, size_t cap = SIZE_MAX - 1) {
   std::set<std::pair<int, int>> uncovered;
   for (int a = 1; a < layers; ++a)
     for (int b = a + 1; b < layers; ++b) uncovered.insert({a, b});
@@ -132,7 +133,7 @@ std::vector<std::vector<int>> pairwise_cover(int layers, int k) {
     for (int a = 1; a < layers; ++a) out.push_back({a});
     return out;
   }
-  while (!uncovered.empty()) {
+  while (!uncovered.empty() && out.size() <= cap) {
     std::vector<int> cut{uncovered.begin()->first, uncovered.begin()->second};
     while (static_cast<int>(cut.size()) < k) {
       int best = -1, best_gain = -1;
@@ -156,7 +157,37 @@ std::vector<std::vector<int>> pairwise_cover(int layers, int k) {
   return out;
 }
 
+// C(n, k), saturating at cap + 1: every intermediate C(n - k + i, i) is exact while it
+// stays at most cap, and the product is formed in 128 bits.
+uint64_t binomial(int64_t n, int64_t k, uint64_t cap) {
+  if (k < 0 || n < 0 || k > n) return 0;
+  k = std::min(k, n - k);
+  unsigned __int128 c = 1;
+  for (int64_t i = 1; i <= k; ++i) {
+    c = c * static_cast<unsigned __int128>(n - k + i) / static_cast<unsigned __int128>(i);
+    if (c > cap) return cap + 1;
+  }
+  return static_cast<uint64_t>(c);
+}
+
+// "all" resolved: exhaustive for pp <= 2 or up to kExhaustiveLimit partitions, else pairwise.
+std::string resolved_mode(const PartitionSpec& spec, int layers) {
+  if (spec.mode != "all") return spec.mode;
+  if (spec.pp <= 2) return "exhaustive";
+  return binomial(layers - 1, spec.pp - 1, kExhaustiveLimit) <= kExhaustiveLimit ? "exhaustive"
+                                                                                 : "pairwise";
+}
+
 }  // namespace
+
+uint64_t partition_count(const PartitionSpec& spec, int layers, uint64_t cap) {
+  const std::string mode = resolved_mode(spec, layers);
+  if (mode == "list") return std::min<uint64_t>(spec.cuts.size(), cap + 1);
+  if (mode == "exhaustive") return binomial(layers - 1, spec.pp - 1, cap);
+  if (mode == "pairwise")
+    return std::min<uint64_t>(pairwise_cover(layers, spec.pp - 1, cap).size(), cap + 1);
+  return 1;  // every-layer, balanced
+}
 
 Result<std::vector<Partition>> enumerate_partitions(const PartitionSpec& spec, int layers,
                                                     const FaultSet& faults) {
@@ -169,24 +200,22 @@ Result<std::vector<Partition>> enumerate_partitions(const PartitionSpec& spec, i
   }
   std::vector<std::vector<int>> cut_sets;
   const int k = spec.pp - 1;
-  std::string mode = spec.mode;
-  if (mode == "all") {
-    if (spec.pp <= 2) {
-      mode = "exhaustive";
-    } else {
-      std::vector<int> cur;
-      std::vector<std::vector<int>> probe;
-      combinations(1, layers - 1, k, cur, probe, kExhaustiveLimit);
-      mode = probe.size() <= kExhaustiveLimit ? "exhaustive" : "pairwise";
-    }
-  }
+  const std::string mode = resolved_mode(spec, layers);
+  auto too_many = [&] {
+    return invalid_input(
+        fmt::format("/partitions/splits: {} over {} layers with pp {} gives more than {} "
+                    "partitions",
+                    mode, layers, spec.pp, kMaxPartitions));
+  };
   if (mode == "list") {
     cut_sets = spec.cuts;
   } else if (mode == "exhaustive") {
+    if (binomial(layers - 1, k, kMaxPartitions) > kMaxPartitions) return too_many();
     std::vector<int> cur;
     combinations(1, layers - 1, k, cur, cut_sets, SIZE_MAX - 1);
   } else if (mode == "pairwise") {
-    cut_sets = pairwise_cover(layers, k);
+    cut_sets = pairwise_cover(layers, k, kMaxPartitions);
+    if (cut_sets.size() > kMaxPartitions) return too_many();
   } else if (mode == "every-layer") {
     std::vector<int> cuts;
     for (int c = 1; c < layers; ++c) cuts.push_back(c);

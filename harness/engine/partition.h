@@ -8,6 +8,7 @@
 // the report key of the case.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -61,9 +62,21 @@ class Partition {
 //  every-layer one stage per layer: every intermediate capture id is a stage end.
 //  balanced    one partition with stage sizes differing by at most one (with the fault
 //              partition.remainder_dropped: floor(L/pp) layers each, the rest dropped).
+// More than kMaxPartitions partitions is refused (invalid_input) before any is built.
 Result<std::vector<Partition>> enumerate_partitions(const PartitionSpec& spec, int layers,
                                                     const FaultSet& faults = {});
 
 constexpr size_t kExhaustiveLimit = 200;
+
+// The most partitions one enumeration may produce (a scenario asking for more is refused
+// at load with the pointer /partitions/splits): C(L-1, pp-1) grows past any machine fast
+// (C(255, 8) is about 4e14), and each partition is one full run of the model.
+constexpr uint64_t kMaxPartitions = 10000;
+
+// How many partitions `enumerate_partitions(spec, layers)` gives, without building them
+// and without overflow: exact up to `cap`, and `cap + 1` for anything larger
+// (C(L-1, pp-1) for exhaustive; the greedy cover is built, stopping past `cap`, for
+// pairwise).
+uint64_t partition_count(const PartitionSpec& spec, int layers, uint64_t cap = kMaxPartitions);
 
 }  // namespace splitcheck

@@ -49,34 +49,51 @@ PartitionedEngine::~PartitionedEngine() {
 void PartitionedEngine::stage_loop(size_t s) {
   Stage& stage = *stages_[s];
   while (std::optional<Job> job = queues_[s]->pop()) {
-    if (job->status.is_ok()) {
-      switch (job->kind) {
-        case JobKind::kReset:
-          stage.reset_sequence();
-          break;
-        case JobKind::kSave:
-          stage.save_state();
-          break;
-        case JobKind::kRestore:
-          stage.restore_state();
-          break;
-        case JobKind::kForward: {
-          const std::vector<std::byte>* in = stage.is_first() ? nullptr : &job->payload;
-          Result<StageOutput> out =
-              stage.run(job->request, in, job->wants_record ? &job->record : nullptr, &job->trace);
-          if (!out.is_ok()) {
-            job->status = out.status();
-          } else if (stage.is_last()) {
-            job->last = std::move(*out);
-            job->payload.clear();
-          } else {
-            job->payload = std::move(out->payload);
-          }
-          break;
-        }
-      }
+    // An exception must not end the thread (std::terminate): it fails this operation,
+    // and the job travels on so the caller sees the status.
+    try {
+      run_job(stage, *job);
+    } catch (const std::exception& e) {
+      job->status = internal_error(fmt::format("stage {} (layers {}-{}): exception: {}", s,
+                                               stage.holdings().range.begin,
+                                               stage.holdings().range.end, e.what()));
+    } catch (...) {
+      job->status = internal_error(fmt::format("stage {}: unknown exception", s));
     }
     if (!queues_[s + 1]->push(std::move(*job))) return;
+  }
+}
+
+void PartitionedEngine::run_job(Stage& stage, Job& job) const {
+  if (!job.status.is_ok()) return;  // an earlier stage failed: pass the status on
+  switch (job.kind) {
+    case JobKind::kReset:
+      stage.reset_sequence();
+      break;
+    case JobKind::kSave:
+      stage.save_state();
+      break;
+    case JobKind::kRestore:
+      stage.restore_state();
+      break;
+    case JobKind::kForward: {
+      const std::vector<std::byte>* in = stage.is_first() ? nullptr : &job.payload;
+      Result<StageOutput> out =
+          stage.run(job.request, in, job.wants_record ? &job.record : nullptr, &job.trace);
+      if (!out.is_ok()) {
+        job.status = out.status();
+        break;
+      }
+      if (job.wants_record && options_.level == DumpLevel::kFull)
+        stage.record_caches(job.request.index, job.caches);
+      if (stage.is_last()) {
+        job.last = std::move(*out);
+        job.payload.clear();
+      } else {
+        job.payload = std::move(out->payload);
+      }
+      break;
+    }
   }
 }
 
@@ -112,6 +129,7 @@ Result<ForwardResult> PartitionedEngine::forward(const ForwardRequest& req, RunR
   if (record != nullptr) record->append(done.record);
   const StageOutput& last = done.last;
   record_forward_end(record, req, options_.level, last.head, last.state, last.taps, done.trace);
+  if (record != nullptr) record->append(done.caches);
   ForwardResult out;
   out.logits = last.head.logits;
   out.next_tokens = last.head.next_tokens;

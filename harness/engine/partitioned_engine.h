@@ -1,7 +1,8 @@
 // The partitioned engine: one Stage per range of the partition, each on its own thread
 // (the `inproc` transport), handing encoded payloads through bounded queues. It
 // implements Engine, so the generation loop that drives PP=1 drives it unchanged, and it
-// records the same logical dump layout as the reference engine.
+// records the same logical dump layout as the reference engine, at every dump level. An
+// exception in a stage thread becomes the failing status of the operation it ran.
 #pragma once
 
 #include <memory>
@@ -45,6 +46,7 @@ class PartitionedEngine : public Engine {
     ForwardRequest request;
     std::vector<std::byte> payload;
     RunRecord record;  // per-layer tensors, appended stage by stage
+    RunRecord caches;  // full dump level: every layer's cache after the forward
     DispatchTrace trace;
     bool wants_record = false;
     Status status;
@@ -53,6 +55,8 @@ class PartitionedEngine : public Engine {
 
   PartitionedEngine() = default;
   void stage_loop(size_t s);
+  // One job on one stage (stage_loop catches what it throws).
+  void run_job(Stage& stage, Job& job) const;
   Job round_trip(Job job);
   void control(JobKind kind);
 

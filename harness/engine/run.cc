@@ -28,6 +28,12 @@ Result<PreparedWorkload> prepare_workload(const Scenario& s) {
     std::vector<int32_t> ids = tokenize_bytes(p.prompt());
     const size_t cap = static_cast<size_t>(s.workload.max_prompt_tokens);
     if (cap > 0 && ids.size() > cap) ids.erase(ids.begin(), ids.end() - static_cast<long>(cap));
+    if (ids.size() > static_cast<size_t>(scenario_bounds::kPromptTokens)) {
+      return invalid_input(
+          fmt::format("{}: /workload/max_prompt_tokens: prompt {} has {} tokens, more than {}; set "
+                      "max_prompt_tokens to keep its last ones",
+                      s.source_path, w.prompts.size(), ids.size(), scenario_bounds::kPromptTokens));
+    }
     w.prompts.push_back(std::move(ids));
   }
   return w;

@@ -224,6 +224,12 @@ void Stage::set_memo(const LayerMemo* memo, ReuseMode mode) {
   for (const LayerWeights& w : layers_) layer_digests_.push_back(layer_weights_digest(w));
 }
 
+void Stage::record_caches(int32_t forward, RunRecord& record) const {
+  for (int l = range_.begin; l < range_.end; ++l)
+    record.add(forward_path(forward) + "cache/" + std::to_string(l),
+               cache_tensor(cfg_.model, l, caches_[l - range_.begin]));
+}
+
 void Stage::read_tap_after(const KernelContext& ctx, int l, const ResidualState& st,
                            std::vector<std::pair<int, Tensor>>* taps) const {
   const ModelConfig& c = cfg_.model;

@@ -84,6 +84,9 @@ class Stage {
   void set_memo(const LayerMemo* memo, ReuseMode mode);
   // What the stage's layer calls did with the memo.
   const ReuseStats& reuse_stats() const { return reuse_stats_; }
+  // At the full dump level: each of the stage's layers' cache, as PP=1 records it
+  // ("forward/<f>/cache/<l>", reference/engine.h), after forward `forward`.
+  void record_caches(int32_t forward, RunRecord& record) const;
   const StageHoldings& holdings() const { return holdings_; }
   // What the stage holds and owns (the last stage's embedding copy and lm_head for the
   // drafter, a non-last stage's boundary copies).

@@ -85,6 +85,10 @@ Result<std::vector<GoldenCheck>> verify_goldens(const std::string& source_dir,
   ASSIGN_OR_RETURN(nlohmann::json manifest, read_manifest(manifest_path));
   std::vector<GoldenCheck> checks;
   const auto& goldens = manifest["goldens"];
+  // Verifying nothing proves nothing: a manifest without a golden is refused.
+  if (goldens.empty())
+    return invalid_input(manifest_path +
+                         ": /goldens: the manifest lists no golden: nothing to verify");
   for (size_t i = 0; i < goldens.size(); ++i) {
     const nlohmann::json& g = goldens[i];
     ASSIGN_OR_RETURN(std::string file, string_field(g, "file", i));

@@ -20,7 +20,8 @@ struct GoldenCheck {
 };
 
 // Verifies every golden of `golden_dir`/MANIFEST.json. Scenario paths in the manifest are
-// relative to `source_dir`. A Status error means the manifest or a file is unusable.
+// relative to `source_dir`. A Status error means the manifest or a file is unusable, or
+// that it lists no golden (nothing verified is never a pass).
 Result<std::vector<GoldenCheck>> verify_goldens(const std::string& source_dir,
                                                 const std::string& golden_dir);
 

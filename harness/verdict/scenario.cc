@@ -1,5 +1,7 @@
 #include "harness/verdict/scenario.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -13,6 +15,8 @@
 #include <string_view>
 #include <utility>
 
+#include "harness/engine/partition.h"
+#include "harness/verdict/capabilities.h"
 #include "harness/verdict/checks.h"
 #include "harness/verdict/faults.h"
 
@@ -89,27 +93,30 @@ constexpr std::string_view kMethods[] = {"none", "dspark", "eagle3"};
 constexpr std::string_view kSplitModes[] = {"all", "pairwise", "every-layer", "balanced",
                                             "exhaustive"};
 
-// The integer fields of ModelConfig that a scenario may override, with their minimum.
+namespace bounds = scenario_bounds;
+
+// The integer fields of ModelConfig that a scenario may override, with their range.
 struct ModelIntField {
   std::string_view name;
   int ModelConfig::*member;
   int min;
+  int max;
 };
 
 constexpr ModelIntField kModelIntFields[] = {
-    {"num_hidden_layers", &ModelConfig::num_hidden_layers, 1},
-    {"attn_res_block_size", &ModelConfig::attn_res_block_size, 1},
-    {"hidden_size", &ModelConfig::hidden_size, 1},
-    {"num_attention_heads", &ModelConfig::num_attention_heads, 1},
-    {"head_dim", &ModelConfig::head_dim, 1},
-    {"vocab_size", &ModelConfig::vocab_size, 256},  // byte tokens need 256 ids
-    {"n_routed_experts", &ModelConfig::n_routed_experts, 1},
-    {"num_experts_per_tok", &ModelConfig::num_experts_per_tok, 1},
-    {"n_shared_experts", &ModelConfig::n_shared_experts, 0},
-    {"moe_intermediate_size", &ModelConfig::moe_intermediate_size, 1},
-    {"intermediate_size", &ModelConfig::intermediate_size, 1},
-    {"first_k_dense_replace", &ModelConfig::first_k_dense_replace, 0},
-    {"kv_lora_rank", &ModelConfig::kv_lora_rank, 1},
+    {"num_hidden_layers", &ModelConfig::num_hidden_layers, 1, bounds::kLayers},
+    {"attn_res_block_size", &ModelConfig::attn_res_block_size, 1, bounds::kLayers},
+    {"hidden_size", &ModelConfig::hidden_size, 1, bounds::kHiddenSize},
+    {"num_attention_heads", &ModelConfig::num_attention_heads, 1, bounds::kHeads},
+    {"head_dim", &ModelConfig::head_dim, 1, bounds::kHeadDim},
+    {"vocab_size", &ModelConfig::vocab_size, 256, bounds::kVocabSize},  // byte tokens: 256 ids
+    {"n_routed_experts", &ModelConfig::n_routed_experts, 1, bounds::kExperts},
+    {"num_experts_per_tok", &ModelConfig::num_experts_per_tok, 1, bounds::kExperts},
+    {"n_shared_experts", &ModelConfig::n_shared_experts, 0, bounds::kSharedExperts},
+    {"moe_intermediate_size", &ModelConfig::moe_intermediate_size, 1, bounds::kIntermediate},
+    {"intermediate_size", &ModelConfig::intermediate_size, 1, bounds::kIntermediate},
+    {"first_k_dense_replace", &ModelConfig::first_k_dense_replace, 0, bounds::kLayers},
+    {"kv_lora_rank", &ModelConfig::kv_lora_rank, 1, bounds::kLoraRank},
 };
 
 // Reads typed values out of a parsed scenario; every error names the source and pointer.
@@ -256,7 +263,7 @@ Status parse_model(const ScenarioReader& r, const json& j, ModelConfig* out) {
     auto field = std::find_if(std::begin(kModelIntFields), std::end(kModelIntFields),
                               [&](const ModelIntField& f) { return f.name == key; });
     if (field != std::end(kModelIntFields)) {
-      ASSIGN_OR_RETURN(m.*(field->member), r.int32(value, kptr, field->min));
+      ASSIGN_OR_RETURN(m.*(field->member), r.int32(value, kptr, field->min, field->max));
     } else if (key == "rms_norm_eps") {
       if (!value.is_number()) return r.type_error(value, kptr, "number");
       const float eps = static_cast<float>(value.get<double>());
@@ -268,7 +275,7 @@ Status parse_model(const ScenarioReader& r, const json& j, ModelConfig* out) {
       if (!value.is_array()) return r.type_error(value, kptr, "array");
       m.native_attn_res_hidden_sizes.clear();
       for (size_t i = 0; i < value.size(); ++i) {
-        ASSIGN_OR_RETURN(int h, r.int32(value[i], child(kptr, i), 1));
+        ASSIGN_OR_RETURN(int h, r.int32(value[i], child(kptr, i), 1, bounds::kHiddenSize));
         m.native_attn_res_hidden_sizes.push_back(h);
       }
     } else if (key == "seed") {
@@ -314,13 +321,14 @@ Status parse_workload(const ScenarioReader& r, const json& j, const std::string&
     ASSIGN_OR_RETURN(w.seed, r.seed(*v, ptr + "/seed"));
   }
   if (const json* v = member(j, "prompts")) {
-    ASSIGN_OR_RETURN(w.prompts, r.int32(*v, ptr + "/prompts", 1));
+    ASSIGN_OR_RETURN(w.prompts, r.int32(*v, ptr + "/prompts", 1, bounds::kPrompts));
   }
   if (const json* v = member(j, "max_new_tokens")) {
-    ASSIGN_OR_RETURN(w.max_new_tokens, r.int32(*v, ptr + "/max_new_tokens", 1));
+    ASSIGN_OR_RETURN(w.max_new_tokens, r.int32(*v, ptr + "/max_new_tokens", 1, bounds::kNewTokens));
   }
   if (const json* v = member(j, "max_prompt_tokens")) {
-    ASSIGN_OR_RETURN(w.max_prompt_tokens, r.int32(*v, ptr + "/max_prompt_tokens", 0));
+    ASSIGN_OR_RETURN(w.max_prompt_tokens,
+                     r.int32(*v, ptr + "/max_prompt_tokens", 0, bounds::kPromptTokens));
   }
   *out = std::move(w);
   return Status::ok();
@@ -330,7 +338,8 @@ Status parse_engine(const ScenarioReader& r, const json& j, Scenario* s) {
   const std::string ptr = "/engine";
   RETURN_IF_ERROR(r.check_object(j, ptr, {"prefill_chunk", "dump_level"}));
   if (const json* v = member(j, "prefill_chunk")) {
-    ASSIGN_OR_RETURN(s->prefill_chunk, r.int32(*v, ptr + "/prefill_chunk", 0));
+    ASSIGN_OR_RETURN(s->prefill_chunk,
+                     r.int32(*v, ptr + "/prefill_chunk", 0, bounds::kPrefillChunk));
   }
   if (const json* v = member(j, "dump_level")) {
     ASSIGN_OR_RETURN(std::string level,
@@ -351,7 +360,7 @@ Status parse_speculative(const ScenarioReader& r, const json& j, SpeculativeConf
     ASSIGN_OR_RETURN(sp.method, r.one_of(*v, ptr + "/method", kMethods));
   }
   if (const json* v = member(j, "gamma")) {
-    ASSIGN_OR_RETURN(sp.gamma, r.int32(*v, ptr + "/gamma", 1, 16));
+    ASSIGN_OR_RETURN(sp.gamma, r.int32(*v, ptr + "/gamma", 1, bounds::kGamma));
   }
   if (const json* v = member(j, "context_only_producer")) {
     ASSIGN_OR_RETURN(sp.context_only_producer, r.boolean(*v, ptr + "/context_only_producer"));
@@ -424,7 +433,67 @@ Status parse_partitions(const ScenarioReader& r, const json& j, int layers, Part
     if (!splits->is_string()) return r.type_error(*splits, sptr, "string or array");
     ASSIGN_OR_RETURN(p.mode, r.one_of(*splits, sptr, kSplitModes));
   }
+  if (p.mode == "list" && p.cuts.size() > kMaxPartitions) {
+    return r.error(sptr,
+                   fmt::format("{} partitions listed, at most {}", p.cuts.size(), kMaxPartitions));
+  }
+  if (partition_count(p, layers) > kMaxPartitions) {
+    return r.error(sptr, fmt::format("\"{}\" over {} layers with pp {} gives more than {} "
+                                     "partitions (the most one sweep may run)",
+                                     p.mode, layers, p.pp, kMaxPartitions));
+  }
   *out = std::move(p);
+  return Status::ok();
+}
+
+// `expect` (what the sweep must conclude; evaluate_expect in sweep.cc reads it): every key
+// typed, and a catching check that the sweep runs.
+Status parse_expect(const ScenarioReader& r, const json& j, const Scenario& s) {
+  const std::string ptr = "/expect";
+  RETURN_IF_ERROR(r.check_object(
+      j, ptr,
+      {"verdict", "identical_splits", "identical", "diverged", "config_rejected", "caught_by",
+       "acceptance_rate_at_least", "acceptance_rate_at_most", "every_accepted_length"}));
+  for (const char* field : {"acceptance_rate_at_least", "acceptance_rate_at_most"}) {
+    if (const json* v = member(j, field)) {
+      const std::string vptr = child(ptr, field);
+      if (!v->is_number()) return r.type_error(*v, vptr, "number");
+      const double rate = v->get<double>();
+      if (!(rate >= 0.0 && rate <= 1.0))
+        return r.error(vptr, "must be a number in [0, 1], got " + v->dump());
+    }
+  }
+  if (const json* v = member(j, "every_accepted_length")) {
+    RETURN_IF_ERROR(r.boolean(*v, ptr + "/every_accepted_length").status());
+  }
+  if (const json* v = member(j, "verdict")) {
+    RETURN_IF_ERROR(r.one_of(*v, ptr + "/verdict", {"conformant", "divergent"}).status());
+  }
+  if (const json* v = member(j, "identical_splits")) {
+    RETURN_IF_ERROR(r.integer(*v, ptr + "/identical_splits", 0, kMaxPartitions).status());
+  }
+  for (const char* field : {"identical", "diverged", "config_rejected"}) {
+    // Split keys ("split-12"); whether the sweep has them is for the sweep to judge (a
+    // bisect re-parses the scenario over a subset of its partitions).
+    if (const json* v = member(j, field)) {
+      RETURN_IF_ERROR(r.name_list(
+                           *v, child(ptr, field), "split key",
+                           [](const std::string& k) { return !k.empty(); }, "a non-empty key")
+                          .status());
+    }
+  }
+  if (const json* v = member(j, "caught_by")) {
+    const std::string cptr = ptr + "/caught_by";
+    ASSIGN_OR_RETURN(std::string check, r.string(*v, cptr));
+    if (find_check(check) == nullptr) {
+      return r.error(cptr, "unknown check \"" + check + "\" (known: " +
+                               registry_names(check_registry(), &CheckInfo::name) + ")");
+    }
+    if (std::find(s.checks.begin(), s.checks.end(), check) == s.checks.end()) {
+      return r.error(cptr, "the " + check + " check is not among /checks (" + join(s.checks) +
+                               "), so nothing could ever be caught by it");
+    }
+  }
   return Status::ok();
 }
 
@@ -479,17 +548,46 @@ Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& sour
   } else {
     for (const CheckInfo& c : check_registry()) s.checks.emplace_back(c.name);
   }
-  if (const json* v = member(j, "backend")) {
-    ASSIGN_OR_RETURN(s.backend, r.one_of(*v, "/backend", {"cpu", "cuda"}));
+  // A fault whose catching check does not run could never be caught: such a scenario
+  // proves nothing.
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    const std::string check(find_fault(s.faults[i])->caught_by);
+    if (std::find(s.checks.begin(), s.checks.end(), check) == s.checks.end()) {
+      return r.error(child("/faults", i), "fault \"" + s.faults[i] + "\" is caught by the " +
+                                              check + " check, which is not among /checks (" +
+                                              join(s.checks) + ")");
+    }
   }
-  if (const json* v = member(j, "transport")) {
-    ASSIGN_OR_RETURN(s.transport, r.one_of(*v, "/transport", {"inproc", "mpi", "nccl"}));
+  for (const char* kind : {"backend", "transport"}) {
+    const json* v = member(j, kind);
+    if (v == nullptr) continue;
+    std::vector<std::string_view> names;
+    for (const Capability& c : capability_table())
+      if (c.kind == kind) names.push_back(c.name);
+    ASSIGN_OR_RETURN(std::string name, r.one_of(*v, std::string("/") + kind, names));
+    (std::string_view(kind) == "backend" ? s.backend : s.transport) = name;
   }
   if (const json* v = member(j, "expect")) {
     if (!v->is_object()) return r.type_error(*v, "/expect", "object");
+    RETURN_IF_ERROR(parse_expect(r, *v, s));
     s.expect = *v;
   }
   return s;
+}
+
+Status check_capabilities(const Scenario& s, const std::string& source_name) {
+  const ScenarioReader r(source_name);
+  for (const auto& [kind, name] :
+       {std::pair<std::string_view, const std::string&>{"backend", s.backend},
+        {"transport", s.transport}}) {
+    const Capability* c = find_capability(kind, name);
+    const std::string why = c == nullptr ? "unknown" : c->unavailable();
+    if (why.empty()) continue;
+    return r.error("/" + std::string(kind),
+                   std::string(kind) + " \"" + name + "\" cannot run here: " + why +
+                       " (this build provides: " + provided_names(kind) + ")");
+  }
+  return Status::ok();
 }
 
 Result<Scenario> load_scenario(const std::string& path) {
@@ -522,7 +620,9 @@ Result<Scenario> load_scenario(const std::string& path) {
   std::filesystem::path abs = std::filesystem::absolute(path, ec);
   const std::string base_dir =
       (ec ? std::filesystem::path(path) : abs).parent_path().lexically_normal().string();
-  return parse_scenario(j, path, base_dir);
+  ASSIGN_OR_RETURN(Scenario s, parse_scenario(j, path, base_dir));
+  RETURN_IF_ERROR(check_capabilities(s, path));
+  return s;
 }
 
 nlohmann::json resolved_scenario_json(const Scenario& s) {

@@ -18,7 +18,26 @@
 
 namespace splitcheck {
 
-// How much a run writes to its dump: a summary, per-layer tensors, or everything.
+// Upper bounds on a scenario's sizes (the lower bounds are those of the model): a value
+// past one is refused at load (invalid input, exit 2) with its JSON pointer, before
+// anything is allocated. scenarios/scenario.schema.json states the same bounds, and the
+// README lists them. The partition bound is kMaxPartitions (harness/engine/partition.h).
+namespace scenario_bounds {
+inline constexpr int kLayers = 256;          // /model/overrides/num_hidden_layers
+inline constexpr int kHiddenSize = 16384;    // hidden_size, native_attn_res_hidden_sizes
+inline constexpr int kVocabSize = 262144;    // vocab_size
+inline constexpr int kHeads = 256;           // num_attention_heads
+inline constexpr int kHeadDim = 1024;        // head_dim
+inline constexpr int kExperts = 1024;        // n_routed_experts, num_experts_per_tok
+inline constexpr int kSharedExperts = 64;    // n_shared_experts
+inline constexpr int kIntermediate = 65536;  // intermediate_size, moe_intermediate_size
+inline constexpr int kLoraRank = 8192;       // kv_lora_rank
+inline constexpr int kPrompts = 1024;        // /workload/prompts
+inline constexpr int kNewTokens = 4096;      // /workload/max_new_tokens
+inline constexpr int kPromptTokens = 8192;   // /workload/max_prompt_tokens, each prompt
+inline constexpr int kPrefillChunk = 8192;   // /engine/prefill_chunk
+inline constexpr int kGamma = 16;            // /speculative/gamma
+}  // namespace scenario_bounds
 
 // The prompts a run feeds the model (SPEC 4).
 struct WorkloadConfig {
@@ -60,19 +79,26 @@ struct Scenario {
   std::vector<int> capture_ids;  // resolved: -1 mapped to 0, sorted, unique, in 0..L
   SpeculativeConfig speculative;
   PartitionSpec partitions;
-  std::vector<std::string> faults;   // ids of the fault registry (faults.h)
-  std::vector<std::string> checks;   // names of the check registry (checks.h); default: all
+  std::vector<std::string> faults;  // ids of the fault registry (faults.h)
+  // Names of the check registry (checks.h) the sweep evaluates; default: all. A check
+  // not listed is not evaluated and cannot fail a case.
+  std::vector<std::string> checks;
   std::string backend = "cpu";       // cpu | cuda
   std::string transport = "inproc";  // inproc | mpi | nccl
-  nlohmann::json expect = nlohmann::json::object();  // free-form; what the run must conclude
+  // What the sweep must conclude (validated: verdict, identical_splits, identical,
+  // diverged, config_rejected, caught_by).
+  nlohmann::json expect = nlohmann::json::object();
 };
 
-// Reads and validates the scenario file at `path`. Relative paths inside it resolve
-// against its directory. A missing file gives `<path>: cannot open`.
+// Reads and validates the scenario file at `path`, then refuses a backend or transport
+// this build cannot provide (capabilities.h). Relative paths inside it resolve against
+// its directory. A missing file gives `<path>: cannot open`.
 Result<Scenario> load_scenario(const std::string& path);
 
-// Validates an already parsed scenario. `source_name` prefixes every error message and
-// gives the default `name` (its stem); relative paths resolve against `base_dir`.
+// Validates an already parsed scenario: the file format, every bound and the `expect`
+// block, but not what this build provides (a report of a CUDA sweep merges anywhere).
+// `source_name` prefixes every error message and gives the default `name` (its stem);
+// relative paths resolve against `base_dir`.
 Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& source_name,
                                 const std::string& base_dir);
 
@@ -82,6 +108,8 @@ Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& sour
 // `source_path` is left out.
 nlohmann::json resolved_scenario_json(const Scenario& s);
 
-// "summary", "layer" or "full".
+// Refuses (invalid input, naming `source_name` and /backend or /transport) a backend or
+// transport that this build or machine cannot provide.
+Status check_capabilities(const Scenario& scenario, const std::string& source_name);
 
 }  // namespace splitcheck

@@ -5,6 +5,11 @@
 // diverged, config-rejected, error and skipped. Each case names which checks of the
 // check registry failed, the first numeric divergence (forward, layer, site, token,
 // channel), the first dispatch mismatch and the tap verdicts with their cosines.
+//
+// Only the scenario's `checks` are evaluated: a check that is not selected compares
+// nothing and cannot fail a case. "Pass" means every selected check found the case
+// identical to PP=1; a case that never ran (skipped) or failed to run (error) is not a
+// pass, and a sweep of no case at all is refused as invalid input.
 #pragma once
 
 #include <optional>
@@ -77,6 +82,9 @@ struct SweepOptions {
   size_t reuse_memory_bytes = size_t{1} << 30;
   // The memo's key function; tests give a broken one to show that verify catches it.
   LayerKeyFn reuse_key = &layer_key;
+  // Where PP=1 and every stage load their weights from; null: the scenario's own
+  // (generated from its seed, or its checkpoint). Must outlive the sweep.
+  WeightSource* weights = nullptr;
 };
 
 // What the sweep reused, over all its split points.
@@ -103,8 +111,14 @@ struct SweepResult {
   double total_seconds = 0;
   int threads = 1;
   std::vector<std::string> expect_failures;  // what the scenario's `expect` says and did not happen
+  std::vector<std::string> checks;           // the checks evaluated, in registry order
   int count(Verdict v) const;
-  bool conformant() const;  // every case passed
+  // At least one case, and every case passed (skipped, error, config-rejected and
+  // diverged cases are not conformant).
+  bool conformant() const;
+  // The gate's exit code: 3 when a case failed to run (error), 1 when a case is not a pass
+  // or the scenario's `expect` is not met, 0 otherwise.
+  int exit_code() const;
 };
 
 // Runs the sweep. A Status error means the scenario or an input is invalid (or an
@@ -112,9 +126,12 @@ struct SweepResult {
 Result<SweepResult> run_sweep(const Scenario& scenario, const SweepOptions& options);
 
 // Compares a partitioned run's record with PP=1's, filling the comparison fields of `c`.
-Status compare_records(const RunRecord& reference, const RunRecord& candidate, CaseResult& c);
+// Only datasets of the named checks (check registry) are compared; empty: every check.
+Status compare_records(const RunRecord& reference, const RunRecord& candidate, CaseResult& c,
+                       const std::vector<std::string>& checks = {});
 
-// Checks the scenario's `expect` block against the result.
+// Checks the scenario's `expect` block against the result; a block that cannot be read
+// is itself a failure.
 std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const SweepResult& result);
 
 }  // namespace splitcheck

@@ -18,7 +18,8 @@ std::vector<std::string> committed_scenarios() {
   std::vector<std::string> names;
   for (const auto& e :
        std::filesystem::directory_iterator(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios")) {
-    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+    if (e.path().extension() == ".json" && !e.path().string().ends_with(".schema.json"))
+      names.push_back(e.path().stem().string());
   }
   std::sort(names.begin(), names.end());
   return names;

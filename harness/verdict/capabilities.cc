@@ -1,0 +1,48 @@
+#include "harness/verdict/capabilities.h"
+
+namespace splitcheck {
+namespace {
+
+std::string provided() { return ""; }
+
+std::string cuda_not_built() {
+  return "this build has no CUDA backend (the CUDA kernels are not implemented yet); it would "
+         "run on the CPU instead";
+}
+
+std::string mpi_not_built() {
+  return "this build has no MPI transport (not implemented yet); the stages would run as "
+         "threads of one process instead";
+}
+
+std::string nccl_not_built() {
+  return "this build has no NCCL transport (not implemented yet); the stages would run as "
+         "threads of one process instead";
+}
+
+constexpr Capability kCapabilities[] = {
+    {"backend", "cpu", provided},          {"backend", "cuda", cuda_not_built},
+    {"transport", "inproc", provided},     {"transport", "mpi", mpi_not_built},
+    {"transport", "nccl", nccl_not_built},
+};
+
+}  // namespace
+
+std::span<const Capability> capability_table() { return kCapabilities; }
+
+const Capability* find_capability(std::string_view kind, std::string_view name) {
+  for (const Capability& c : kCapabilities)
+    if (c.kind == kind && c.name == name) return &c;
+  return nullptr;
+}
+
+std::string provided_names(std::string_view kind) {
+  std::string out;
+  for (const Capability& c : kCapabilities) {
+    if (c.kind != kind || !c.unavailable().empty()) continue;
+    out += (out.empty() ? "" : ", ") + std::string(c.name);
+  }
+  return out;
+}
+
+}  // namespace splitcheck
