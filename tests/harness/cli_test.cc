@@ -170,12 +170,13 @@ TEST_F(CliTest, SweepSaysWhatItReusedInEachModeAndRefusesAnUnknownMode) {
   const std::string scenario = quote(small_scenario("small.json").string());
   const CliResult on = cli("sweep " + scenario + " --threads 1");
   EXPECT_EQ(on.code, 0) << on.out << on.err;
-  EXPECT_NE(on.out.find("reuse: stage-0 prefix, on: 2 of 2 first-stage forwards taken from PP=1"),
+  EXPECT_NE(on.out.find("reuse: layer calls by content, on: 4 of 4 layer calls taken from PP=1"),
             std::string::npos)
       << on.out;
   const CliResult verify = cli("sweep " + scenario + " --reuse verify");
   EXPECT_EQ(verify.code, 0) << verify.out << verify.err;
-  EXPECT_NE(verify.out.find("verify: 2 of 2 first-stage forwards computed and checked equal"),
+  EXPECT_NE(verify.out.find("verify: 0 of 4 layer calls taken from PP=1, 4 computed and checked "
+                            "equal"),
             std::string::npos)
       << verify.out;
   const CliResult off = cli("sweep " + scenario + " --reuse off");

@@ -76,7 +76,7 @@ TEST(ScenarioTest, DefaultScenarioParses) {
   EXPECT_TRUE(s.partitions.cuts.empty());
   EXPECT_EQ(s.capture_ids, (std::vector<int>{0, 7, 16, 25, 32}));
   EXPECT_EQ(s.workload.prompts, 2);
-  EXPECT_EQ(s.workload.max_new_tokens, 12);
+  EXPECT_EQ(s.workload.max_new_tokens, 56);
   EXPECT_EQ(s.workload.file, (std::filesystem::path(kSourceDir) /
                               "scenarios/workloads/gsm8k_style_seed2026_n32.json")
                                  .lexically_normal()
@@ -88,7 +88,10 @@ TEST(ScenarioTest, DefaultScenarioParses) {
   EXPECT_EQ(s.checks.size(), check_registry().size());
   EXPECT_EQ(s.backend, "cpu");
   EXPECT_EQ(s.transport, "inproc");
-  EXPECT_EQ(s.expect, (json{{"verdict", "conformant"}, {"identical_splits", 31}}));
+  EXPECT_EQ(s.expect, (json{{"verdict", "conformant"},
+                            {"identical_splits", 31},
+                            {"acceptance_rate_at_least", 0.3},
+                            {"every_accepted_length", true}}));
 }
 
 TEST(ScenarioTest, EmptyObjectTakesDefaults) {
@@ -370,8 +373,8 @@ TEST(ScenarioErrorTest, FilesNameThemselves) {
   EXPECT_EQ(w.status().message(), wrong + ": /workload/prompts: expected integer, got string");
 }
 
-TEST(FaultRegistryTest, EightFaultsEachCaughtByARegisteredCheck) {
-  ASSERT_EQ(fault_registry().size(), 8u);
+TEST(FaultRegistryTest, TenFaultsEachCaughtByARegisteredCheck) {
+  ASSERT_EQ(fault_registry().size(), 10u);
   std::set<std::string_view> ids;
   for (const FaultInfo& f : fault_registry()) {
     EXPECT_TRUE(ids.insert(f.id).second) << "duplicate " << f.id;
@@ -389,6 +392,8 @@ TEST(FaultRegistryTest, EightFaultsEachCaughtByARegisteredCheck) {
   EXPECT_EQ(find_fault("tap.embed_resident_by_module")->caught_by, "taps");
   EXPECT_EQ(find_fault("draft.vocab_from_embedding")->caught_by, "embedding");
   EXPECT_EQ(find_fault("pd.producer_embedding")->caught_by, "memory");
+  EXPECT_EQ(find_fault("weights.stage_layer_offset")->caught_by, "tensors");
+  EXPECT_EQ(find_fault("partition.remainder_dropped")->caught_by, "partition");
   EXPECT_EQ(find_fault("no.such_fault"), nullptr);
 }
 
@@ -404,15 +409,17 @@ TEST(FaultRegistryTest, FaultSetFromScenario) {
   EXPECT_FALSE(FaultSet{}.has("handoff.no_zero_delta"));
 }
 
-TEST(CheckRegistryTest, NineChecksInReportOrder) {
+TEST(CheckRegistryTest, TenChecksInReportOrder) {
   std::vector<std::string_view> names;
   for (const CheckInfo& c : check_registry()) {
     names.push_back(c.name);
     EXPECT_FALSE(c.what.empty()) << c.name;
     EXPECT_EQ(find_check(c.name), &c);
   }
-  EXPECT_EQ(names, (std::vector<std::string_view>{"tensors", "taps", "logits", "tokens", "dispatch",
-                                                  "embedding", "memory", "acceptance", "config"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string_view>{"partition", "tensors", "taps", "logits", "tokens",
+                                           "dispatch", "embedding", "memory", "acceptance",
+                                           "config"}));
   EXPECT_EQ(find_check("bits"), nullptr);
 }
 

@@ -44,7 +44,10 @@ TEST_P(CommittedScenario, SweepConcludesWhatExpectSays) {
     }
   }
   EXPECT_EQ(r->reuse.mode, ReuseMode::kOn) << r->reuse.unused_because;
-  EXPECT_GT(r->reuse.calls.hits, 0);
+  // Every stage of a partition that ran reused PP=1's layers where its inputs were PP=1's.
+  if (r->count(Verdict::kConfigRejected) < static_cast<int>(r->cases.size())) {
+    EXPECT_GT(r->reuse.calls.hits, 0);
+  }
   if (s->faults.empty()) {
     EXPECT_TRUE(r->conformant()) << "false alarm without faults in " << GetParam();
   } else {
