@@ -31,6 +31,7 @@ packages=(
   libssl-dev libxxhash-dev
   python3-h5py python3-numpy python3-jsonschema python3-torch python3-xxhash
   chromium libopenmpi-dev
+  clang libclang-rt-14-dev  # the libFuzzer build of scripts/fuzz.sh
 )
 
 missing=()

@@ -32,6 +32,7 @@ class Cursor {
   }
   bool get_tensor(Tensor& t) {
     if (pos_ + t.nbytes() > b_.size()) return false;
+    if (t.nbytes() == 0) return true;  // an empty tensor has no storage to copy into
     std::memcpy(t.data<std::byte>(), b_.data() + pos_, t.nbytes());
     pos_ += t.nbytes();
     return true;

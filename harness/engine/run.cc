@@ -144,8 +144,11 @@ Status write_record(const std::string& path, const RunRecord& record, const Dump
   }
   for (const auto& [object, attrs] : record.attrs()) {
     for (const auto& [name, value] : attrs) {
-      Status st =
-          std::visit([&](const auto& v) { return writer.set_attr("/" + object, name, v); }, value);
+      // Named copies: clang 14 cannot capture structured bindings in a lambda.
+      const std::string object_path = "/" + object;
+      const std::string& attr_name = name;
+      Status st = std::visit(
+          [&](const auto& v) { return writer.set_attr(object_path, attr_name, v); }, value);
       RETURN_IF_ERROR(st, path);
     }
   }

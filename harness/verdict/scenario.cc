@@ -261,7 +261,7 @@ Status parse_model(const ScenarioReader& r, const json& j, ModelConfig* out) {
   for (const auto& [key, value] : o.items()) {
     const std::string kptr = child(optr, key);
     auto field = std::find_if(std::begin(kModelIntFields), std::end(kModelIntFields),
-                              [&](const ModelIntField& f) { return f.name == key; });
+                              [&k = key](const ModelIntField& f) { return f.name == k; });
     if (field != std::end(kModelIntFields)) {
       ASSIGN_OR_RETURN(m.*(field->member), r.int32(value, kptr, field->min, field->max));
     } else if (key == "rms_norm_eps") {
