@@ -1,6 +1,7 @@
-// The sweep's cost as a multiple of one PP=1 run, measured in one process on the default
-// scenario: a plain PP=1 run (no state log), then the full sweep with stage-0 prefix
-// reuse off and on, on one thread and on every core. BM_ReuseRatio alternates off and on
+// The sweep's cost as a multiple of one PP=1 run, measured in one process: a plain PP=1
+// run (no memo), then the full sweep with layer reuse by content off and on, on one
+// thread and on every core (default scenario), and on one thread for the scenarios with
+// more stage boundaries (pp3-pairwise, every-layer). BM_ReuseRatio alternates off and on
 // runs and reports the median of their ratios, which a noisy machine moves less than
 // either time.
 #include <benchmark/benchmark.h>
@@ -14,12 +15,14 @@
 namespace splitcheck {
 namespace {
 
-Scenario default_scenario() {
+Scenario committed_scenario(const std::string& name) {
   Result<Scenario> s =
-      load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json");
+      load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/" + name + ".json");
   if (!s.is_ok()) std::abort();
   return *s;
 }
+
+Scenario default_scenario() { return committed_scenario("default"); }
 
 double seconds_of(const auto& fn) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -67,6 +70,31 @@ BENCHMARK(BM_Sweep)
     ->Args({1, 1})
     ->Args({0, 0})
     ->Args({0, 1})
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1);
+
+// One thread, reuse off (0) or on (1), on the scenarios whose partitions have more stage
+// boundaries than PP=2.
+void BM_SweepDeeper(benchmark::State& state, const char* name) {
+  const Scenario s = committed_scenario(name);
+  const ReuseMode reuse = state.range(0) != 0 ? ReuseMode::kOn : ReuseMode::kOff;
+  double ratio = 0;
+  for (auto _ : state) {
+    const double pp1 = plain_pp1_seconds(s);
+    ratio = sweep_seconds(s, 1, reuse) / pp1;
+  }
+  state.counters["cost_in_pp1_runs"] = ratio;
+}
+BENCHMARK_CAPTURE(BM_SweepDeeper, pp3_pairwise, "pp3-pairwise")
+    ->ArgName("reuse")
+    ->Arg(1)
+    ->Arg(0)
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_SweepDeeper, every_layer, "every-layer")
+    ->ArgName("reuse")
+    ->Arg(1)
+    ->Arg(0)
     ->Unit(benchmark::kSecond)
     ->Iterations(1);
 
