@@ -9,15 +9,13 @@
 #include "harness/engine/run.h"
 #include "harness/verdict/sweep.h"
 #include "reference/layer_memo.h"
+#include "tests/scenario_fixture.h"
 
 namespace splitcheck {
 namespace {
 
 Scenario default_scenario() {
-  Result<Scenario> s =
-      load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json");
-  EXPECT_TRUE(s.is_ok()) << s.status().message();
-  Scenario out = *s;
+  Scenario out = committed_scenario("default");
   out.workload.max_new_tokens = 6;
   return out;
 }

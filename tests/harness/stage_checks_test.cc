@@ -10,15 +10,13 @@
 
 #include "harness/verdict/sweep.h"
 #include "reference/spec_methods.h"
+#include "tests/scenario_fixture.h"
 
 namespace splitcheck {
 namespace {
 
 Scenario default_scenario() {
-  Result<Scenario> s =
-      load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json");
-  EXPECT_TRUE(s.is_ok()) << s.status().message();
-  Scenario out = *s;
+  Scenario out = committed_scenario("default");
   out.workload.prompts = 1;
   out.workload.max_new_tokens = 4;
   return out;

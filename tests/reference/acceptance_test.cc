@@ -11,15 +11,13 @@
 #include "harness/verdict/scenario.h"
 #include "reference/spec_methods.h"
 #include "reference/speculative.h"
+#include "tests/scenario_fixture.h"
 
 namespace splitcheck {
 namespace {
 
 Scenario default_scenario() {
-  Result<Scenario> s =
-      load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json");
-  EXPECT_TRUE(s.is_ok()) << s.status().message();
-  Scenario out = std::move(*s);
+  Scenario out = committed_scenario("default");
   out.dump_level = DumpLevel::kSummary;
   return out;
 }
