@@ -56,7 +56,7 @@ class Engine {
  public:
   virtual ~Engine() = default;
   // Serving (SPEC 3.4): starts one batched step. Its state updates are applied first, then
-  // its segments run, each on its request's own state. Steps are collected in submission
+  // its segments run, each on its request's own state (a step may carry updates only). Steps are collected in submission
   // order; an engine may run several at once (the partitioned engine keeps up to one per
   // stage in flight). The default refuses: the engine serves one request at a time.
   virtual Status submit(const BatchRequest& batch, bool record);

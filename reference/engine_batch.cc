@@ -45,7 +45,7 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
   const int L = c.num_hidden_layers;
   for (const StateUpdate& u : batch.updates) requests_.apply(u);
   const size_t n = batch.segments.size();
-  if (n == 0) return internal_error("a batched step with no segment");
+  if (n == 0) return BatchResult{batch.step, {}};  // updates only (the last releases)
   for (const Segment& seg : batch.segments) {
     if (seg.ids.empty()) return internal_error("an empty segment");
     for (int32_t id : seg.ids)

@@ -27,7 +27,6 @@ void PartitionedEngine::run_batch_job(Stage& stage, Job& job, DumpLevel level) {
 }
 
 Status PartitionedEngine::submit(const BatchRequest& batch, bool record) {
-  if (batch.segments.empty()) return internal_error("a batched step with no segment");
   for (const Segment& seg : batch.segments) {
     if (seg.ids.empty()) return internal_error("an empty segment");
     for (int32_t id : seg.ids)

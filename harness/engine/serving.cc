@@ -206,6 +206,7 @@ Result<ServingResult> serve_requests(Engine& engine,
     // Step `step` sees exactly the results of steps <= step - depth.
     while (!in_flight.empty() && in_flight.front().step <= step - cfg.depth)
       RETURN_IF_ERROR(collect_one());
+    if (all_finished()) break;
     std::vector<ScheduledSegment> plan = schedule_step(cfg, gamma, step, slots);
     if (plan.empty()) {
       if (in_flight.empty()) {
@@ -279,6 +280,16 @@ Result<ServingResult> serve_requests(Engine& engine,
   }
   while (!in_flight.empty()) RETURN_IF_ERROR(collect_one());
   result.steps = step;
+  // The last requests' releases: a step of updates only, so every holder frees their
+  // state (the engine serves other requests with the same ids afterwards).
+  if (!updates.empty()) {
+    BatchRequest flush;
+    flush.step = step;
+    flush.updates = std::move(updates);
+    RETURN_IF_ERROR(engine.submit(flush, false));
+    ASSIGN_OR_RETURN(BatchResult none, engine.collect(nullptr));
+    if (!none.segments.empty()) return internal_error("a step of updates only returned results");
+  }
 
   // Per request, in prompt order.
   for (size_t i = 0; i < n; ++i) {

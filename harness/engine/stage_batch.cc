@@ -55,6 +55,7 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
   // batch.stale_microbatch_state (vLLM issue 55951) a non-first stage indexes its table
   // by the segment's slot in the micro-batch it ran pp steps earlier.
   const size_t n = batch.segments.size();
+  if (n == 0) return std::vector<StageOutput>{};  // updates only
   std::vector<int32_t> owner(n);
   std::vector<int32_t> members;
   for (size_t i = 0; i < n; ++i) {

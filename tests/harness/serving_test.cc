@@ -202,7 +202,7 @@ TEST(ServingChecks, ARequestThatDiffersFromItselfAloneFails) {
   for (RecordEntry& e : mutated.entries()) {
     if (e.path == forward_path(forward) + "layers/9/attn_out") {
       e.tensor = e.tensor.clone();
-      e.tensor.data<bf16>()[3] = static_cast<bf16>(e.tensor.data<bf16>()[3] ^ 1);
+      e.tensor.data<bf16>()[3].bits ^= 1;
       flipped = true;
     }
   }
