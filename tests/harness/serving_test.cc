@@ -353,3 +353,44 @@ TEST(ServingFaults, SensitivityTable) {
 
 }  // namespace
 }  // namespace splitcheck
+
+namespace splitcheck {
+namespace {
+
+Result<Scenario> serving_with(const nlohmann::json& serving) {
+  nlohmann::json j = {{"workload", {{"prompts", 2}}},
+                      {"speculative", {{"method", "dspark"}, {"gamma", 7}}},
+                      {"serving", serving}};
+  return parse_scenario(j, "x.json", ".");
+}
+
+TEST(ServingScenario, RefusesWhatCouldNeverBeServed) {
+  ASSERT_TRUE(serving_with({{"token_budget", 8}}).is_ok());
+  Result<Scenario> small = serving_with({{"token_budget", 7}});
+  ASSERT_FALSE(small.is_ok());
+  EXPECT_NE(small.status().message().find("/serving/token_budget"), std::string::npos)
+      << small.status().message();
+  Result<Scenario> arrivals = serving_with({{"arrival_steps", {0}}});
+  ASSERT_FALSE(arrivals.is_ok());
+  EXPECT_NE(arrivals.status().message().find("/serving/arrival_steps"), std::string::npos);
+  EXPECT_FALSE(serving_with({{"arrival_steps", {3, 1}}}).is_ok());
+  EXPECT_FALSE(serving_with({{"arrival_steps", {0, 1}}, {"arrival_every", 2}}).is_ok());
+  EXPECT_FALSE(serving_with({{"depth", 5}}).is_ok());
+  EXPECT_FALSE(serving_with({{"max_in_flight", 0}}).is_ok());
+  EXPECT_FALSE(serving_with({{"chunk_size", 4}}).is_ok());
+  // Only a serving scenario names the block in its resolved form (the identity of every
+  // other scenario, and the default golden, stay as they were).
+  Result<Scenario> plain = parse_scenario(nlohmann::json::object(), "y.json", ".");
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_FALSE(resolved_scenario_json(*plain).contains("serving"));
+  Result<Scenario> served = serving_with({{"arrival_every", 2}});
+  ASSERT_TRUE(served.is_ok());
+  const nlohmann::json resolved = resolved_scenario_json(*served);
+  ASSERT_TRUE(resolved.contains("serving"));
+  Result<Scenario> again = parse_scenario(resolved, "z.json", ".");
+  ASSERT_TRUE(again.is_ok()) << again.status().message();
+  EXPECT_EQ(resolved_scenario_json(*again), resolved);
+}
+
+}  // namespace
+}  // namespace splitcheck
