@@ -120,6 +120,7 @@ Result<std::unique_ptr<ReferenceEngine>> ReferenceEngine::create(const ModelConf
     e->layers_.push_back(std::move(w));
   }
   e->reset_sequence();
+  e->requests_ = RequestStateTable(config, 0, config.num_hidden_layers);
   return e;
 }
 

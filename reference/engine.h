@@ -8,9 +8,11 @@
 // each dispatch event: ignored by comparisons, since it differs by design).
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <vector>
 
+#include "reference/batch.h"
 #include "reference/layer.h"
 #include "reference/layer_memo.h"
 
@@ -44,9 +46,23 @@ struct EngineOptions {
   bool context_only_producer = false;
 };
 
+// The results of one batched step (reference/batch.h), one per segment in batch order.
+struct BatchResult {
+  int32_t step = 0;
+  std::vector<ForwardResult> segments;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
+  // Serving (SPEC 3.4): starts one batched step. Its state updates are applied first, then
+  // its segments run, each on its request's own state (a step may carry updates only). Steps are collected in submission
+  // order; an engine may run several at once (the partitioned engine keeps up to one per
+  // stage in flight). The default refuses: the engine serves one request at a time.
+  virtual Status submit(const BatchRequest& batch, bool record);
+  // The oldest submitted step's results; records its forwards into `record` when the step
+  // was submitted with record = true and `record` is not null.
+  virtual Result<BatchResult> collect(RunRecord* record);
   // Runs one forward; records into `record` when it is not null.
   virtual Result<ForwardResult> forward(const ForwardRequest& request, RunRecord* record) = 0;
   // Starts a new sequence: empty caches.
@@ -73,8 +89,18 @@ class ReferenceEngine : public Engine {
   // must outlive the engine's use of it; nullptr stops filling.
   void set_memo(LayerMemo* memo);
   const ModelConfig& config() const { return config_; }
+  Status submit(const BatchRequest& batch, bool record) override;
+  Result<BatchResult> collect(RunRecord* record) override;
+  // One batched step, synchronously (what submit runs).
+  Result<BatchResult> forward_batch(const BatchRequest& batch, RunRecord* record);
 
  private:
+  struct Pending {
+    Result<BatchResult> result = internal_error("not run");
+    RunRecord record;
+  };
+  std::deque<Pending> pending_;
+  RequestStateTable requests_;
   ReferenceEngine(const ModelConfig& config, WeightStore weights, EngineOptions options);
   ModelConfig config_;
   WeightStore weights_;
@@ -102,6 +128,10 @@ void record_forward_end(RunRecord* record, const ForwardRequest& request, DumpLe
 // Layer `layer`'s cache as the full dump level records it under "cache/<layer>": the MLA
 // latent (bf16) or the KDA state (float32), flattened.
 Tensor cache_tensor(const ModelConfig& config, int layer, const LayerCache& cache);
+// Records the attributes that place a segment of a batched step: its request and step.
+void record_segment_attrs(RunRecord* record, const Segment& segment, int32_t step);
+// The segment as the single-request ForwardRequest it stands for.
+ForwardRequest segment_request(const Segment& segment);
 // Concatenates taps (ascending id) along the hidden axis: [T, n*H].
 Tensor concat_taps(const std::vector<std::pair<int, Tensor>>& taps, int64_t tokens, int64_t hidden);
 

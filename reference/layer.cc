@@ -94,8 +94,9 @@ void truncate_layer_cache(const ModelConfig& c, int l, LayerCache& cache, int64_
   if (c.is_mla_layer(l)) cache.mla_latent.resize(static_cast<size_t>(positions * c.kv_lora_rank));
 }
 
-void run_layer(const KernelContext& ctx0, const ModelConfig& c, int l, const LayerWeights& w,
-               ResidualState& st, LayerCache& cache, const LayerRecording& rec) {
+Tensor run_layer_until_mlp(const KernelContext& ctx0, const ModelConfig& c, int l,
+                           const LayerWeights& w, ResidualState& st, LayerCache& cache,
+                           const LayerRecording& rec) {
   const bool write = c.is_block_write_layer(l);
   const int nb = (l + c.attn_res_block_size - 1) / c.attn_res_block_size;
   const std::vector<int> native = native_sizes(c);
@@ -172,9 +173,12 @@ void run_layer(const KernelContext& ctx0, const ModelConfig& c, int l, const Lay
                   &y};
   attn_res(ctx0.at(l, Site::kPreMlp), mid);
   record(rec, l, "pre_mlp", y);
+  return y;
+}
 
-  // 5. D = mlp_l(y).
-  Tensor m = like(st.prefix);
+Tensor run_layer_mlp(const KernelContext& ctx0, const ModelConfig& c, int l, const LayerWeights& w,
+                     const Tensor& y) {
+  Tensor m = like(y);
   const KernelContext mlp_ctx = ctx0.at(l, Site::kMlp);
   if (w.moe) {
     MoeArgs args{&y, w.router, w.experts, w.shared, c.num_experts_per_tok, &m};
@@ -183,10 +187,21 @@ void run_layer(const KernelContext& ctx0, const ModelConfig& c, int l, const Lay
     DenseMlpArgs args{&y, w.dense, &m};
     dense_mlp(mlp_ctx, args);
   }
+  return m;
+}
+
+void finish_layer(int l, ResidualState& st, Tensor m, const LayerRecording& rec) {
   record(rec, l, "mlp_out", m);
   record(rec, l, "prefix", st.prefix);
-  st.delta = m;
+  st.delta = std::move(m);
   st.has_delta = true;
+}
+
+void run_layer(const KernelContext& ctx0, const ModelConfig& c, int l, const LayerWeights& w,
+               ResidualState& st, LayerCache& cache, const LayerRecording& rec) {
+  const Tensor y = run_layer_until_mlp(ctx0, c, l, w, st, cache, rec);
+  // 5. D = mlp_l(y).
+  finish_layer(l, st, run_layer_mlp(ctx0, c, l, w, y), rec);
 }
 
 Tensor folded_hidden(const ResidualState& st) {

@@ -66,6 +66,16 @@ struct LayerRecording {
 void run_layer(const KernelContext& ctx, const ModelConfig& config, int l, const LayerWeights& w,
                ResidualState& state, LayerCache& cache, const LayerRecording& rec);
 
+// The same layer in three parts, for batched forwards (reference/batch.h): steps 1-4 on
+// one request's state and cache, returning y; step 5 on any rows (row-wise); recording
+// mlp_out and prefix and setting D = m. run_layer is the three in sequence.
+Tensor run_layer_until_mlp(const KernelContext& ctx, const ModelConfig& config, int l,
+                           const LayerWeights& w, ResidualState& state, LayerCache& cache,
+                           const LayerRecording& rec);
+Tensor run_layer_mlp(const KernelContext& ctx, const ModelConfig& config, int l,
+                     const LayerWeights& w, const Tensor& y);
+void finish_layer(int l, ResidualState& state, Tensor m, const LayerRecording& rec);
+
 // bf16(P + D), or P when there is no pending delta: the handoff's `hidden`.
 Tensor folded_hidden(const ResidualState& state);
 

@@ -292,6 +292,33 @@ std::string histogram_table(const nlohmann::json& rows) {
          "</tr></thead><tbody>" + bars + "</tr></tbody></table>\n";
 }
 
+// Serving (SPEC 3.4): one row per split point, one cell per request (pass or diverged),
+// then every request against itself served alone at PP=1.
+std::string serving_table(const nlohmann::json& sv) {
+  if (!sv.is_object() || !sv.contains("requests") || !sv.contains("matrix")) return "";
+  std::string out = "<table id=\"requests\"><thead><tr><th>split</th>";
+  for (const auto& q : sv["requests"]) out += "<th>r" + esc(text_of(q)) + "</th>";
+  out += "</tr></thead><tbody>\n";
+  for (const auto& row : sv["matrix"]) {
+    out += "<tr class=\"row\"><td>" + esc(str_field(row, "split")) + "</td>";
+    for (const auto& v : row.value("requests", nlohmann::json::array())) {
+      const std::string t = v.is_string() ? v.get<std::string>() : "?";
+      out += fmt::format("<td class=\"{}\">{}</td>", t == "pass" ? "pass" : "diverged",
+                         t == "pass" ? "=" : esc(t));
+    }
+    out += "</tr>\n";
+  }
+  out += "</tbody></table>\n";
+  const nlohmann::json& bi = sv.value("batch_invariance", nlohmann::json::object());
+  out += fmt::format("<p id=\"batch-invariance\">Each request served alone at PP=1: {} of {} "
+                     "identical to the same request in the batch.</p>\n",
+                     esc(text_of(bi.value("identical", nlohmann::json(0)))),
+                     esc(text_of(bi.value("requests", nlohmann::json(0)))));
+  for (const auto& d : bi.value("differences", nlohmann::json::array()))
+    out += "<p class=\"diverged\">" + esc(text_of(d)) + "</p>\n";
+  return out;
+}
+
 }  // namespace
 
 std::string render_html(const nlohmann::json& r) {
@@ -393,6 +420,8 @@ std::string render_html(const nlohmann::json& r) {
     out += "<h2>Acceptance against PP=1</h2>\n" + object_table("acceptance", r["acceptance"]);
     out += histogram_table(r["acceptance"]);
   }
+  if (r.contains("serving"))
+    out += "<h2>Requests x split points</h2>\n" + serving_table(r["serving"]);
   if (kind == "sweep") out += "<h2>Embedding and memory per stage</h2>\n" + stages_table(r);
   out += "<h2>Reproduce</h2>\n<pre id=\"command\">" + esc(str_field(r, "command")) + "</pre>\n";
   out += "</body></html>\n";

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -188,7 +189,10 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
       cj["first_divergence"]["forward"] = c.first_divergence_forward;
       cj["first_divergence"]["layer"] = c.first_divergence_layer;
       cj["first_divergence"]["site"] = c.first_divergence_site;
+      if (c.first_divergence_request >= 0)
+        cj["first_divergence"]["request"] = c.first_divergence_request;
     }
+    if (!r.requests.empty()) cj["diverged_requests"] = c.diverged_requests;
     if (c.dispatch) {
       cj["dispatch"] = {{"forward", c.dispatch->forward},   {"event", c.dispatch->event},
                         {"layer", c.dispatch->layer},       {"site", c.dispatch->site},
@@ -247,6 +251,29 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
     j["drafter"] = {{"method", r.pp1_drafter.method},
                     {"pp1_embedding_source", r.pp1_drafter.embedding_source},
                     {"pp1_same_object_as_target", r.pp1_drafter.same_object_as_target}};
+  }
+  if (!r.requests.empty()) {
+    // SPEC 3.4: the request x split-point view, and every request against itself alone.
+    nlohmann::json matrix = nlohmann::json::array();
+    for (const CaseResult& c : r.cases) {
+      nlohmann::json row = nlohmann::json::array();
+      for (int32_t q : r.requests) {
+        const bool diverged = std::find(c.diverged_requests.begin(), c.diverged_requests.end(),
+                                        q) != c.diverged_requests.end();
+        row.push_back(c.verdict == Verdict::kDiverged && diverged ? "diverged"
+                      : c.verdict == Verdict::kPass || c.verdict == Verdict::kDiverged
+                          ? "pass"
+                          : verdict_name(c.verdict));
+      }
+      matrix.push_back({{"split", c.key}, {"requests", row}});
+    }
+    j["serving"] = {{"requests", r.requests},
+                    {"matrix", matrix},
+                    {"batch_invariance",
+                     {{"checked", r.batch_invariance.checked},
+                      {"requests", r.batch_invariance.requests},
+                      {"identical", r.batch_invariance.identical},
+                      {"differences", r.batch_invariance.differences}}}};
   }
   j["expect"] = {{"declared", r.scenario.value("expect", nlohmann::json::object())},
                  {"failures", r.expect_failures},

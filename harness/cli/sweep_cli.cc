@@ -1,6 +1,7 @@
 #include "harness/cli/sweep_cli.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include "harness/verdict/sweep.h"
@@ -83,6 +84,14 @@ int SweepCli::run() {
         a.mean_accepted, a.acceptance_rate, a.tokens_per_forward,
         histogram_text(a.accepted_histogram), a.strict_correct, a.prompts, a.flexible_correct,
         a.prompts, equal, r->cases.size());
+  }
+  if (r->batch_invariance.checked) {
+    // SPEC 3.4: every request against itself served alone, and the request x split view.
+    fmt::print("serving: {} of {} requests equal themselves served alone at PP=1\n",
+               r->batch_invariance.identical, r->batch_invariance.requests);
+    for (const CaseResult& c : r->cases)
+      if (!c.diverged_requests.empty())
+        fmt::print("  {}: requests diverged: {}\n", c.key, fmt::join(c.diverged_requests, ", "));
   }
   for (const std::string& f : r->expect_failures) fmt::print("expect: NOT MET: {}\n", f);
   if (!report_dir.empty()) {

@@ -7,8 +7,6 @@
 #include "reference/spec_methods.h"
 
 namespace splitcheck {
-namespace {
-
 void score(const Scenario&, const PreparedWorkload& w, const GenerationResult& g,
            GenerationSummary& out) {
   for (size_t p = 0; p < g.sequences.size() && p < w.problems.size(); ++p) {
@@ -19,8 +17,6 @@ void score(const Scenario&, const PreparedWorkload& w, const GenerationResult& g
     out.flexible_correct += fl && *fl == w.problems[p].answer;
   }
 }
-
-}  // namespace
 
 std::vector<std::string> drafter_tensor_names(const Scenario& s) {
   std::vector<TensorSpec> specs;
@@ -93,6 +89,9 @@ std::string histogram_text(const std::vector<int64_t>& h) {
 Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, const WeightStore& host,
                                          int host_stage, bool host_is_first, WeightSource& source,
                                          const PreparedWorkload& workload, RunRecord* record) {
+  if (s.serving.enabled)
+    return run_serving_generation(s, engine, host, host_stage, host_is_first, source, workload,
+                                  record);
   GenerationSummary out;
   const GenerationOptions gen{s.workload.max_new_tokens, s.prefill_chunk};
   const SpecMethodInfo* method = find_spec_method(s.speculative.method);

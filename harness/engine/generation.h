@@ -64,6 +64,9 @@ struct AcceptanceFigures {
   int prompts = 0;
 };
 AcceptanceFigures acceptance_figures(const GenerationSummary& summary);
+// The GSM8K-style strict and flexible scores of a generation (prompt p against problem p).
+void score(const Scenario& scenario, const PreparedWorkload& workload,
+           const GenerationResult& generation, GenerationSummary& out);
 // Whether a run's figures equal PP=1's: both speculative, the same steps, accepted total,
 // accepted-length histogram and GSM8K-style scores.
 bool same_acceptance(const AcceptanceFigures& run, const AcceptanceFigures& pp1);
@@ -81,6 +84,20 @@ Result<GenerationSummary> run_generation(const Scenario& scenario, Engine& engin
                                          const WeightStore& host, int host_stage,
                                          bool host_is_first, WeightSource& source,
                                          const PreparedWorkload& workload, RunRecord* record);
+
+// run_generation for a scenario with a `serving` block (serving.h): every prompt a
+// request, served through Engine::submit/collect. `serving` (when not null) receives the
+// schedule and per-request histograms; `ids`, `arrivals` and `forced_chunks` serve a
+// subset of the requests (ServingOptions), e.g. one request alone.
+struct ServingResult;
+struct ServingOptions;
+Result<GenerationSummary> run_serving_generation(const Scenario& scenario, Engine& engine,
+                                                 const WeightStore& host, int host_stage,
+                                                 bool host_is_first, WeightSource& source,
+                                                 const PreparedWorkload& workload,
+                                                 RunRecord* record,
+                                                 const ServingOptions* subset = nullptr,
+                                                 ServingResult* serving = nullptr);
 
 // Loads the scenario's drafter on `stage` through bind_drafter, as if it ran there, and
 // returns what the loading path said: on a stage without the embedding, the clear

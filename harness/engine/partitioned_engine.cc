@@ -76,6 +76,9 @@ void PartitionedEngine::run_job(Stage& stage, Job& job) const {
     case JobKind::kRestore:
       stage.restore_state();
       break;
+    case JobKind::kBatch:
+      run_batch_job(stage, job, options_.level);
+      break;
     case JobKind::kForward: {
       const std::vector<std::byte>* in = stage.is_first() ? nullptr : &job.payload;
       Result<StageOutput> out =

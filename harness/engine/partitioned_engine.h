@@ -31,6 +31,12 @@ class PartitionedEngine : public Engine {
   void save_state() override { control(JobKind::kSave); }
   void restore_state() override { control(JobKind::kRestore); }
 
+  // Serving (SPEC 3.4): a step enters the first stage at once and travels on while the
+  // caller submits the next, so while stage s works on micro-batch k, stage s-1 works on
+  // k+1. The caller keeps a request in at most one micro-batch in flight.
+  Status submit(const BatchRequest& batch, bool record) override;
+  Result<BatchResult> collect(RunRecord* record) override;
+
   std::vector<StageHoldings> holdings() const;
   // What the stages' layer calls did with the memo, summed. Read after a run.
   ReuseStats reuse_stats() const;
@@ -40,7 +46,7 @@ class PartitionedEngine : public Engine {
   void record_holdings(RunRecord& record) const;
 
  private:
-  enum class JobKind { kForward, kReset, kSave, kRestore };
+  enum class JobKind { kForward, kReset, kSave, kRestore, kBatch };
   struct Job {
     JobKind kind = JobKind::kForward;
     ForwardRequest request;
@@ -51,12 +57,21 @@ class PartitionedEngine : public Engine {
     bool wants_record = false;
     Status status;
     StageOutput last;  // the last stage's output
+    // kBatch: the step, one payload, record, cache record and trace per segment, and the
+    // last stage's outputs.
+    BatchRequest batch;
+    std::vector<std::vector<std::byte>> payloads;
+    std::vector<RunRecord> segment_records, segment_caches;
+    std::vector<DispatchTrace> segment_traces;
+    std::vector<StageOutput> lasts;
   };
 
   PartitionedEngine() = default;
   void stage_loop(size_t s);
   // One job on one stage (stage_loop catches what it throws).
   void run_job(Stage& stage, Job& job) const;
+  // One batched step on one stage (partitioned_serving.cc).
+  static void run_batch_job(Stage& stage, Job& job, DumpLevel level);
   Job round_trip(Job job);
   void control(JobKind kind);
 
@@ -66,6 +81,7 @@ class PartitionedEngine : public Engine {
   std::vector<std::unique_ptr<BoundedQueue<Job>>>
       queues_;  // queues_[s] feeds stage s; last is results
   std::vector<std::thread> threads_;
+  int in_flight_ = 0;  // batched steps submitted and not yet collected
 };
 
 }  // namespace splitcheck

@@ -100,6 +100,20 @@ class Stage {
   // Whether tap 0 travels in the payloads: the engine decides it once for every stage
   // from the last stage's tap0_resident() (the sender and receivers must agree).
   void set_tap0_relayed(bool relayed) { tap0_relayed_ = relayed; }
+  // Serving (SPEC 3.4, harness/engine/stage_batch.cc): one batched step over the stage's
+  // layers. First the step's state updates (what the last stage's results asked for) are
+  // applied to the stage's own per-request state table; then every segment runs on its
+  // request's caches. `in` holds one payload per segment (ignored on the first stage);
+  // `records` and `traces` (one per segment, records may be null) receive what each
+  // segment's forward records. Returns one StageOutput per segment. The faults
+  // spec.rollback_last_stage_only, batch.stale_microbatch_state and
+  // prefill.chunk_token_dropped live on this path.
+  Result<std::vector<StageOutput>> run_batch(const BatchRequest& batch,
+                                             const std::vector<std::vector<std::byte>>& in,
+                                             std::vector<RunRecord>* records,
+                                             std::vector<DispatchTrace>& traces);
+  // At the full dump level: the caches of `request` after forward `forward`.
+  void record_request_caches(int32_t forward, int32_t request, RunRecord& record);
   bool is_first() const { return cfg_.index == 0; }
   bool is_last() const { return cfg_.index == cfg_.partition.stages() - 1; }
 
@@ -133,6 +147,10 @@ class Stage {
   ReuseMode memo_mode_ = ReuseMode::kOff;
   std::vector<Digest128> layer_digests_;  // of layers_, as loaded, while a memo is set
   ReuseStats reuse_stats_;
+  // Serving: the stage's per-request state (created on first use) and the request ids of
+  // every batched step it ran, in order (what batch.stale_microbatch_state reads).
+  std::unique_ptr<RequestStateTable> requests_;
+  std::vector<std::vector<int32_t>> memberships_;
 };
 
 }  // namespace splitcheck

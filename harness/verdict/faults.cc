@@ -46,6 +46,24 @@ constexpr FaultInfo kFaults[] = {
      "partition",
      "structural verdict at configuration: layers owned by no stage (or by two) are named, "
      "before anything is compared; never a pass"},
+    {"spec.rollback_last_stage_only",
+     "after a partly rejected verify only the last stage rolls back positions and caches "
+     "(vLLM PR 44697)",
+     "tensors",
+     "divergence in the next forward of that request at the first stage's layers; invisible "
+     "on one request at a time only if no draft is ever rejected"},
+    {"batch.stale_microbatch_state",
+     "a stage reads per-request state through the batch of pp_size steps earlier (vLLM issue "
+     "55951)",
+     "tensors",
+     "divergence at the first step whose batch membership changed; none on a single-request "
+     "workload"},
+    {"prefill.chunk_token_dropped",
+     "a prompt split across steps under PP loses the token at the chunk boundary (the class "
+     "of vLLM issue 41133)",
+     "tensors",
+     "divergence of that request from its first chunked step; none when prompts fit in one "
+     "step"},
 };
 
 }  // namespace

@@ -377,6 +377,58 @@ Status parse_speculative(const ScenarioReader& r, const json& j, SpeculativeConf
   return Status::ok();
 }
 
+Status parse_serving(const ScenarioReader& r, const json& j, const Scenario& s,
+                     ServingConfig* out) {
+  const std::string ptr = "/serving";
+  RETURN_IF_ERROR(r.check_object(j, ptr,
+                                 {"arrival_steps", "arrival_every", "max_in_flight",
+                                  "token_budget", "chunk", "depth"}));
+  ServingConfig sv;
+  sv.enabled = true;
+  if (const json* v = member(j, "arrival_steps")) {
+    const std::string aptr = ptr + "/arrival_steps";
+    if (!v->is_array()) return r.type_error(*v, aptr, "array");
+    if (static_cast<int>(v->size()) != s.workload.prompts)
+      return r.error(aptr, "expected one step per prompt (" + std::to_string(s.workload.prompts) +
+                               "), got " + std::to_string(v->size()));
+    for (size_t i = 0; i < v->size(); ++i) {
+      ASSIGN_OR_RETURN(int step, r.int32((*v)[i], child(aptr, i), 0, bounds::kServingSteps));
+      if (!sv.arrival_steps.empty() && step < sv.arrival_steps.back())
+        return r.error(child(aptr, i), "arrival steps must not decrease");
+      sv.arrival_steps.push_back(step);
+    }
+  }
+  if (const json* v = member(j, "arrival_every")) {
+    if (member(j, "arrival_steps"))
+      return r.error(ptr + "/arrival_every", "give arrival_steps or arrival_every, not both");
+    ASSIGN_OR_RETURN(sv.arrival_every,
+                     r.int32(*v, ptr + "/arrival_every", 0, bounds::kServingSteps));
+  }
+  if (const json* v = member(j, "max_in_flight")) {
+    ASSIGN_OR_RETURN(sv.max_in_flight, r.int32(*v, ptr + "/max_in_flight", 1, bounds::kPrompts));
+  }
+  if (const json* v = member(j, "token_budget")) {
+    ASSIGN_OR_RETURN(sv.token_budget,
+                     r.int32(*v, ptr + "/token_budget", 1, bounds::kServingTokens));
+  }
+  if (const json* v = member(j, "chunk")) {
+    ASSIGN_OR_RETURN(sv.chunk, r.int32(*v, ptr + "/chunk", 1, bounds::kServingTokens));
+  }
+  if (const json* v = member(j, "depth")) {
+    ASSIGN_OR_RETURN(sv.depth, r.int32(*v, ptr + "/depth", 1, bounds::kServingDepth));
+  }
+  // A verify block must fit in one step, or a speculative request never runs again.
+  if (s.speculative.method != "none" && sv.token_budget < s.speculative.gamma + 1)
+    return r.error(ptr + "/token_budget",
+                   "must hold a verify block of gamma + 1 = " +
+                       std::to_string(s.speculative.gamma + 1) + " tokens, got " +
+                       std::to_string(sv.token_budget));
+  if (s.speculative.context_only_producer)
+    return r.error(ptr, "serving with a context-only producer is not supported");
+  *out = std::move(sv);
+  return Status::ok();
+}
+
 Status parse_capture_ids(const ScenarioReader& r, const json& j, int layers,
                          std::vector<int>* out) {
   const std::string ptr = "/capture_ids";
@@ -453,7 +505,8 @@ Status parse_expect(const ScenarioReader& r, const json& j, const Scenario& s) {
   RETURN_IF_ERROR(r.check_object(
       j, ptr,
       {"verdict", "identical_splits", "identical", "diverged", "config_rejected", "caught_by",
-       "acceptance_rate_at_least", "acceptance_rate_at_most", "every_accepted_length"}));
+       "acceptance_rate_at_least", "acceptance_rate_at_most", "every_accepted_length",
+        "batch_invariant"}));
   for (const char* field : {"acceptance_rate_at_least", "acceptance_rate_at_most"}) {
     if (const json* v = member(j, field)) {
       const std::string vptr = child(ptr, field);
@@ -462,6 +515,9 @@ Status parse_expect(const ScenarioReader& r, const json& j, const Scenario& s) {
       if (!(rate >= 0.0 && rate <= 1.0))
         return r.error(vptr, "must be a number in [0, 1], got " + v->dump());
     }
+  }
+  if (const json* v = member(j, "batch_invariant")) {
+    RETURN_IF_ERROR(r.boolean(*v, ptr + "/batch_invariant").status());
   }
   if (const json* v = member(j, "every_accepted_length")) {
     RETURN_IF_ERROR(r.boolean(*v, ptr + "/every_accepted_length").status());
@@ -505,7 +561,8 @@ Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& sour
   RETURN_IF_ERROR(r.check_object(
       j, "",
       {"name", "description", "model", "checkpoint", "workload", "engine", "capture_ids",
-       "speculative", "partitions", "faults", "checks", "backend", "transport", "expect"}));
+       "speculative", "serving", "partitions", "faults", "checks", "backend", "transport",
+       "expect"}));
   Scenario s;
   s.source_path = source_name;
   s.name = std::filesystem::path(source_name).stem().string();
@@ -524,6 +581,10 @@ Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& sour
   RETURN_IF_ERROR(parse_workload(r, j.value("workload", json::object()), base_dir, &s.workload));
   RETURN_IF_ERROR(parse_engine(r, j.value("engine", json::object()), &s));
   RETURN_IF_ERROR(parse_speculative(r, j.value("speculative", json::object()), &s.speculative));
+  if (const json* v = member(j, "serving")) {
+    if (!v->is_object()) return r.type_error(*v, "/serving", "object");
+    RETURN_IF_ERROR(parse_serving(r, *v, s, &s.serving));
+  }
   const int layers = s.model.num_hidden_layers;
   if (const json* v = member(j, "capture_ids")) {
     RETURN_IF_ERROR(parse_capture_ids(r, *v, layers, &s.capture_ids));
@@ -639,7 +700,7 @@ nlohmann::json resolved_scenario_json(const Scenario& s) {
     splits = s.partitions.mode;
   }
 
-  return json{
+  json resolved = json{
       {"name", s.name},
       {"description", s.description},
       {"model", {{"preset", m.preset}, {"seed", m.seed}, {"overrides", overrides}}},
@@ -665,6 +726,19 @@ nlohmann::json resolved_scenario_json(const Scenario& s) {
       {"transport", s.transport},
       {"expect", s.expect},
   };
+  // Only a serving scenario names the block, so the resolved form (and the identity
+  // hash) of every other scenario stays as it was.
+  if (s.serving.enabled) {
+    resolved["serving"] = {{"max_in_flight", s.serving.max_in_flight},
+                           {"token_budget", s.serving.token_budget},
+                           {"chunk", s.serving.chunk},
+                           {"depth", s.serving.depth}};
+    if (!s.serving.arrival_steps.empty())
+      resolved["serving"]["arrival_steps"] = s.serving.arrival_steps;
+    else
+      resolved["serving"]["arrival_every"] = s.serving.arrival_every;
+  }
+  return resolved;
 }
 
 }  // namespace splitcheck

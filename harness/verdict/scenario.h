@@ -37,6 +37,9 @@ inline constexpr int kNewTokens = 4096;      // /workload/max_new_tokens
 inline constexpr int kPromptTokens = 8192;   // /workload/max_prompt_tokens, each prompt
 inline constexpr int kPrefillChunk = 8192;   // /engine/prefill_chunk
 inline constexpr int kGamma = 16;            // /speculative/gamma
+inline constexpr int kServingSteps = 100000;  // /serving/arrival_steps, arrival_every
+inline constexpr int kServingTokens = 8192;   // /serving/token_budget, chunk
+inline constexpr int kServingDepth = 4;       // /serving/depth
 }  // namespace scenario_bounds
 
 // The prompts a run feeds the model (SPEC 4).
@@ -56,6 +59,24 @@ struct SpeculativeConfig {
   // The drafter's seeded departure probability per proposal (SPEC 3.3, Departure in
   // reference/speculative.h): 0 follows its own prediction everywhere.
   double departure_rate = 0.0;
+};
+
+// Serving many requests (SPEC 3.4): the scenario's `serving` block. When present, every
+// engine serves the workload's prompts as requests through the scheduler
+// (harness/engine/scheduler.h) instead of one prompt at a time.
+struct ServingConfig {
+  bool enabled = false;
+  // Step at which each request arrives (one per prompt, non-decreasing); when empty,
+  // request r arrives at step r * arrival_every.
+  std::vector<int> arrival_steps;
+  int arrival_every = 0;
+  int max_in_flight = 8;  // requests admitted and not finished (the concurrency)
+  int token_budget = 64;  // tokens per step over every segment
+  int chunk = 32;         // at most this many prompt tokens of one request per step
+  // Micro-batches in flight: step k is decided from the results of steps <= k - depth,
+  // so a request is in at most one of `depth` consecutive steps. Part of the schedule,
+  // the same at every partition (PP=1 runs it serially).
+  int depth = 2;
 };
 
 // Which partitions to sweep (SPEC 2.7).
@@ -78,6 +99,7 @@ struct Scenario {
   DumpLevel dump_level = DumpLevel::kLayer;
   std::vector<int> capture_ids;  // resolved: -1 mapped to 0, sorted, unique, in 0..L
   SpeculativeConfig speculative;
+  ServingConfig serving;
   PartitionSpec partitions;
   std::vector<std::string> faults;  // ids of the fault registry (faults.h)
   // Names of the check registry (checks.h) the sweep evaluates; default: all. A check

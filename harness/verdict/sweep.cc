@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cstring>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -14,6 +16,7 @@
 
 #include "harness/engine/partitioned_engine.h"
 #include "harness/verdict/checks.h"
+#include "harness/verdict/serving_checks.h"
 #include "harness/verdict/stage_checks.h"
 
 namespace splitcheck {
@@ -28,7 +31,7 @@ double seconds_since(Clock::time_point t0) {
 // The check a dataset belongs to, by its path in the dump layout.
 std::string check_of(const std::string& path) {
   if (path.rfind("stage_trace/", 0) == 0 || path.rfind("stages/", 0) == 0) return "";
-  if (path.rfind("generation/", 0) == 0) return "tokens";
+  if (path.rfind("generation/", 0) == 0 || path.rfind("serving/", 0) == 0) return "tokens";
   if (path.rfind("spec/", 0) == 0) return "acceptance";
   if (path.find("/taps/") != std::string::npos) return "taps";
   if (path.ends_with("/logits")) return "logits";
@@ -40,6 +43,26 @@ std::string check_of(const std::string& path) {
 int32_t forward_of(const std::string& path) {
   if (path.rfind("forward/", 0) != 0) return -1;
   return std::atoi(path.c_str() + 8);
+}
+
+// Serving: the request a dataset belongs to (the `request` attribute of its forward, or
+// the <r> of generation/<r>/ and spec/<r>/), -1 when none or not a serving record.
+int32_t request_of(const RunRecord& ref, const std::string& path) {
+  if (ref.find("serving/schedule") == nullptr) return -1;
+  if (path.rfind("forward/", 0) == 0) {
+    const std::string group = path.substr(0, path.find('/', 8));
+    auto it = ref.attrs().find(group);
+    if (it == ref.attrs().end()) return -1;
+    auto a = it->second.find("request");
+    if (a == it->second.end() || !std::holds_alternative<int64_t>(a->second)) return -1;
+    return static_cast<int32_t>(std::get<int64_t>(a->second));
+  }
+  for (const char* prefix : {"generation/", "spec/"}) {
+    const size_t n = std::strlen(prefix);
+    if (path.rfind(prefix, 0) == 0 && path.size() > n && std::isdigit(path[n]))
+      return std::atoi(path.c_str() + n);
+  }
+  return -1;
 }
 
 int32_t layer_of(const std::string& path) {
@@ -124,6 +147,9 @@ std::string case_message(const CaseResult& c) {
   }
   if (c.first_divergence) {
     if (!msg.empty()) msg += "; first numeric divergence: ";
+    if (c.first_divergence_request >= 0)
+      msg += fmt::format("request {} forward {}: ", c.first_divergence_request,
+                         c.first_divergence_forward);
     msg += verdict_line(*c.first_divergence);
   }
   if (msg.empty() && !c.failed_checks.empty()) msg = "differs in " + c.failed_checks.front();
@@ -206,6 +232,12 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
   };
   std::map<std::string, const Tensor*> by_path;
   for (const RecordEntry& e : cand.entries()) by_path[e.path] = &e.tensor;
+  std::set<int32_t> diverged_requests;
+  auto note_request = [&](const std::string& path) {
+    const int32_t r = request_of(ref, path);
+    if (r >= 0) diverged_requests.insert(r);
+    return r;
+  };
   std::map<int, TapVerdict> taps;
   std::set<std::string> seen;
   for (const RecordEntry& e : ref.entries()) {
@@ -215,6 +247,7 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
     auto it = by_path.find(e.path);
     ++c.datasets_compared;
     if (it == by_path.end()) {
+      note_request(e.path);
       ++c.datasets_differing;
       add_failed(c, check);
       if (c.message.empty()) c.message = fmt::format("{}: missing in the partitioned run", e.path);
@@ -225,6 +258,7 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
       std::optional<DispatchMismatch> m =
           diff_dispatch(forward_of(e.path), e.tensor, b, c.dispatch_mismatches);
       if (m) {
+        note_request(e.path);
         ++c.datasets_differing;
         add_failed(c, check);
         if (!c.dispatch) c.dispatch = m;
@@ -239,6 +273,7 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
       taps[tap_id].id = tap_id;
     }
     if (r.equal()) continue;
+    const int32_t request = note_request(e.path);
     ++c.datasets_differing;
     add_failed(c, check);
     if (!r.structural_errors.empty() && c.message.empty()) c.message = r.structural_errors.front();
@@ -253,6 +288,7 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
       c.first_divergence_forward = forward_of(e.path);
       c.first_divergence_layer = layer_of(e.path);
       c.first_divergence_site = site_of(e.path);
+      c.first_divergence_request = request;
     }
   }
   for (const RecordEntry& e : cand.entries()) {
@@ -261,6 +297,7 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
     add_failed(c, check_of(e.path));
     if (c.message.empty()) c.message = fmt::format("{}: only in the partitioned run", e.path);
   }
+  c.diverged_requests.assign(diverged_requests.begin(), diverged_requests.end());
   for (const auto& [id, t] : taps) c.taps.push_back(t);
   if (c.failed_checks.empty()) {
     c.verdict = Verdict::kPass;
@@ -330,6 +367,8 @@ std::vector<std::string> expect_failures_of(const nlohmann::json& expect, const 
       fails.push_back(fmt::format("expected {} {}, got acceptance rate {:.4f}", field, bound,
                                   a.acceptance_rate));
   }
+  if (expect.value("batch_invariant", false) && !r.batch_invariance.checked)
+    fails.push_back("expected every request to equal itself served alone, but nothing checked it");
   if (expect.value("every_accepted_length", false)) {
     std::vector<size_t> missing;
     for (size_t n = 0; n < a.accepted_histogram.size(); ++n)
@@ -361,6 +400,10 @@ std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const Swe
   for (const CaseResult& c : r.cases)
     if (c.verdict == Verdict::kError)
       fails.push_back(fmt::format("{}: error: {}", c.key, c.message));
+  // SPEC 3.4: a request in a batch equals the same request served alone. Not an
+  // expectation a scenario may waive: a difference always fails the sweep.
+  for (const std::string& d : r.batch_invariance.differences)
+    fails.push_back("batch invariance: " + d);
   return fails;
 }
 
@@ -496,6 +539,12 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   }
   const EngineOptions engine_options{s.capture_ids, s.dump_level, s.speculative.method,
                                      s.speculative.context_only_producer};
+  if (s.serving.enabled) {
+    ASSIGN_OR_RETURN(result.batch_invariance, check_requests_alone(s, source, ref),
+                     "serving each request alone at PP=1");
+    for (size_t r = 0; r < workload.prompts.size(); ++r)
+      result.requests.push_back(static_cast<int32_t>(r));
+  }
 
   result.cases.resize(parts.size());
   std::atomic<size_t> next{0};

@@ -66,6 +66,20 @@ struct CaseResult {
   DrafterPlacement drafter;      // what the drafter on the last stage was bound to
   std::string refusal_probe;     // what a missing drafter embedding placeholder gets
   ReuseStats reuse;              // what this split point's layer calls did with the memo
+  // Serving scenarios (SPEC 3.4): the request of the first divergence (-1: none or not
+  // serving), and every request with a differing dataset, ascending.
+  int32_t first_divergence_request = -1;
+  std::vector<int32_t> diverged_requests;
+};
+
+// Serving scenarios: every request served alone at PP=1 (its own prefill chunks, a batch
+// of one) against the same request in PP=1's batched run, every dataset of its forwards
+// and its tokens bit for bit.
+struct BatchInvariance {
+  bool checked = false;
+  int requests = 0;
+  int identical = 0;
+  std::vector<std::string> differences;  // one line per request that differs
 };
 
 struct SweepOptions {
@@ -107,6 +121,8 @@ struct SweepResult {
   AcceptanceFigures pp1_acceptance;  // PP=1's speculative figures
   DrafterPlacement pp1_drafter;
   ReuseSummary reuse;
+  BatchInvariance batch_invariance;  // serving scenarios only
+  std::vector<int32_t> requests;     // serving scenarios: the request ids, ascending
   double pp1_seconds = 0;
   double total_seconds = 0;
   int threads = 1;

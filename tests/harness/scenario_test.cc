@@ -373,8 +373,8 @@ TEST(ScenarioErrorTest, FilesNameThemselves) {
   EXPECT_EQ(w.status().message(), wrong + ": /workload/prompts: expected integer, got string");
 }
 
-TEST(FaultRegistryTest, TenFaultsEachCaughtByARegisteredCheck) {
-  ASSERT_EQ(fault_registry().size(), 10u);
+TEST(FaultRegistryTest, ThirteenFaultsEachCaughtByARegisteredCheck) {
+  ASSERT_EQ(fault_registry().size(), 13u);
   std::set<std::string_view> ids;
   for (const FaultInfo& f : fault_registry()) {
     EXPECT_TRUE(ids.insert(f.id).second) << "duplicate " << f.id;
@@ -394,6 +394,9 @@ TEST(FaultRegistryTest, TenFaultsEachCaughtByARegisteredCheck) {
   EXPECT_EQ(find_fault("pd.producer_embedding")->caught_by, "memory");
   EXPECT_EQ(find_fault("weights.stage_layer_offset")->caught_by, "tensors");
   EXPECT_EQ(find_fault("partition.remainder_dropped")->caught_by, "partition");
+  EXPECT_EQ(find_fault("spec.rollback_last_stage_only")->caught_by, "tensors");
+  EXPECT_EQ(find_fault("batch.stale_microbatch_state")->caught_by, "tensors");
+  EXPECT_EQ(find_fault("prefill.chunk_token_dropped")->caught_by, "tensors");
   EXPECT_EQ(find_fault("no.such_fault"), nullptr);
 }
 

@@ -1,0 +1,75 @@
+// run_generation for serving scenarios: the drafter bound once on its stage, one drafter
+// instance per request, the serving loop.
+#include <fmt/format.h>
+
+#include "harness/engine/generation.h"
+#include "harness/engine/serving.h"
+#include "reference/spec_methods.h"
+
+namespace splitcheck {
+
+Result<GenerationSummary> run_serving_generation(const Scenario& s, Engine& engine,
+                                                 const WeightStore& host, int host_stage,
+                                                 bool host_is_first, WeightSource& source,
+                                                 const PreparedWorkload& workload,
+                                                 RunRecord* record, const ServingOptions* subset,
+                                                 ServingResult* serving) {
+  GenerationSummary out;
+  out.drafter.method = s.speculative.method;
+  out.drafter.stage = host_stage;
+  ServingOptions opt;
+  if (subset != nullptr) opt = *subset;
+  opt.config = s.serving;
+  opt.max_new_tokens = s.workload.max_new_tokens;
+  std::vector<std::vector<int32_t>> prompts;
+  if (subset != nullptr && !subset->ids.empty()) {
+    for (int32_t id : subset->ids) {
+      if (id < 0 || static_cast<size_t>(id) >= workload.prompts.size())
+        return internal_error(fmt::format("request {} is not in the workload", id));
+      prompts.push_back(workload.prompts[static_cast<size_t>(id)]);
+    }
+  } else {
+    prompts = workload.prompts;
+  }
+  const SpecMethodInfo* method = find_spec_method(s.speculative.method);
+  const bool dspark = method != nullptr && method->has_drafter && s.speculative.method == "dspark";
+  if (method != nullptr && method->has_drafter && !dspark)
+    return config_rejected("serving supports the dspark drafter or none, not " +
+                           s.speculative.method);
+  DrafterBinding binding;
+  WeightStore own;
+  DrafterFactory factory;
+  if (dspark) {
+    const Status bound = bind_drafter(s, host, host_stage, host_is_first, binding);
+    out.drafter = describe_drafter(s, binding, host, host_stage);
+    if (!bound.is_ok()) {
+      out.drafter.refusal = bound.message();
+      return bound;
+    }
+    ASSIGN_OR_RETURN(own, load_weights(source, drafter_tensor_names(s)), "dspark drafter");
+    opt.gamma = s.speculative.gamma;
+    const int n_taps = static_cast<int>(s.capture_ids.size());
+    const Departure departure{s.model.seed, s.speculative.departure_rate};
+    factory = [&](int32_t request) -> Result<std::unique_ptr<Drafter>> {
+      ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> d,
+                       DsparkDrafter::create(s.model, own, binding, n_taps));
+      d->set_departure(departure);
+      d->reset(request);
+      return std::unique_ptr<Drafter>(std::move(d));
+    };
+  }
+  ASSIGN_OR_RETURN(ServingResult served, serve_requests(engine, prompts, factory, opt, record));
+  out.speculative = dspark;
+  out.spec = served.spec;
+  out.generation = served.spec.generation;
+  if (subset == nullptr) score(s, workload, out.generation, out);
+  if (record != nullptr && dspark) {
+    record->set_attr("spec", "strict_correct", int64_t{out.strict_correct});
+    record->set_attr("spec", "flexible_correct", int64_t{out.flexible_correct});
+    record->set_attr("spec", "prompts", static_cast<int64_t>(prompts.size()));
+  }
+  if (serving != nullptr) *serving = std::move(served);
+  return out;
+}
+
+}  // namespace splitcheck

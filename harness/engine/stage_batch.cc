@@ -1,0 +1,175 @@
+// Serving on one stage: batched steps over the stage's layers, the stage's own table of
+// per-request state, and the update path from the last stage's results (rollback,
+// release). Three of SPEC 6's faults restore historical bugs of this path.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "harness/engine/stage.h"
+
+namespace splitcheck {
+namespace {
+
+int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+Tensor first_bank_rows(const Tensor& bank, int64_t rows) {
+  const int64_t t = bank.dim(0), r = bank.dim(1), h = bank.dim(2);
+  Tensor out = Tensor::zeros(DType::kBF16, {t, rows, h});
+  for (int64_t i = 0; i < t; ++i)
+    std::memcpy(out.data<bf16>() + i * rows * h, bank.data<bf16>() + i * r * h,
+                static_cast<size_t>(rows * h) * sizeof(bf16));
+  return out;
+}
+
+}  // namespace
+
+void Stage::record_request_caches(int32_t forward, int32_t request, RunRecord& record) {
+  if (!requests_) return;
+  const RequestState& rs = requests_->at(request);
+  for (int l = range_.begin; l < range_.end; ++l)
+    record.add(forward_path(forward) + "cache/" + std::to_string(l),
+               cache_tensor(cfg_.model, l, rs.caches[l - range_.begin]));
+}
+
+Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
+                                                  const std::vector<std::vector<std::byte>>& in,
+                                                  std::vector<RunRecord>* records,
+                                                  std::vector<DispatchTrace>& traces) {
+  const ModelConfig& c = cfg_.model;
+  const int S = c.attn_res_block_size;
+  const int pp = cfg_.partition.stages();
+  if (!requests_) requests_ = std::make_unique<RequestStateTable>(c, range_.begin, range_.end);
+  RequestStateTable& table = *requests_;
+
+  // The update path: what the last stage's results asked of every stage.
+  for (const StateUpdate& u : batch.updates) {
+    // spec.rollback_last_stage_only (vLLM PR 44697): only the last stage rolls back after
+    // a partly rejected verify; the others keep the rejected drafts in their caches.
+    if (u.kind == StateUpdate::Kind::kRollback && !is_last() &&
+        cfg_.faults.has("spec.rollback_last_stage_only"))
+      continue;
+    table.apply(u);
+  }
+
+  // Which state each segment's rows use: its own request's. Under
+  // batch.stale_microbatch_state (vLLM issue 55951) a non-first stage indexes its table
+  // by the segment's slot in the micro-batch it ran pp steps earlier.
+  const size_t n = batch.segments.size();
+  if (n == 0) return std::vector<StageOutput>{};  // updates only
+  std::vector<int32_t> owner(n);
+  std::vector<int32_t> members;
+  for (size_t i = 0; i < n; ++i) {
+    owner[i] = batch.segments[i].request;
+    members.push_back(batch.segments[i].request);
+  }
+  if (cfg_.faults.has("batch.stale_microbatch_state") && !is_first() &&
+      memberships_.size() >= static_cast<size_t>(pp)) {
+    const std::vector<int32_t>& stale = memberships_[memberships_.size() - pp];
+    for (size_t i = 0; i < n && i < stale.size(); ++i) owner[i] = stale[i];
+  }
+  memberships_.push_back(std::move(members));
+
+  std::vector<KernelContext> ctxs;
+  std::vector<StageOutput> outs(n);
+  std::vector<ResidualState*> states;
+  std::vector<LayerRecording> recs;
+  for (size_t i = 0; i < n; ++i) {
+    const Segment& seg = batch.segments[i];
+    const int64_t T = static_cast<int64_t>(seg.ids.size());
+    RunRecord* record = records != nullptr ? &(*records)[i] : nullptr;
+    ctxs.push_back(KernelContext{&traces[i], seg.index, -1, Site::kEmbed, cfg_.index, -1});
+    recs.push_back(LayerRecording{record, forward_path(seg.index), cfg_.level});
+    if (seg.kind == ForwardKind::kVerify) table.snapshot(owner[i]);
+    RequestState& rs = table.at(owner[i]);
+    // prefill.chunk_token_dropped (the class of vLLM issue 41133): when a prompt's prefill
+    // continues in a later step, a non-first stage loses the token at the chunk boundary
+    // (the last position of the previous chunk) from its MLA caches.
+    if (seg.kind == ForwardKind::kPrefill && seg.first_position > 0 && !is_first() &&
+        cfg_.faults.has("prefill.chunk_token_dropped")) {
+      for (int l = range_.begin; l < range_.end; ++l)
+        truncate_layer_cache(c, l, rs.caches[l - range_.begin], seg.first_position - 1);
+    }
+    ResidualState& st = outs[i].state;
+    std::vector<std::pair<int, Tensor>>& taps = outs[i].taps;
+    if (is_first()) {
+      st = embed_state(ctxs[i], c, weights_.get("embed_tokens.weight"), ids_tensor(seg.ids));
+      if (captured(0)) taps.emplace_back(0, st.prefix.clone());
+    } else {
+      if (i >= in.size())
+        return internal_error(fmt::format("stage {} received no payload", cfg_.index));
+      PayloadExpectation expect{seg.index, T, c.hidden_size, cdiv(range_.begin, S),
+                                incoming_tap_ids()};
+      ASSIGN_OR_RETURN(HandoffPayload p, decode_payload(in[i], expect),
+                       fmt::format("stage {} receiving forward {}", cfg_.index, seg.index));
+      st.prefix = p.hidden;
+      st.bank = Tensor::zeros(DType::kBF16, {T, c.num_blocks(), c.hidden_size});
+      const int64_t rows = p.bank.dim(1), h = c.hidden_size;
+      for (int64_t t = 0; t < T; ++t)
+        std::memcpy(st.bank.data<bf16>() + t * c.num_blocks() * h,
+                    p.bank.data<bf16>() + t * rows * h,
+                    static_cast<size_t>(rows * h) * sizeof(bf16));
+      if (!c.is_block_write_layer(range_.begin) && !cfg_.faults.has("handoff.no_zero_delta")) {
+        st.delta = Tensor::zeros(DType::kBF16, {T, c.hidden_size});
+        st.has_delta = true;
+      }
+      for (size_t a = 0; a < p.aux_ids.size(); ++a) {
+        Tensor tap = Tensor::zeros(DType::kBF16, {T, h});
+        for (int64_t t = 0; t < T; ++t)
+          std::memcpy(tap.data<bf16>() + t * h,
+                      p.aux.data<bf16>() + t * p.aux.dim(1) + static_cast<int64_t>(a) * h,
+                      static_cast<size_t>(h) * sizeof(bf16));
+        taps.emplace_back(p.aux_ids[a], std::move(tap));
+      }
+    }
+    states.push_back(&st);
+  }
+
+  for (int l = range_.begin; l < range_.end; ++l) {
+    std::vector<LayerCache*> caches;
+    for (size_t i = 0; i < n; ++i) caches.push_back(&table.at(owner[i]).caches[l - range_.begin]);
+    const int li = l - range_.begin;
+    if (memo_mode_ == ReuseMode::kOff) {
+      run_layer_batch(ctxs, c, l, layers_[li], states, caches, recs);
+      reuse_stats_.computed += static_cast<int64_t>(n);
+    } else {
+      // Through PP=1's memo, segment by segment (the bits of the batched call: the MLP is
+      // row-wise); only a segment whose inputs equal PP=1's is taken from it.
+      const MemoUse use{nullptr, memo_, memo_mode_};
+      for (size_t i = 0; i < n; ++i)
+        RETURN_IF_ERROR(run_layer_reusing(ctxs[i], c, l, layers_[li], layer_digests_[li],
+                                          *states[i], *caches[i], recs[i], use, &reuse_stats_));
+    }
+    for (size_t i = 0; i < n; ++i) read_tap_after(ctxs[i], l, outs[i].state, &outs[i].taps);
+  }
+
+  for (size_t i = 0; i < n; ++i) {
+    const Segment& seg = batch.segments[i];
+    const int64_t T = static_cast<int64_t>(seg.ids.size());
+    RequestState& rs = table.at(owner[i]);
+    rs.positions = seg.first_position + T;
+    StageOutput& out = outs[i];
+    if (is_last()) {
+      out.head = run_head(ctxs[i], c, out.state, weights_);
+      if (!is_first() && captured(0) && !relays_tap0())
+        out.taps.emplace_back(0, Tensor::zeros(DType::kBF16, {T, c.hidden_size}));
+      std::stable_sort(out.taps.begin(), out.taps.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      continue;
+    }
+    HandoffPayload p;
+    p.forward = seg.index;
+    p.hidden = folded_hidden(out.state);
+    p.bank = first_bank_rows(out.state.bank, cdiv(range_.end, S));
+    std::vector<std::pair<int, Tensor>> relayed;
+    for (const auto& [k, t] : out.taps) {
+      if (k == 0 && !relays_tap0()) continue;
+      p.aux_ids.push_back(k);
+      relayed.emplace_back(k, t);
+    }
+    p.aux = concat_taps(relayed, T, c.hidden_size);
+    out.payload = encode_payload(p);
+  }
+  return outs;
+}
+
+}  // namespace splitcheck

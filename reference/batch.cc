@@ -1,0 +1,74 @@
+#include "reference/batch.h"
+
+#include <cstring>
+
+namespace splitcheck {
+
+RequestState& RequestStateTable::at(int32_t request) {
+  auto it = states_.find(request);
+  if (it != states_.end()) return it->second;
+  RequestState& st = states_[request];
+  for (int l = begin_; l < end_; ++l) st.caches.push_back(empty_layer_cache(config_, l));
+  return st;
+}
+
+void RequestStateTable::snapshot(int32_t request) {
+  RequestState& st = at(request);
+  st.snapshot = st.caches;
+  st.snapshot_positions = st.positions;
+}
+
+void RequestStateTable::apply(const StateUpdate& u) {
+  if (u.kind == StateUpdate::Kind::kRelease) {
+    states_.erase(u.request);
+    return;
+  }
+  RequestState& st = at(u.request);
+  st.caches = st.snapshot;
+  st.positions = st.snapshot_positions;
+}
+
+void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& c, int l,
+                     const LayerWeights& w, const std::vector<ResidualState*>& states,
+                     const std::vector<LayerCache*>& caches,
+                     const std::vector<LayerRecording>& recs) {
+  const size_t n = states.size();
+  // Steps 1-4 per segment.
+  std::vector<Tensor> ys;
+  int64_t rows = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ys.push_back(run_layer_until_mlp(ctxs[i], c, l, w, *states[i], *caches[i], recs[i]));
+    rows += ys.back().dim(0);
+  }
+  // Step 5 once over the concatenated rows (the MLP is row-wise).
+  const int64_t h = c.hidden_size;
+  Tensor y_all = Tensor::zeros(DType::kBF16, {rows, h});
+  int64_t at = 0;
+  for (const Tensor& y : ys) {
+    std::memcpy(y_all.data<bf16>() + at * h, y.data<bf16>(),
+                static_cast<size_t>(y.numel()) * sizeof(bf16));
+    at += y.dim(0);
+  }
+  DispatchTrace mlp_trace;
+  KernelContext mlp_ctx = ctxs.front();
+  mlp_ctx.trace = &mlp_trace;
+  const Tensor m_all = run_layer_mlp(mlp_ctx, c, l, w, y_all);
+  at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t t = ys[i].dim(0);
+    Tensor m = Tensor::zeros(DType::kBF16, {t, h});
+    std::memcpy(m.data<bf16>(), m_all.data<bf16>() + at * h,
+                static_cast<size_t>(t * h) * sizeof(bf16));
+    at += t;
+    if (ctxs[i].trace != nullptr) {
+      for (DispatchEvent e : mlp_trace.events) {
+        e.forward = ctxs[i].forward;
+        e.stage = ctxs[i].stage;
+        ctxs[i].trace->events.push_back(e);
+      }
+    }
+    finish_layer(l, *states[i], std::move(m), recs[i]);
+  }
+}
+
+}  // namespace splitcheck

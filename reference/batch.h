@@ -1,0 +1,87 @@
+// Ragged batches (SPEC 3.4): one forward carries several requests' tokens, concatenated.
+//
+// A segment is one request's consecutive tokens in a forward (a prefill chunk, a decode
+// token, a verify block or a replay). Every segment has its own forward index, so a
+// dump records it under "forward/<index>/" exactly as the same forward of the request
+// served alone would be recorded, plus the attributes `request` and `step`. Row-wise
+// kernels (the MLP) run once on the concatenated rows; AttnRes, attention, caches and
+// the head run per segment. Every CPU kernel is row-independent, so a request's results
+// in a batch equal the same request served alone, bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "reference/config.h"
+#include "reference/layer.h"
+
+namespace splitcheck {
+
+enum class ForwardKind;
+
+// One request's tokens in a batched forward.
+struct Segment {
+  int32_t request = 0;
+  std::vector<int32_t> ids;
+  int64_t first_position = 0;
+  ForwardKind kind{};
+  int32_t index = 0;  // forward index, global over the run
+};
+
+// What the last stage's results ask every holder of a request's state to do, applied at
+// the start of the next batch that carries it: roll back to the snapshot taken before
+// the request's last verify (a partly rejected verify is followed by a replay), or free
+// the state of a finished request.
+struct StateUpdate {
+  enum class Kind { kRollback, kRelease };
+  int32_t request = 0;
+  Kind kind = Kind::kRollback;
+};
+
+// One step of the serving loop: its segments (disjoint requests) and the state updates
+// to apply before running them.
+struct BatchRequest {
+  int32_t step = 0;
+  std::vector<Segment> segments;
+  std::vector<StateUpdate> updates;
+};
+
+// One request's caches over a range of layers, the snapshot taken before its last verify
+// block, and the positions its caches hold.
+struct RequestState {
+  std::vector<LayerCache> caches, snapshot;
+  int64_t positions = 0, snapshot_positions = 0;
+};
+
+// Per-request state of an engine or a stage over layers [begin, end).
+class RequestStateTable {
+ public:
+  RequestStateTable() = default;
+  RequestStateTable(const ModelConfig& config, int begin, int end)
+      : config_(config), begin_(begin), end_(end) {}
+  // The request's state, created empty on first use.
+  RequestState& at(int32_t request);
+  bool contains(int32_t request) const { return states_.count(request) > 0; }
+  // Snapshots the request's caches (before a verify block).
+  void snapshot(int32_t request);
+  // Applies one update (rollback to the snapshot, or release).
+  void apply(const StateUpdate& update);
+  void clear() { states_.clear(); }
+
+ private:
+  ModelConfig config_;
+  int begin_ = 0, end_ = 0;
+  std::map<int32_t, RequestState> states_;
+};
+
+// Layer l (SPEC 2.3) over a ragged batch: steps 1-4 per segment on its own state, cache
+// and dispatch trace; step 5 (the MLP) once over the concatenated rows, its dispatch event
+// recorded in every segment's trace. Each segment's result and record equal run_layer's
+// on that segment alone.
+void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& config, int l,
+                     const LayerWeights& w, const std::vector<ResidualState*>& states,
+                     const std::vector<LayerCache*>& caches,
+                     const std::vector<LayerRecording>& recs);
+
+}  // namespace splitcheck

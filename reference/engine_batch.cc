@@ -1,0 +1,129 @@
+// Serving on the reference engine: batched steps (reference/batch.h), run synchronously.
+#include <algorithm>
+
+#include "reference/engine.h"
+
+namespace splitcheck {
+
+Status Engine::submit(const BatchRequest&, bool) {
+  return internal_error("this engine serves one request at a time (no batched steps)");
+}
+
+Result<BatchResult> Engine::collect(RunRecord*) {
+  return internal_error("this engine serves one request at a time (no batched steps)");
+}
+
+void record_segment_attrs(RunRecord* record, const Segment& seg, int32_t step) {
+  if (record == nullptr) return;
+  const std::string path = forward_path(seg.index);
+  const std::string group = path.substr(0, path.size() - 1);
+  record->set_attr(group, "request", int64_t{seg.request});
+  record->set_attr(group, "step", int64_t{step});
+}
+
+ForwardRequest segment_request(const Segment& seg) {
+  return ForwardRequest{seg.ids, seg.kind, seg.first_position, seg.index};
+}
+
+Status ReferenceEngine::submit(const BatchRequest& batch, bool record) {
+  Pending p;
+  p.result = forward_batch(batch, record ? &p.record : nullptr);
+  pending_.push_back(std::move(p));
+  return Status::ok();
+}
+
+Result<BatchResult> ReferenceEngine::collect(RunRecord* record) {
+  if (pending_.empty()) return internal_error("collect with no step submitted");
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  if (record != nullptr && p.result.is_ok()) record->append(p.record);
+  return std::move(p.result);
+}
+
+Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, RunRecord* record) {
+  const ModelConfig& c = config_;
+  const int L = c.num_hidden_layers;
+  for (const StateUpdate& u : batch.updates) requests_.apply(u);
+  const size_t n = batch.segments.size();
+  if (n == 0) return BatchResult{batch.step, {}};  // updates only (the last releases)
+  for (const Segment& seg : batch.segments) {
+    if (seg.ids.empty()) return internal_error("an empty segment");
+    for (int32_t id : seg.ids)
+      if (id < 0 || id >= c.vocab_size)
+        return invalid_input("token id " + std::to_string(id) + " outside the vocabulary");
+  }
+  auto captured = [&](int k) {
+    return std::binary_search(options_.capture_ids.begin(), options_.capture_ids.end(), k);
+  };
+  std::vector<RunRecord> records(n);
+  std::vector<DispatchTrace> traces(n);
+  std::vector<KernelContext> ctxs;
+  std::vector<ResidualState> states(n);
+  std::vector<ResidualState*> state_ptrs;
+  std::vector<LayerRecording> recs;
+  std::vector<std::vector<std::pair<int, Tensor>>> taps(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Segment& seg = batch.segments[i];
+    if (seg.kind == ForwardKind::kVerify) requests_.snapshot(seg.request);
+    RunRecord* r = record != nullptr ? &records[i] : nullptr;
+    record_forward_start(r, segment_request(seg));
+    record_segment_attrs(r, seg, batch.step);
+    ctxs.push_back(KernelContext{&traces[i], seg.index, -1, Site::kEmbed, 0, -1});
+    states[i] = embed_state(ctxs[i], c, weights_.get("embed_tokens.weight"), ids_tensor(seg.ids));
+    state_ptrs.push_back(&states[i]);
+    recs.push_back(LayerRecording{r, forward_path(seg.index), options_.level});
+    if (captured(0)) taps[i].emplace_back(0, states[i].prefix.clone());
+  }
+  for (int l = 0; l < L; ++l) {
+    std::vector<LayerCache*> caches;
+    for (const Segment& seg : batch.segments)
+      caches.push_back(&requests_.at(seg.request).caches[l]);
+    if (memo_ != nullptr) {
+      // Filling the memo: each segment's layer call on its own (the MLP is row-wise, so the
+      // bits are those of the batched call), keyed by content like every other call.
+      for (size_t i = 0; i < n; ++i)
+        RETURN_IF_ERROR(run_layer_reusing(ctxs[i], c, l, layers_[l], layer_digests_[l], states[i],
+                                          *caches[i], recs[i],
+                                          MemoUse{memo_, nullptr, ReuseMode::kOff}, nullptr));
+    } else {
+      run_layer_batch(ctxs, c, l, layers_[l], state_ptrs, caches, recs);
+    }
+    const int k = l + 1;
+    if (!captured(k)) continue;
+    for (size_t i = 0; i < n; ++i) {
+      if (k < L) {
+        taps[i].emplace_back(k, read_tap(ctxs[i], c, k, states[i], *layers_[k].sa_res_norm,
+                                         *layers_[k].sa_res_proj));
+      } else {
+        taps[i].emplace_back(
+            k, read_tap(ctxs[i], c, k, states[i], weights_.get("output_attn_res_norm.weight"),
+                        weights_.get("output_attn_res_proj.weight")));
+      }
+    }
+  }
+  BatchResult out;
+  out.step = batch.step;
+  for (size_t i = 0; i < n; ++i) {
+    const Segment& seg = batch.segments[i];
+    HeadOutput head = run_head(ctxs[i], c, states[i], weights_);
+    RunRecord* r = record != nullptr ? &records[i] : nullptr;
+    record_forward_end(r, segment_request(seg), options_.level, head, states[i], taps[i],
+                       traces[i]);
+    RequestState& rs = requests_.at(seg.request);
+    rs.positions = seg.first_position + static_cast<int64_t>(seg.ids.size());
+    if (r != nullptr && options_.level == DumpLevel::kFull) {
+      for (int l = 0; l < L; ++l)
+        r->add(forward_path(seg.index) + "cache/" + std::to_string(l),
+               cache_tensor(c, l, rs.caches[l]));
+    }
+    if (record != nullptr) record->append(records[i]);
+    ForwardResult f;
+    f.logits = head.logits;
+    f.next_tokens = head.next_tokens;
+    f.taps = concat_taps(taps[i], static_cast<int64_t>(seg.ids.size()), c.hidden_size);
+    out.segments.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace splitcheck

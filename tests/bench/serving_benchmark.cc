@@ -1,0 +1,88 @@
+// Batched serving throughput on the CPU (SPEC 3.4): the committed serving scenario's
+// requests served by the PP=1 engine with continuous batching (up to max_in_flight in
+// flight), against the same requests served one at a time (max_in_flight 1), alternated
+// in one process. Counters: generated tokens per CPU second of each, and the ratio of
+// their CPU and wall times (medians over the iterations). Only the MLP runs over the
+// concatenated rows; AttnRes, attention and the head run per request.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <vector>
+
+#include "harness/engine/run.h"
+#include "harness/engine/serving.h"
+
+namespace splitcheck {
+namespace {
+
+Scenario serving_scenario() {
+  Result<Scenario> s =
+      load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/serving.json");
+  if (!s.is_ok()) std::abort();
+  return *s;
+}
+
+struct Served {
+  double seconds = 0, cpu_seconds = 0;
+  int64_t tokens = 0;
+};
+
+// Wall and process CPU seconds and generated tokens of one serving run, nothing recorded
+// (on a shared machine the CPU time is the steadier of the two).
+Served serve(const Scenario& s, ReferenceEngine& engine, WeightSource& source,
+             const PreparedWorkload& w) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::clock_t c0 = std::clock();
+  Result<GenerationSummary> g =
+      run_serving_generation(s, engine, engine.weights(), 0, true, source, w, nullptr);
+  Served out;
+  out.cpu_seconds = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!g.is_ok()) std::abort();
+  for (const SequenceResult& q : g->generation.sequences)
+    out.tokens += static_cast<int64_t>(q.emitted.size());
+  return out;
+}
+
+void BM_BatchedServingVsOneAtATime(benchmark::State& state) {
+  const Scenario batched = serving_scenario();
+  Scenario alone = batched;
+  alone.serving.max_in_flight = 1;
+  std::unique_ptr<WeightSource> source = scenario_weight_source(batched);
+  Result<PreparedWorkload> w = prepare_workload(batched);
+  if (!w.is_ok()) std::abort();
+  std::vector<std::string> names;
+  for (const TensorSpec& t : model_tensor_specs(batched.model)) names.push_back(t.name);
+  Result<WeightStore> weights = load_weights(*source, names);
+  if (!weights.is_ok()) std::abort();
+  Result<std::unique_ptr<ReferenceEngine>> engine = ReferenceEngine::create(
+      batched.model, std::move(*weights),
+      EngineOptions{batched.capture_ids, DumpLevel::kSummary, batched.speculative.method, false});
+  if (!engine.is_ok()) std::abort();
+  std::vector<double> ratios, cpu_ratios, batched_tps, alone_tps;
+  for (auto _ : state) {
+    const Served b = serve(batched, **engine, *source, *w);
+    const Served a = serve(alone, **engine, *source, *w);
+    if (b.tokens != a.tokens) std::abort();
+    batched_tps.push_back(static_cast<double>(b.tokens) / b.cpu_seconds);
+    alone_tps.push_back(static_cast<double>(a.tokens) / a.cpu_seconds);
+    ratios.push_back(a.seconds / b.seconds);
+    cpu_ratios.push_back(a.cpu_seconds / b.cpu_seconds);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  state.counters["batched_tokens_per_cpu_s"] = median(batched_tps);
+  state.counters["one_at_a_time_tokens_per_cpu_s"] = median(alone_tps);
+  state.counters["speedup_cpu"] = median(cpu_ratios);
+  state.counters["speedup_wall"] = median(ratios);
+}
+BENCHMARK(BM_BatchedServingVsOneAtATime)->Unit(benchmark::kSecond)->Iterations(3);
+
+}  // namespace
+}  // namespace splitcheck
+
+BENCHMARK_MAIN();

@@ -1,0 +1,394 @@
+// Serving many requests (SPEC 3.4): batch invariance of both engines, the scheduler, the
+// serving sweep, and the three serving faults (SPEC 6) with their sensitivity table.
+#include "harness/engine/serving.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "harness/engine/partitioned_engine.h"
+#include "harness/engine/run.h"
+#include "harness/engine/scheduler.h"
+#include "harness/verdict/serving_checks.h"
+#include "harness/verdict/sweep.h"
+#include "tests/scenario_fixture.h"
+
+namespace splitcheck {
+namespace {
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.bytes(), b.bytes(), a.nbytes()) == 0;
+}
+
+std::unique_ptr<ReferenceEngine> reference_engine(const Scenario& s) {
+  Result<WeightStore> w = scenario_weights(s);
+  EXPECT_TRUE(w.is_ok());
+  Result<std::unique_ptr<ReferenceEngine>> e = ReferenceEngine::create(
+      s.model, std::move(*w), EngineOptions{s.capture_ids, DumpLevel::kLayer, "dspark", false});
+  EXPECT_TRUE(e.is_ok());
+  return std::move(*e);
+}
+
+// Two steps of five requests: prefills of different lengths, then a verify block, decode
+// tokens and a second chunk. Forward index = 10 * step + request, the same in a batch and
+// alone, so the records compare path by path.
+std::vector<BatchRequest> two_steps(const PreparedWorkload& w, const std::vector<int32_t>& only) {
+  std::vector<BatchRequest> steps(2);
+  for (int32_t r = 0; r < 5; ++r) {
+    if (!only.empty() && std::find(only.begin(), only.end(), r) == only.end()) continue;
+    const std::vector<int32_t>& p = w.prompts[static_cast<size_t>(r)];
+    const int64_t first = 5 + 3 * r;
+    steps[0].segments.push_back(
+        Segment{r, {p.begin(), p.begin() + first}, 0, ForwardKind::kPrefill, r});
+    Segment next{r, {}, first, ForwardKind::kDecode, 10 + r};
+    if (r == 1 || r == 3) {
+      next.kind = ForwardKind::kVerify;
+      next.ids.assign(p.begin() + first, p.begin() + first + 8);
+    } else if (r == 4) {
+      next.kind = ForwardKind::kPrefill;
+      next.ids.assign(p.begin() + first, p.begin() + first + 6);
+    } else {
+      next.ids = {p[static_cast<size_t>(first)]};
+    }
+    steps[1].segments.push_back(next);
+  }
+  steps[1].step = 1;
+  return steps;
+}
+
+RunRecord serve_steps(Engine& e, const std::vector<BatchRequest>& steps,
+                      std::vector<BatchResult>* results) {
+  RunRecord rec;
+  for (const BatchRequest& b : steps) {
+    EXPECT_TRUE(e.submit(b, true).is_ok());
+    Result<BatchResult> r = e.collect(&rec);
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    if (r.is_ok()) results->push_back(std::move(*r));
+  }
+  return rec;
+}
+
+// Every dataset the alone record has must be in the batched record with the same bytes;
+// returns how many were compared.
+int64_t expect_contained(const RunRecord& alone, const RunRecord& batched) {
+  int64_t n = 0;
+  for (const RecordEntry& e : alone.entries()) {
+    if (e.path.rfind("stage_trace/", 0) == 0) continue;
+    const Tensor* b = batched.find(e.path);
+    EXPECT_NE(b, nullptr) << e.path;
+    if (b == nullptr) continue;
+    EXPECT_TRUE(same_bytes(e.tensor, *b)) << e.path << " differs in the batch";
+    ++n;
+  }
+  return n;
+}
+
+TEST(BatchInvariance, RequestInABatchOfFiveEqualsItServedAlone) {
+  const Scenario s = committed_scenario("serving");
+  Result<PreparedWorkload> w = prepare_workload(s);
+  ASSERT_TRUE(w.is_ok());
+  std::unique_ptr<ReferenceEngine> batched = reference_engine(s);
+  std::vector<BatchResult> batch_results;
+  const RunRecord all = serve_steps(*batched, two_steps(*w, {}), &batch_results);
+  ASSERT_EQ(batch_results.size(), 2u);
+  for (int32_t r = 0; r < 5; ++r) {
+    std::unique_ptr<ReferenceEngine> alone_engine = reference_engine(s);
+    std::vector<BatchResult> alone_results;
+    const RunRecord alone = serve_steps(*alone_engine, two_steps(*w, {r}), &alone_results);
+    ASSERT_EQ(alone_results.size(), 2u);
+    // Logits, taps, every per-layer tensor, bank, output, tokens, dispatch.
+    EXPECT_GT(expect_contained(alone, all), 32 * 5 * 2) << "request " << r;
+    for (size_t step = 0; step < 2; ++step) {
+      const ForwardResult& a = alone_results[step].segments[0];
+      const ForwardResult& b = batch_results[step].segments[static_cast<size_t>(r)];
+      EXPECT_TRUE(same_bytes(a.logits, b.logits)) << "request " << r << " step " << step;
+      EXPECT_TRUE(same_bytes(a.taps, b.taps)) << "request " << r << " step " << step;
+    }
+  }
+}
+
+TEST(BatchInvariance, PartitionedBatchEqualsReferenceAlone) {
+  const Scenario s = committed_scenario("serving");
+  Result<PreparedWorkload> w = prepare_workload(s);
+  ASSERT_TRUE(w.is_ok());
+  std::unique_ptr<WeightSource> source = scenario_weight_source(s);
+  Result<Partition> part = Partition::from_cuts({13}, s.model.num_hidden_layers);
+  ASSERT_TRUE(part.is_ok());
+  Result<std::unique_ptr<PartitionedEngine>> pe = PartitionedEngine::create(
+      s.model, *part, EngineOptions{s.capture_ids, DumpLevel::kLayer, "dspark", false}, FaultSet{},
+      *source);
+  ASSERT_TRUE(pe.is_ok()) << pe.status().message();
+  std::vector<BatchResult> results;
+  const RunRecord all = serve_steps(**pe, two_steps(*w, {}), &results);
+  std::unique_ptr<ReferenceEngine> alone_engine = reference_engine(s);
+  std::vector<BatchResult> alone_results;
+  const RunRecord alone = serve_steps(*alone_engine, two_steps(*w, {2}), &alone_results);
+  EXPECT_GT(expect_contained(alone, all), 32 * 2);
+}
+
+TEST(Scheduler, BudgetChunksDepthAndConcurrency) {
+  ServingConfig cfg;
+  cfg.enabled = true;
+  cfg.token_budget = 40;
+  cfg.chunk = 32;
+  cfg.depth = 2;
+  cfg.max_in_flight = 2;
+  std::vector<RequestSlot> rs(3);
+  for (int i = 0; i < 3; ++i) {
+    rs[i].id = i;
+    rs[i].arrival = i == 2 ? 1 : 0;
+    rs[i].prompt_tokens = 24;
+  }
+  std::vector<ScheduledSegment> s0 = schedule_step(cfg, 7, 0, rs);
+  ASSERT_EQ(s0.size(), 2u);
+  EXPECT_EQ(s0[0].tokens, 24);
+  EXPECT_EQ(s0[1].tokens, 16);  // the budget's rest: a chunked prefill
+  // Step 1: both are in flight (depth 2) and request 2 is not admitted (2 in flight).
+  EXPECT_TRUE(schedule_step(cfg, 7, 1, rs).empty());
+  EXPECT_FALSE(rs[2].admitted);
+  rs[0].phase = RequestPhase::kVerify;
+  rs[1].prefilled = 16;
+  std::vector<ScheduledSegment> s2 = schedule_step(cfg, 7, 2, rs);
+  ASSERT_EQ(s2.size(), 2u);
+  EXPECT_EQ(s2[0].kind, ForwardKind::kVerify);
+  EXPECT_EQ(s2[0].tokens, 8);
+  EXPECT_EQ(s2[1].tokens, 8);  // the prompt's last 8 tokens
+  rs[0].phase = RequestPhase::kFinished;
+  schedule_step(cfg, 7, 3, rs);
+  EXPECT_TRUE(rs[2].admitted);  // a slot freed
+}
+
+// A smaller serving scenario for the sweeps below: `prompts` requests, one split.
+Scenario small_serving(const std::string& base, int prompts, int in_flight,
+                       std::vector<std::vector<int>> cuts) {
+  Scenario s = committed_scenario(base);
+  s.workload.prompts = prompts;
+  s.serving.max_in_flight = in_flight;
+  s.partitions.mode = "list";
+  s.partitions.cuts = std::move(cuts);
+  s.expect = nlohmann::json::object();
+  return s;
+}
+
+TEST(ServingSweep, BitIdenticalAndEveryRequestEqualsItselfAlone) {
+  const Scenario s = small_serving("serving", 6, 4, {{5}, {16}});
+  Result<SweepResult> r = run_sweep(s, SweepOptions{});
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_TRUE(r->conformant()) << r->cases.front().message;
+  EXPECT_TRUE(r->batch_invariance.checked);
+  EXPECT_EQ(r->batch_invariance.requests, 6);
+  EXPECT_EQ(r->batch_invariance.identical, 6);
+  EXPECT_TRUE(r->expect_failures.empty());
+}
+
+TEST(ServingChecks, ARequestThatDiffersFromItselfAloneFails) {
+  Scenario s = small_serving("serving", 3, 3, {{5}});
+  Result<ReferenceRun> run = run_reference(s);
+  ASSERT_TRUE(run.is_ok()) << run.status().message();
+  std::unique_ptr<WeightSource> source = scenario_weight_source(s);
+  Result<BatchInvariance> ok = check_requests_alone(s, *source, *run);
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  EXPECT_EQ(ok->identical, 3);
+  // One bit of one per-layer tensor of request 1's first forward.
+  RunRecord mutated = run->record;
+  const Tensor* sched = mutated.find("serving/schedule");
+  ASSERT_NE(sched, nullptr);
+  int32_t forward = -1;
+  for (int64_t i = 0; i < sched->dim(0) && forward < 0; ++i)
+    if (sched->data<int32_t>()[i * 6 + 1] == 1) forward = sched->data<int32_t>()[i * 6 + 5];
+  bool flipped = false;
+  for (RecordEntry& e : mutated.entries()) {
+    if (e.path == forward_path(forward) + "layers/9/attn_out") {
+      e.tensor = e.tensor.clone();
+      e.tensor.data<bf16>()[3].bits ^= 1;
+      flipped = true;
+    }
+  }
+  ASSERT_TRUE(flipped);
+  ReferenceRun bad = std::move(*run);
+  bad.record = mutated;
+  Result<BatchInvariance> caught = check_requests_alone(s, *source, bad);
+  ASSERT_TRUE(caught.is_ok());
+  EXPECT_EQ(caught->identical, 2);
+  // The concatenated rerun and request 1 alone both differ from the mutated record.
+  ASSERT_EQ(caught->differences.size(), 2u);
+  EXPECT_NE(caught->differences[0].find("layers/9/attn_out differs"), std::string::npos)
+      << caught->differences[0];
+  EXPECT_NE(caught->differences[1].find("request 1"), std::string::npos) << caught->differences[1];
+  SweepResult result;
+  result.batch_invariance = *caught;
+  EXPECT_FALSE(evaluate_expect(nlohmann::json::object(), result).empty());
+}
+
+// The PP=1 schedule of a serving scenario as rows (step, request, kind, first, tokens,
+// forward).
+std::vector<std::array<int32_t, 6>> schedule_of(const RunRecord& rec) {
+  std::vector<std::array<int32_t, 6>> rows;
+  const Tensor* t = rec.find("serving/schedule");
+  if (t == nullptr) return rows;
+  for (int64_t i = 0; i < t->dim(0); ++i) {
+    std::array<int32_t, 6> row;
+    std::copy_n(t->data<int32_t>() + i * 6, 6, row.begin());
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+struct FaultCase {
+  const char* id;
+  const char* scenario;
+};
+constexpr FaultCase kServingFaults[] = {
+    {"spec.rollback_last_stage_only", "fault-spec-rollback-last-stage-only"},
+    {"batch.stale_microbatch_state", "fault-batch-stale-microbatch-state"},
+    {"prefill.chunk_token_dropped", "fault-prefill-chunk-token-dropped"},
+};
+
+TEST(ServingFaults, FirstDivergenceAtTheRightRequestForwardAndLayer) {
+  const int cut = 13;
+  for (const FaultCase& f : kServingFaults) {
+    SCOPED_TRACE(f.id);
+    const Scenario s = small_serving(f.scenario, 8, 8, {{cut}});
+    Result<SweepResult> r = run_sweep(s, SweepOptions{});
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    ASSERT_EQ(r->cases.size(), 1u);
+    const CaseResult& c = r->cases[0];
+    ASSERT_EQ(c.verdict, Verdict::kDiverged) << c.message;
+    EXPECT_NE(std::find(c.failed_checks.begin(), c.failed_checks.end(), "tensors"),
+              c.failed_checks.end());
+    Scenario clean = s;
+    clean.faults.clear();
+    Result<ReferenceRun> ref = run_reference(clean);
+    ASSERT_TRUE(ref.is_ok());
+    const auto rows = schedule_of(ref->record);
+    ASSERT_FALSE(rows.empty());
+    auto row_of = [&](int32_t forward) {
+      for (const auto& row : rows)
+        if (row[5] == forward) return row;
+      return std::array<int32_t, 6>{-1, -1, -1, -1, -1, -1};
+    };
+    const auto at = row_of(c.first_divergence_forward);
+    EXPECT_EQ(c.first_divergence_request, at[1]) << c.message;
+    if (std::string(f.id) == "spec.rollback_last_stage_only") {
+      // The first replay (a partly rejected verify's next forward), at the first stage's
+      // first layer.
+      std::array<int32_t, 6> first_replay{};
+      for (const auto& row : rows)
+        if (row[2] == static_cast<int32_t>(ForwardKind::kReplay)) {
+          first_replay = row;
+          break;
+        }
+      EXPECT_EQ(c.first_divergence_forward, first_replay[5]) << c.message;
+      EXPECT_EQ(c.first_divergence_request, first_replay[1]);
+      EXPECT_EQ(c.first_divergence_layer, 0) << c.message;
+    } else if (std::string(f.id) == "prefill.chunk_token_dropped") {
+      // The first continued prefill chunk, at the second stage's first MLA layer.
+      std::array<int32_t, 6> first_chunk{};
+      for (const auto& row : rows)
+        if (row[2] == static_cast<int32_t>(ForwardKind::kPrefill) && row[3] > 0) {
+          first_chunk = row;
+          break;
+        }
+      EXPECT_EQ(c.first_divergence_forward, first_chunk[5]) << c.message;
+      EXPECT_EQ(c.first_divergence_layer, 15) << c.message;
+    } else {
+      // The second stage reads the state of the micro-batch pp steps earlier: nothing
+      // before the first step whose membership changed; at the second stage's layers.
+      std::vector<std::vector<int32_t>> members;
+      for (const auto& row : rows) {
+        if (members.empty() || row[0] != rows[&row - rows.data() - 1][0]) members.emplace_back();
+        members.back().push_back(row[1]);
+      }
+      size_t changed = members.size();
+      for (size_t k = 2; k < members.size() && changed == members.size(); ++k)
+        for (size_t i = 0; i < std::min(members[k].size(), members[k - 2].size()); ++i)
+          if (members[k][i] != members[k - 2][i]) changed = k;
+      ASSERT_LT(changed, members.size());
+      int32_t first_step_changed = -1;
+      size_t seen = 0;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (i == 0 || rows[i][0] != rows[i - 1][0]) ++seen;
+        if (seen == changed + 1) {
+          first_step_changed = rows[i][0];
+          break;
+        }
+      }
+      EXPECT_GE(at[0], first_step_changed) << c.message;
+      EXPECT_GE(c.first_divergence_layer, cut) << c.message;
+    }
+  }
+}
+
+// SPEC 6: fault x (single request, concurrency 8) x caught, at split 13. A single request
+// that never drafts (greedy decoding) never rolls back, so the missing rollback shows only
+// once a draft is rejected (speculative, departure rate 0.1), even on one request.
+TEST(ServingFaults, SensitivityTable) {
+  std::string table =
+      "| fault | single request, greedy | single request, speculative | concurrency 8, "
+      "speculative |\n|---|---|---|---|\n";
+  for (const FaultCase& f : kServingFaults) {
+    auto caught = [&](int prompts, int in_flight, bool speculative) {
+      Scenario s = small_serving(f.scenario, prompts, in_flight, {{13}});
+      if (!speculative) s.speculative.method = "none";
+      Result<SweepResult> r = run_sweep(s, SweepOptions{});
+      EXPECT_TRUE(r.is_ok()) << r.status().message();
+      return r.is_ok() && !r->conformant();
+    };
+    const bool greedy = caught(1, 1, false);
+    const bool single = caught(1, 1, true);
+    const bool concurrent = caught(8, 8, true);
+    auto word = [](bool c) { return c ? "caught" : "invisible"; };
+    table += fmt::format("| {} | {} | {} | {} |\n", f.id, word(greedy), word(single),
+                         word(concurrent));
+    EXPECT_FALSE(greedy) << f.id;
+    EXPECT_TRUE(concurrent) << f.id;
+    EXPECT_EQ(single, std::string(f.id) == "spec.rollback_last_stage_only") << f.id;
+  }
+  std::printf("%s", table.c_str());
+}
+
+}  // namespace
+}  // namespace splitcheck
+
+namespace splitcheck {
+namespace {
+
+Result<Scenario> serving_with(const nlohmann::json& serving) {
+  nlohmann::json j = {{"workload", {{"prompts", 2}}},
+                      {"speculative", {{"method", "dspark"}, {"gamma", 7}}},
+                      {"serving", serving}};
+  return parse_scenario(j, "x.json", ".");
+}
+
+TEST(ServingScenario, RefusesWhatCouldNeverBeServed) {
+  ASSERT_TRUE(serving_with({{"token_budget", 8}}).is_ok());
+  Result<Scenario> small = serving_with({{"token_budget", 7}});
+  ASSERT_FALSE(small.is_ok());
+  EXPECT_NE(small.status().message().find("/serving/token_budget"), std::string::npos)
+      << small.status().message();
+  Result<Scenario> arrivals = serving_with({{"arrival_steps", {0}}});
+  ASSERT_FALSE(arrivals.is_ok());
+  EXPECT_NE(arrivals.status().message().find("/serving/arrival_steps"), std::string::npos);
+  EXPECT_FALSE(serving_with({{"arrival_steps", {3, 1}}}).is_ok());
+  EXPECT_FALSE(serving_with({{"arrival_steps", {0, 1}}, {"arrival_every", 2}}).is_ok());
+  EXPECT_FALSE(serving_with({{"depth", 5}}).is_ok());
+  EXPECT_FALSE(serving_with({{"max_in_flight", 0}}).is_ok());
+  EXPECT_FALSE(serving_with({{"chunk_size", 4}}).is_ok());
+  // Only a serving scenario names the block in its resolved form (the identity of every
+  // other scenario, and the default golden, stay as they were).
+  Result<Scenario> plain = parse_scenario(nlohmann::json::object(), "y.json", ".");
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_FALSE(resolved_scenario_json(*plain).contains("serving"));
+  Result<Scenario> served = serving_with({{"arrival_every", 2}});
+  ASSERT_TRUE(served.is_ok());
+  const nlohmann::json resolved = resolved_scenario_json(*served);
+  ASSERT_TRUE(resolved.contains("serving"));
+  Result<Scenario> again = parse_scenario(resolved, "z.json", ".");
+  ASSERT_TRUE(again.is_ok()) << again.status().message();
+  EXPECT_EQ(resolved_scenario_json(*again), resolved);
+}
+
+}  // namespace
+}  // namespace splitcheck
