@@ -97,6 +97,8 @@ std::span<const std::string_view> site_names() { return kSiteNames; }
 
 std::span<const KernelRow> kernel_registry() { return kRegistry; }
 
+bool batch_invariant(Device device) { return device == Device::kCpu; }
+
 int32_t find_kernel(std::string_view op, std::string_view variant) {
   for (size_t i = 0; i < std::size(kRegistry); ++i) {
     if (kRegistry[i].op == op && kRegistry[i].variant == variant) return static_cast<int32_t>(i);

@@ -18,7 +18,13 @@
 namespace splitcheck::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+// Threads per block: one per channel group, rounded up to a warp, within [128, 1024]. It
+// depends on H only (never on the token count), so neither does any sum's order.
+constexpr int kMaxThreads = 1024;
+int threads_for(int64_t groups) {
+  const int64_t t = (groups + 31) / 32 * 32;
+  return static_cast<int>(t < 128 ? 128 : (t > kMaxThreads ? kMaxThreads : t));
+}
 constexpr int kMaxSources = 64;
 
 struct Params {
@@ -83,7 +89,7 @@ __device__ __forceinline__ void load_source(const Params& a, int64_t t, int i, i
 }
 
 template <bool kFallback, int VEC>
-__global__ void __launch_bounds__(kThreads) attn_res_kernel(Params a) {
+__global__ void __launch_bounds__(kMaxThreads) attn_res_kernel(Params a) {
   extern __shared__ float p[];  // [h]: the folded prefix, later the mixture m
   __shared__ float red[33];
   __shared__ float score[kMaxSources];
@@ -270,12 +276,12 @@ void launch(AttnResArgs& args) {
   a.block_l = attn_res_fallback_block_l(t_count, args.nb);
   if (t_count > 0) {
     const size_t smem = static_cast<size_t>(h) * sizeof(float);
-    if (h % 8 == 0) {
-      attn_res_kernel<kFallback, 8>
-          <<<static_cast<unsigned>(t_count), kThreads, smem, stream()>>>(a);
+    const int vec = h % 8 == 0 ? 8 : 1;
+    const unsigned threads = static_cast<unsigned>(threads_for(h / vec));
+    if (vec == 8) {
+      attn_res_kernel<kFallback, 8><<<static_cast<unsigned>(t_count), threads, smem, stream()>>>(a);
     } else {
-      attn_res_kernel<kFallback, 1>
-          <<<static_cast<unsigned>(t_count), kThreads, smem, stream()>>>(a);
+      attn_res_kernel<kFallback, 1><<<static_cast<unsigned>(t_count), threads, smem, stream()>>>(a);
     }
   }
   s.done();
