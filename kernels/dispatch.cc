@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/batch.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ops.h"
 #ifdef SPLITCHECK_HAVE_CUDA

@@ -81,13 +81,6 @@ std::span<const KernelRow> kernel_registry();
 // Row index of (op, variant), or -1.
 int32_t find_kernel(std::string_view op, std::string_view variant);
 
-// Whether every op on `device` gives a row the same bits whatever the number of rows of
-// the call: true on the CPU (every product sums each row in ascending order); false on
-// CUDA, where cuBLASLt picks its algorithm per shape (a decode row and the same row in a
-// verify block may differ). Pipeline splits run the same shapes, so both stay
-// bit-identical across partitions.
-bool batch_invariant(Device device);
-
 // Picks the first eligible variant of `op`, records it in ctx.trace, runs it on the
 // call's device (a CUDA call has finished when this returns). Returns the row index it
 // ran. Throws std::logic_error when the device has no implementation in this build.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "harness/engine/run.h"
+#include "kernels/batch.h"
 #include "reference/dspark.h"
 #include "reference/eagle3.h"
 #include "reference/spec_methods.h"
