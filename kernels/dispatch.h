@@ -1,9 +1,11 @@
 // The kernel registry and the dispatch trace (SPEC 5.3).
 //
-// Every kernel variant is one row of one table: (op, variant, eligibility, cpu function).
-// `run_kernel` picks the first eligible variant of an op in table order, appends a
-// DispatchEvent to the caller's trace and runs it, so the trace is written by the
-// registry and never by callers. Adding a variant is one row plus its function.
+// Every kernel variant is one row of one table: (op, variant, eligibility, where its
+// tensors are, cpu function, cuda function). `run_kernel` picks the first eligible variant
+// of an op in table order, appends a DispatchEvent to the caller's trace and runs it on
+// the device its tensors live on, so the trace is written by the registry and never by
+// callers, and the trace is the same on every backend. Adding a variant is one row plus
+// its functions.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "kernels/tensor.h"
 
 namespace splitcheck {
 
@@ -66,7 +70,10 @@ struct KernelRow {
   std::string_view op;
   std::string_view variant;
   bool (*eligible)(const void* args);
+  // The device of the call: where the op's weight (or, for weightless ops, its input) is.
+  Device (*device)(const void* args);
   void (*cpu)(void* args);
+  void (*cuda)(void* args);  // nullptr in a build without SPLITCHECK_CUDA
 };
 
 // The registry: every op and variant the engines can run, in priority order per op.
@@ -74,10 +81,12 @@ std::span<const KernelRow> kernel_registry();
 // Row index of (op, variant), or -1.
 int32_t find_kernel(std::string_view op, std::string_view variant);
 
-// Picks the first eligible variant of `op`, records it in ctx.trace, runs it.
-// Returns the row index it ran.
+// Picks the first eligible variant of `op`, records it in ctx.trace, runs it on the
+// call's device (a CUDA call has finished when this returns). Returns the row index it
+// ran. Throws std::logic_error when the device has no implementation in this build.
 int32_t run_kernel(const KernelContext& ctx, std::string_view op, void* args);
-// Runs one named variant without eligibility or trace (tests and benchmarks).
+// Runs one named variant on the call's device without eligibility or trace (tests and
+// benchmarks).
 void run_variant(std::string_view op, std::string_view variant, void* args);
 
 }  // namespace splitcheck

@@ -3,6 +3,10 @@
 #include <cstring>
 #include <stdexcept>
 
+#ifdef SPLITCHECK_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
+
 namespace splitcheck {
 
 size_t dtype_size(DType dtype) {
@@ -28,6 +32,40 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
+const char* device_name(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
+
+namespace {
+
+// Owned storage of `bytes` zero bytes on `device`.
+std::shared_ptr<void> allocate(size_t bytes, Device device) {
+  if (device == Device::kCuda) {
+#ifdef SPLITCHECK_HAVE_CUDA
+    return cuda::managed_zeros(bytes);
+#else
+    throw std::runtime_error("this build has no CUDA backend (configure with SPLITCHECK_CUDA=ON)");
+#endif
+  }
+  return std::shared_ptr<void>(new std::byte[bytes > 0 ? bytes : 1](),
+                               [](void* p) { delete[] static_cast<std::byte*>(p); });
+}
+
+// Copies `bytes` between any two tensors' storages (managed memory is host-visible).
+void copy_bytes(void* dst, const void* src, size_t bytes, Device dst_device, Device src_device) {
+  if (bytes == 0) return;
+#ifdef SPLITCHECK_HAVE_CUDA
+  if (dst_device == Device::kCuda || src_device == Device::kCuda) {
+    cuda::copy(dst, src, bytes);
+    return;
+  }
+#else
+  (void)dst_device;
+  (void)src_device;
+#endif
+  std::memcpy(dst, src, bytes);
+}
+
+}  // namespace
+
 std::string shape_string(const Shape& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -43,12 +81,13 @@ int64_t Tensor::numel() const {
   return n;
 }
 
-Tensor Tensor::zeros(DType dtype, Shape shape) {
+Tensor Tensor::zeros(DType dtype, Shape shape, Device device) {
   Tensor t;
   t.dtype_ = dtype;
+  t.device_ = device;
   t.shape_ = std::move(shape);
-  t.owner_ = std::make_shared<std::vector<std::byte>>(t.nbytes());
-  t.data_ = t.owner_->data();
+  t.owner_ = allocate(t.nbytes(), device);
+  t.data_ = t.nbytes() ? t.owner_.get() : nullptr;  // an empty tensor has no bytes to view
   return t;
 }
 
@@ -60,9 +99,11 @@ Tensor Tensor::borrow(DType dtype, Shape shape, void* data) {
   return t;
 }
 
-Tensor Tensor::clone() const {
-  Tensor t = zeros(dtype_, shape_);
-  if (nbytes()) std::memcpy(t.data_, data_, nbytes());
+Tensor Tensor::clone() const { return to(device_); }
+
+Tensor Tensor::to(Device device) const {
+  Tensor t = zeros(dtype_, shape_, device);
+  copy_bytes(t.data_, data_, nbytes(), device, device_);
   return t;
 }
 

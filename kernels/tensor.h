@@ -3,6 +3,11 @@
 // Storage is row-major and contiguous. An owned tensor shares its bytes on copy (like a
 // handle); clone() makes a deep copy. A borrowed tensor views bytes owned elsewhere
 // (a checkpoint buffer, a payload) and must not outlive them.
+//
+// A tensor lives on a device: host memory (kCpu) or CUDA managed memory (kCuda), which
+// the host may also read and write once the device is idle (every CUDA kernel call
+// synchronises before it returns, kernels/dispatch.cc). Kernels run where their tensors
+// are; clone() and zeros() keep the device; to(kCpu) copies to the host.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +23,10 @@ namespace splitcheck {
 
 enum class DType : uint8_t { kBF16, kF32, kI32 };
 
+// Where a tensor's bytes are. kCuda exists only in builds with SPLITCHECK_CUDA.
+enum class Device : uint8_t { kCpu, kCuda };
+const char* device_name(Device device);  // "cpu", "cuda"
+
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);  // "bfloat16", "float32", "int32"
 
@@ -28,12 +37,14 @@ class Tensor {
  public:
   Tensor() = default;
 
-  // A zero-filled owned tensor.
-  static Tensor zeros(DType dtype, Shape shape);
+  // A zero-filled owned tensor on `device` (throws std::runtime_error when this build or
+  // machine has no such device).
+  static Tensor zeros(DType dtype, Shape shape, Device device = Device::kCpu);
   // A view of bytes owned elsewhere.
   static Tensor borrow(DType dtype, Shape shape, void* data);
 
   DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
   const Shape& shape() const { return shape_; }
   int64_t dim(size_t i) const { return shape_.at(i); }
   int64_t numel() const;
@@ -59,8 +70,10 @@ class Tensor {
   }
   const std::byte* bytes() const { return static_cast<const std::byte*>(data_); }
 
-  // Deep copy into a new owned tensor.
+  // Deep copy into a new owned tensor on the same device.
   Tensor clone() const;
+  // Deep copy into a new owned tensor on `device` (a copy even when it is already there).
+  Tensor to(Device device) const;
   // Same bytes, another shape with the same element count.
   Tensor reshaped(Shape shape) const;
   // Rows [begin, end) along the first axis, as a view sharing ownership.
@@ -71,8 +84,9 @@ class Tensor {
 
  private:
   DType dtype_ = DType::kF32;
+  Device device_ = Device::kCpu;
   Shape shape_;
-  std::shared_ptr<std::vector<std::byte>> owner_;
+  std::shared_ptr<void> owner_;
   void* data_ = nullptr;
 };
 

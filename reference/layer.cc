@@ -26,7 +26,7 @@ class Binder {
   std::string missing_;
 };
 
-Tensor like(const Tensor& t) { return Tensor::zeros(t.dtype(), t.shape()); }
+Tensor like(const Tensor& t) { return Tensor::zeros(t.dtype(), t.shape(), t.device()); }
 
 void record(const LayerRecording& rec, int l, const char* name, const Tensor& t) {
   if (!rec.wants_layers()) return;
@@ -233,11 +233,17 @@ ResidualState embed_state(const KernelContext& ctx, const ModelConfig& c, const 
                           const Tensor& ids) {
   const int64_t t = ids.dim(0);
   ResidualState st;
-  st.prefix = Tensor::zeros(DType::kBF16, {t, c.hidden_size});
+  st.prefix = Tensor::zeros(DType::kBF16, {t, c.hidden_size}, table.device());
   EmbedArgs args{&ids, &table, &st.prefix};
   embed(ctx.at(-1, Site::kEmbed), args);
-  st.bank = Tensor::zeros(DType::kBF16, {t, c.num_blocks(), c.hidden_size});
+  st.bank = Tensor::zeros(DType::kBF16, {t, c.num_blocks(), c.hidden_size}, table.device());
   return st;
+}
+
+void place_state(ResidualState& st, Device device) {
+  if (!st.prefix.empty() && st.prefix.device() != device) st.prefix = st.prefix.to(device);
+  if (!st.delta.empty() && st.delta.device() != device) st.delta = st.delta.to(device);
+  if (!st.bank.empty() && st.bank.device() != device) st.bank = st.bank.to(device);
 }
 
 HeadOutput run_head(const KernelContext& ctx, const ModelConfig& c, ResidualState& st,
@@ -262,10 +268,11 @@ HeadOutput run_head(const KernelContext& ctx, const ModelConfig& c, ResidualStat
   Tensor h = like(st.prefix);
   RmsNormArgs norm{&out.output, &store.get("norm.weight"), c.rms_norm_eps, &h};
   rms_norm(ctx.at(-1, Site::kFinalNorm), norm);
-  out.logits = Tensor::zeros(DType::kF32, {t, c.vocab_size});
-  LmHeadArgs head{&h, &store.get("lm_head.weight"), &out.logits};
+  const Tensor& lm_head_w = store.get("lm_head.weight");
+  out.logits = Tensor::zeros(DType::kF32, {t, c.vocab_size}, lm_head_w.device());
+  LmHeadArgs head{&h, &lm_head_w, &out.logits};
   lm_head(ctx.at(-1, Site::kLmHead), head);
-  out.next_tokens = Tensor::zeros(DType::kI32, {t});
+  out.next_tokens = Tensor::zeros(DType::kI32, {t}, lm_head_w.device());
   ArgmaxArgs am{&out.logits, &out.next_tokens};
   argmax(ctx.at(-1, Site::kSample), am);
   return out;

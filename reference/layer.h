@@ -88,6 +88,10 @@ Tensor read_tap(const KernelContext& ctx, const ModelConfig& config, int k,
 ResidualState embed_state(const KernelContext& ctx, const ModelConfig& config,
                           const Tensor& embed_table, const Tensor& ids);
 
+// Moves the state's tensors to `device` (a stage receiving a handoff on the host places
+// it where its weights are; the kernels would otherwise stage it on every call).
+void place_state(ResidualState& state, Device device);
+
 // The output head of SPEC 2.3: o = attn_res(output weights), h = rmsnorm(o), logits.
 struct HeadOutput {
   Tensor output;       // o, bf16 [T,H]

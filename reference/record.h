@@ -30,7 +30,9 @@ struct RecordEntry {
 
 class RunRecord {
  public:
+  // Adds a dataset; a tensor on a device is copied to the host first.
   void add(std::string path, Tensor tensor) {
+    if (tensor.device() != Device::kCpu) tensor = tensor.to(Device::kCpu);
     entries_.push_back(RecordEntry{std::move(path), std::move(tensor)});
   }
   void set_attr(const std::string& object, const std::string& name, AttrValue value) {

@@ -47,6 +47,11 @@ class Drafter {
 struct SpeculativeOptions {
   GenerationOptions generation;
   int gamma = 7;
+  // Whether the engine's products give a row the same bits whatever the row count
+  // (kernels/dispatch.h: batch_invariant). Then a replay whose bonus token differs from
+  // the verify's is an internal error; otherwise (CUDA: cuBLASLt's algorithm depends on the
+  // shape) it is counted in replay_bonus_mismatches and the verify's token is kept.
+  bool batch_invariant = true;
 };
 
 // Per prompt figures (SPEC 5.5).
@@ -65,6 +70,9 @@ struct SpeculativeResult {
   double mean_accepted = 0;       // sum(a) / steps
   // How many steps accepted a tokens, for a = 0..gamma (SPEC 3.3's histogram).
   std::vector<int64_t> accepted_histogram;
+  // Steps whose replay (a + 1 rows) predicted another bonus token than the verify
+  // (gamma + 1 rows): zero on a batch-invariant backend (SpeculativeOptions).
+  int64_t replay_bonus_mismatches = 0;
 };
 
 // Runs every prompt speculatively. Records the forwards, "generation/<p>/{prompt_ids,

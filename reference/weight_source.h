@@ -27,24 +27,29 @@ class WeightSource {
 
 class GeneratedWeights : public WeightSource {
  public:
-  explicit GeneratedWeights(ModelConfig config) : config_(std::move(config)) {}
+  // Tensors are generated on `device` (kCuda: on the GPU) and loaded there.
+  explicit GeneratedWeights(ModelConfig config, Device device = Device::kCpu)
+      : config_(std::move(config)), device_(device) {}
   Result<Tensor> load(const std::string& name) override;
 
  private:
   ModelConfig config_;
+  Device device_ = Device::kCpu;
   std::mutex mu_;
   std::map<std::string, Tensor> cache_;
 };
 
 class CheckpointWeights : public WeightSource {
  public:
-  CheckpointWeights(std::string path, ModelConfig config)
-      : path_(std::move(path)), config_(std::move(config)) {}
+  // Tensors are read on the host and loaded onto `device`.
+  CheckpointWeights(std::string path, ModelConfig config, Device device = Device::kCpu)
+      : path_(std::move(path)), config_(std::move(config)), device_(device) {}
   Result<Tensor> load(const std::string& name) override;
 
  private:
   std::string path_;
   ModelConfig config_;
+  Device device_ = Device::kCpu;
   std::mutex mu_;
 };
 

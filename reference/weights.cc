@@ -9,6 +9,9 @@
 #include "reference/dspark.h"
 #include "reference/eagle3.h"
 #include "reference/splitmix.h"
+#ifdef SPLITCHECK_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
 
 namespace splitcheck {
 namespace {
@@ -207,6 +210,28 @@ Tensor generate_model_tensor(const ModelConfig& config, const TensorSpec& spec) 
     return out;
   }
   return generate_tensor(config.seed, spec);
+}
+
+Tensor generate_model_tensor(const ModelConfig& config, const TensorSpec& spec, Device device) {
+  if (device == Device::kCpu) return generate_model_tensor(config, spec);
+#ifdef SPLITCHECK_HAVE_CUDA
+  if (spec.init == WeightInit::kUniform || spec.init == WeightInit::kOnePlus) {
+    Tensor t = Tensor::zeros(DType::kBF16, spec.shape, device);
+    cuda::fill_uniform_bf16(splitmix64(config.seed ^ fnv1a(spec.name)), spec.scale,
+                            spec.init == WeightInit::kOnePlus, t.numel(), t.data<void>());
+    return t;
+  }
+  if (spec.init == WeightInit::kSuccessorTied) {
+    const TensorSpec embed = *find_tensor_spec(config, "embed_tokens.weight");
+    const std::vector<int32_t> succ = successor_permutation(config);
+    Tensor t = Tensor::zeros(DType::kBF16, spec.shape, device);
+    cuda::fill_successor_tied_bf16(splitmix64(config.seed ^ fnv1a(spec.name)), spec.scale,
+                                   splitmix64(config.seed ^ fnv1a(embed.name)), embed.scale,
+                                   succ.data(), spec.shape[0], spec.shape[1], t.data<void>());
+    return t;
+  }
+#endif
+  return generate_model_tensor(config, spec).to(device);
 }
 
 const Tensor* WeightStore::find(const std::string& name) const {

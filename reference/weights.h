@@ -41,6 +41,10 @@ float generated_value(uint64_t seed, const TensorSpec& spec, int64_t index);
 Tensor generate_tensor(uint64_t seed, const TensorSpec& spec);
 // Any generated tensor of the model, derived ones included.
 Tensor generate_model_tensor(const ModelConfig& config, const TensorSpec& spec);
+// The same tensor on `device`: on kCuda the free and successor-tied tensors are computed
+// on the GPU by the same pure function of (seed, name, index), bit for bit the CPU's
+// (tests/cuda); the derived drafter factors are computed on the host and copied.
+Tensor generate_model_tensor(const ModelConfig& config, const TensorSpec& spec, Device device);
 
 // The target's preferred successor of every token: a permutation of [0, V) drawn from
 // the model seed (tokens sorted by a seeded hash). lm_head.weight ties row succ[t] to
@@ -65,6 +69,10 @@ class WeightStore {
   // it once).
   size_t parameter_bytes() const;
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+  // Where the held tensors are (the first one's device; kCpu when empty).
+  Device device() const {
+    return tensors_.empty() ? Device::kCpu : tensors_.begin()->second.device();
+  }
 
  private:
   std::map<std::string, Tensor> tensors_;

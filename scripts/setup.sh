@@ -61,8 +61,15 @@ if [[ $do_build -eq 0 ]]; then
   exit 0
 fi
 
+# The CUDA backend is compiled wherever the toolkit is installed (CI too: a CUDA build
+# break fails CI); its tests skip, saying why, on a machine without a GPU.
+cuda_flags=()
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  cuda_flags=(-DSPLITCHECK_CUDA=ON -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+  echo "setup: /usr/local/cuda/bin/nvcc found: building the CUDA backend"
+fi
 echo "setup: configuring $build_dir"
-cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flags[@]}"
 echo "setup: building with $(nproc) job(s)"
 cmake --build "$build_dir" -j"$(nproc)"
 echo "setup: done ($build_dir)"

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "harness/engine/run.h"
+#include "kernels/batch.h"
 #include "reference/dspark.h"
 #include "reference/eagle3.h"
 #include "reference/spec_methods.h"
@@ -138,7 +140,7 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, cons
     d->set_departure(departure);
     drafter = std::move(d);
   }
-  SpeculativeOptions opts{gen, s.speculative.gamma};
+  SpeculativeOptions opts{gen, s.speculative.gamma, batch_invariant(backend_device(s.backend))};
   if (producer) opts.generation.max_new_tokens = 1;
   ASSIGN_OR_RETURN(out.spec,
                    generate_speculative(engine, *drafter, workload.prompts, opts, record));

@@ -9,6 +9,9 @@
 #include "harness/dump/digest.h"
 #include "harness/engine/generation.h"
 #include "harness/engine/partitioned_engine.h"
+#ifdef SPLITCHECK_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
 
 namespace splitcheck {
 
@@ -81,18 +84,30 @@ Result<DumpHeader> make_dump_header(const Scenario& s, const std::string& partit
                                    {"version", SPLITCHECK_VERSION},
                                    {"git_revision", SPLITCHECK_GIT_REVISION}}
                         .dump();
-  h.env_json = nlohmann::json{
-      {"compiler", SPLITCHECK_COMPILER},
-      {"flags", SPLITCHECK_CXX_FLAGS},
-      {"device",
-       "cpu"}}.dump();
+  h.env_json = nlohmann::json{{"compiler", SPLITCHECK_COMPILER},
+                              {"flags", SPLITCHECK_CXX_FLAGS},
+                              {"device", backend_provenance(s.backend)}}
+                   .dump();
   h.level = dump_level_name(s.dump_level);
   return h;
 }
 
+Device backend_device(const std::string& backend) {
+  return backend == "cuda" ? Device::kCuda : Device::kCpu;
+}
+
+nlohmann::json backend_provenance(const std::string& backend) {
+#ifdef SPLITCHECK_HAVE_CUDA
+  if (backend_device(backend) == Device::kCuda && cuda::unavailable_reason().empty())
+    return nlohmann::json::parse(cuda::provenance_json());
+#endif
+  return backend_device(backend) == Device::kCuda ? "cuda" : "cpu";
+}
+
 std::unique_ptr<WeightSource> scenario_weight_source(const Scenario& s) {
-  if (s.checkpoint.empty()) return std::make_unique<GeneratedWeights>(s.model);
-  return std::make_unique<CheckpointWeights>(s.checkpoint, s.model);
+  const Device device = backend_device(s.backend);
+  if (s.checkpoint.empty()) return std::make_unique<GeneratedWeights>(s.model, device);
+  return std::make_unique<CheckpointWeights>(s.checkpoint, s.model, device);
 }
 
 Result<ReferenceRun> run_reference(const Scenario& s) {

@@ -1,6 +1,7 @@
 // From a scenario to a run: its prompts, its weights, the PP=1 run, and dump files.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -45,8 +46,15 @@ Result<ReferenceRun> run_reference(const Scenario& scenario, WeightSource& sourc
 // /stages/<s>/ recorded (what each stage holds).
 Result<ReferenceRun> run_partitioned(const Scenario& scenario, const std::vector<int>& cuts);
 
-// The scenario's weights by name: generated from the model seed, or its checkpoint.
+// The scenario's weights by name: generated from the model seed, or its checkpoint, on
+// the device of the scenario's backend (so every kernel runs there: kernels/dispatch.h).
 std::unique_ptr<WeightSource> scenario_weight_source(const Scenario& scenario);
+
+// The device of a backend name ("cuda": kCuda; otherwise kCpu).
+Device backend_device(const std::string& backend);
+// The dump's env.device: "cpu", or on CUDA the GPU, toolkit, cuBLASLt version, SM count
+// and every matrix-product algorithm the run pinned (kernels/cuda/runtime.h).
+nlohmann::json backend_provenance(const std::string& backend);
 
 // Writes a record as one dump file (temporary name, then renamed).
 Status write_record(const std::string& path, const RunRecord& record, const DumpHeader& header,

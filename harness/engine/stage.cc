@@ -307,6 +307,7 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
                     static_cast<size_t>(h) * sizeof(bf16));
       taps.emplace_back(p.aux_ids[i], std::move(tap));
     }
+    place_state(st, weights_.device());  // the received state goes where the weights are
     RETURN_IF_ERROR(run_layers(ctx, st, rec, &taps));
   }
 

@@ -1,13 +1,23 @@
 #include "harness/verdict/capabilities.h"
 
+#ifdef SPLITCHECK_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
+
 namespace splitcheck {
 namespace {
 
 std::string provided() { return ""; }
 
-std::string cuda_not_built() {
-  return "this build has no CUDA backend (the CUDA kernels are not implemented yet); it would "
-         "run on the CPU instead";
+// The CUDA backend: built with SPLITCHECK_CUDA and a usable device, or why not.
+std::string cuda_unavailable() {
+#ifdef SPLITCHECK_HAVE_CUDA
+  const std::string why = cuda::unavailable_reason();
+  return why.empty() ? "" : why + "; the run would not be on a GPU";
+#else
+  return "this build has no CUDA backend (configure with -DSPLITCHECK_CUDA=ON where nvcc is "
+         "installed); it would run on the CPU instead";
+#endif
 }
 
 std::string mpi_not_built() {
@@ -21,7 +31,7 @@ std::string nccl_not_built() {
 }
 
 constexpr Capability kCapabilities[] = {
-    {"backend", "cpu", provided},          {"backend", "cuda", cuda_not_built},
+    {"backend", "cpu", provided},          {"backend", "cuda", cuda_unavailable},
     {"transport", "inproc", provided},     {"transport", "mpi", mpi_not_built},
     {"transport", "nccl", nccl_not_built},
 };

@@ -1,0 +1,216 @@
+// MLA-lite, KDA-lite (SPEC 2.4) and the drafters' dense attention on the GPU, with the
+// CPU's rounding points (kernels/cpu/attention.cc). Projections through gemm()
+// (cuBLASLt). Softmax attention: one block per (query, head), scores in shared memory,
+// max and sum by one thread in ascending position. KDA: one block per head, one thread
+// per value channel, sequential over tokens, the CPU's summation orders inside a token.
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace splitcheck::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+// out[t][head*hd + d] = softmax(q k^T * inv_sqrt_d) v over the visible positions: all tk
+// when first_pos < 0, else positions <= first_pos + t. With a gate g (float32):
+// bf16(o * sigmoid(g)), else bf16(o).
+__global__ void attention_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                 const float* gate, int64_t tk, int64_t first_pos, int heads,
+                                 int hd, float inv_sqrt_d, uint16_t* out) {
+  extern __shared__ float scores[];
+  __shared__ float stat[2];
+  const int64_t t = blockIdx.x;
+  const int head = blockIdx.y;
+  const int64_t qd = static_cast<int64_t>(heads) * hd;
+  const int64_t visible = first_pos < 0 ? tk : first_pos + t + 1;
+  const uint16_t* qv = q + t * qd + head * hd;
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) {
+    const uint16_t* kv = k + j * qd + head * hd;
+    float dot = 0.0f;
+    for (int d = 0; d < hd; ++d) dot += bf_to_f(qv[d]) * bf_to_f(kv[d]);
+    scores[j] = dot * inv_sqrt_d;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float mx = scores[0];
+    for (int64_t j = 1; j < visible; ++j) mx = scores[j] > mx ? scores[j] : mx;
+    stat[0] = mx;
+  }
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) scores[j] = dexp(scores[j] - stat[0]);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < visible; ++j) sum += scores[j];
+    stat[1] = sum;
+  }
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) scores[j] = scores[j] / stat[1];
+  __syncthreads();
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float o = 0.0f;
+    for (int64_t j = 0; j < visible; ++j) o += scores[j] * bf_to_f(v[j * qd + head * hd + d]);
+    const int64_t idx = t * qd + head * hd + d;
+    out[idx] = f_to_bf(gate != nullptr ? o * dsigmoid(gate[idx]) : o);
+  }
+}
+
+void attention(const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* gate,
+               int64_t tq, int64_t tk, int64_t first_pos, int heads, int hd, uint16_t* out) {
+  if (tq == 0 || tk == 0) return;
+  const size_t smem = static_cast<size_t>(tk) * sizeof(float);
+  if (smem > 48 * 1024) throw std::runtime_error("attention on CUDA sees at most 12288 positions");
+  const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(hd));
+  attention_kernel<<<dim3(static_cast<unsigned>(tq), static_cast<unsigned>(heads)), kThreads, smem,
+                     stream()>>>(q, k, v, gate, tk, first_pos, heads, hd, inv_sqrt_d, out);
+}
+
+// KDA-lite's recurrence for one head per block, thread j owning value channel j.
+__global__ void kda_kernel(const float* q, const float* k, const float* v, const float* b,
+                           const float* al, const float* g, const uint16_t* o_norm, int64_t t_count,
+                           int heads, int hd, float eps, float* state, uint16_t* og) {
+  extern __shared__ float sh[];  // qv[hd], kv[hd], alpha[hd], o[hd]
+  float* qv = sh;
+  float* kv = sh + hd;
+  float* alpha = sh + 2 * hd;
+  float* o = sh + 3 * hd;
+  __shared__ float stat[3];
+  const int head = blockIdx.x;
+  const int j = threadIdx.x;
+  const int64_t qd = static_cast<int64_t>(heads) * hd;
+  float* s = state + static_cast<int64_t>(head) * hd * hd;  // [d_k][d_v]
+  for (int64_t t = 0; t < t_count; ++t) {
+    const int64_t base = t * qd + head * hd;
+    qv[j] = q[base + j];
+    kv[j] = k[base + j];
+    alpha[j] = 1.0f / (1.0f + dexp(al[base + j]));
+    __syncthreads();
+    if (j == 0) {
+      float ssq = 0.0f, ssk = 0.0f;
+      for (int i = 0; i < hd; ++i) ssq += qv[i] * qv[i];
+      for (int i = 0; i < hd; ++i) ssk += kv[i] * kv[i];
+      stat[0] = drsqrt(ssq + eps);
+      stat[1] = drsqrt(ssk + eps);
+    }
+    __syncthreads();
+    qv[j] = qv[j] * stat[0];
+    kv[j] = kv[j] * stat[1];
+    __syncthreads();
+    const float beta = dsigmoid(b[t * heads + head]);
+    for (int i = 0; i < hd; ++i) s[i * hd + j] *= alpha[i];
+    float u = 0.0f;
+    for (int i = 0; i < hd; ++i) u += kv[i] * s[i * hd + j];
+    const float vj = v[base + j];
+    for (int i = 0; i < hd; ++i) {
+      const float bk = beta * kv[i];
+      s[i * hd + j] = (s[i * hd + j] - bk * u) + bk * vj;
+    }
+    float oj = 0.0f;
+    for (int i = 0; i < hd; ++i) oj += s[i * hd + j] * qv[i];
+    o[j] = oj;
+    __syncthreads();
+    if (j == 0) {
+      float ss = 0.0f;
+      for (int i = 0; i < hd; ++i) ss += o[i] * o[i];
+      stat[2] = drsqrt(ss / static_cast<float>(hd) + eps);
+    }
+    __syncthreads();
+    og[base + j] = f_to_bf(oj * stat[2] * bf_to_f(o_norm[j]) * dsigmoid(g[base + j]));
+    __syncthreads();
+  }
+}
+
+// x [rows, in] bf16 times W [in, out] -> bf16 [rows, out], rounded once.
+void project_bf16(Staging& s, const uint16_t* x, int64_t rows, int64_t in, const Tensor* w,
+                  uint16_t* out) {
+  const int64_t n = w->dim(1);
+  float* acc = s.scratch<float>(rows * n);
+  gemm(x, as<uint16_t>(s.in(w)), acc, rows, n, in, false);
+  round_to_bf16(acc, out, rows * n);
+}
+
+}  // namespace
+
+void mla_attention(MlaArgs& a) {
+  Staging s;
+  const int64_t t_count = a.x->dim(0), h = a.x->dim(1), r = a.w_dkv->dim(1);
+  const int64_t qd = static_cast<int64_t>(a.heads) * a.head_dim;
+  const auto* x = as<uint16_t>(s.in(a.x));
+  uint16_t* q = s.scratch<uint16_t>(t_count * qd);
+  project_bf16(s, x, t_count, h, a.w_q, q);
+  float* g = s.scratch<float>(t_count * qd);
+  gemm(x, as<uint16_t>(s.in(a.w_g)), g, t_count, qd, h, false);
+
+  // The cache: earlier latents, then this forward's T latents appended.
+  const int64_t n_prev = static_cast<int64_t>(a.cache->size()) / r;
+  const int64_t n_ctx = n_prev + t_count;
+  uint16_t* latents = s.scratch<uint16_t>(n_ctx * r);
+  if (n_prev > 0) {
+    SPLITCHECK_CUDA_CHECK(cudaMemcpyAsync(latents, a.cache->data(),
+                                          static_cast<size_t>(n_prev * r) * sizeof(uint16_t),
+                                          cudaMemcpyHostToDevice, stream()));
+  }
+  project_bf16(s, x, t_count, h, a.w_dkv, latents + n_prev * r);
+  a.cache->resize(static_cast<size_t>(n_ctx * r));
+  s.copy_back(a.cache->data() + n_prev * r, latents + n_prev * r,
+              static_cast<size_t>(t_count * r) * sizeof(uint16_t));
+
+  uint16_t* cn = s.scratch<uint16_t>(n_ctx * r);
+  rms_rows(latents, as<uint16_t>(s.in(a.kv_norm)), n_ctx, r, a.eps, cn);
+  uint16_t* k = s.scratch<uint16_t>(n_ctx * qd);
+  uint16_t* v = s.scratch<uint16_t>(n_ctx * qd);
+  project_bf16(s, cn, n_ctx, r, a.w_uk, k);
+  project_bf16(s, cn, n_ctx, r, a.w_uv, v);
+
+  uint16_t* og = s.scratch<uint16_t>(t_count * qd);
+  attention(q, k, v, g, t_count, n_ctx, n_prev, a.heads, a.head_dim, og);
+  project_bf16(s, og, t_count, qd, a.w_o, static_cast<uint16_t*>(s.inout(a.out)));
+  s.done();
+}
+
+void kda_attention(KdaArgs& a) {
+  Staging s;
+  const int64_t t_count = a.x->dim(0), h = a.x->dim(1);
+  const int hd = a.head_dim;
+  const int64_t qd = static_cast<int64_t>(a.heads) * hd;
+  if (hd > 1024) throw std::runtime_error("KDA on CUDA supports a head size of at most 1024");
+  const auto* x = as<uint16_t>(s.in(a.x));
+  float* q = s.scratch<float>(t_count * qd);
+  float* k = s.scratch<float>(t_count * qd);
+  float* v = s.scratch<float>(t_count * qd);
+  float* b = s.scratch<float>(t_count * a.heads);
+  float* al = s.scratch<float>(t_count * qd);
+  float* g = s.scratch<float>(t_count * qd);
+  gemm(x, as<uint16_t>(s.in(a.w_q)), q, t_count, qd, h, false);
+  gemm(x, as<uint16_t>(s.in(a.w_k)), k, t_count, qd, h, false);
+  gemm(x, as<uint16_t>(s.in(a.w_v)), v, t_count, qd, h, false);
+  gemm(x, as<uint16_t>(s.in(a.w_b)), b, t_count, a.heads, h, false);
+  gemm(x, as<uint16_t>(s.in(a.w_a)), al, t_count, qd, h, false);
+  gemm(x, as<uint16_t>(s.in(a.w_g)), g, t_count, qd, h, false);
+  const size_t state_bytes = a.state->size() * sizeof(float);
+  auto* state = static_cast<float*>(const_cast<void*>(s.in_host(a.state->data(), state_bytes)));
+  s.copy_back(a.state->data(), state, state_bytes);
+  uint16_t* og = s.scratch<uint16_t>(t_count * qd);
+  if (t_count > 0) {
+    kda_kernel<<<static_cast<unsigned>(a.heads), static_cast<unsigned>(hd),
+                 4 * static_cast<size_t>(hd) * sizeof(float), stream()>>>(
+        q, k, v, b, al, g, as<uint16_t>(s.in(a.o_norm)), t_count, a.heads, hd, a.eps, state, og);
+  }
+  project_bf16(s, og, t_count, qd, a.w_o, static_cast<uint16_t*>(s.inout(a.out)));
+  s.done();
+}
+
+void dense_attention(DenseAttentionArgs& a) {
+  Staging s;
+  const int64_t tq = a.q->dim(0), tk = a.k->dim(0);
+  attention(as<uint16_t>(s.in(a.q)), as<uint16_t>(s.in(a.k)), as<uint16_t>(s.in(a.v)), nullptr, tq,
+            tk, -1, a.heads, a.head_dim, static_cast<uint16_t*>(s.inout(a.out)));
+  s.done();
+}
+
+}  // namespace splitcheck::cuda

@@ -1,0 +1,174 @@
+// Device-side helpers of the CUDA kernels: the backend's stream, error checks, scratch and
+// staging of host tensors, bf16 rounding and exp with the CPU's definitions (SPEC 1), and
+// block reductions with fixed orders. Every CUDA source is compiled with --fmad=false.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace splitcheck::cuda {
+
+// Throws std::runtime_error naming `what` when `e` is an error.
+void check(cudaError_t e, const char* what);
+#define SPLITCHECK_CUDA_CHECK(expr) ::splitcheck::cuda::check((expr), #expr)
+
+// The one stream every kernel and matrix product of the backend runs on.
+cudaStream_t stream();
+// Checks the last launch and waits for the stream: called before a kernel entry returns.
+void finish();
+
+// Device buffers of one kernel call: scratch space, and device views of host tensors
+// (copied in; outputs copied back by done()). Managed tensors are used in place.
+class Staging {
+ public:
+  Staging() = default;
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging();
+  void* scratch_bytes(size_t bytes);
+  template <typename T>
+  T* scratch(int64_t n) {
+    return static_cast<T*>(scratch_bytes(static_cast<size_t>(n) * sizeof(T)));
+  }
+  // A device pointer to the tensor's bytes (nullptr for nullptr).
+  const void* in(const Tensor* t);
+  // A device pointer whose bytes are copied back into `t` by done() when it is on the host.
+  void* inout(Tensor* t);
+  // Host bytes copied to a device buffer.
+  const void* in_host(const void* host, size_t bytes);
+  // Copies `bytes` from device `dev` to `host` in done().
+  void copy_back(void* host, const void* dev, size_t bytes);
+  // Waits for the stream and copies the outputs back to the host.
+  void done();
+
+ private:
+  std::vector<void*> buffers_;
+  struct Back {
+    void* host;
+    const void* dev;
+    size_t bytes;
+  };
+  std::vector<Back> backs_;
+};
+
+// The data of a tensor whose device pointer is `p`, typed.
+template <typename T>
+const T* as(const void* p) {
+  return static_cast<const T*>(p);
+}
+
+__device__ __forceinline__ float bf_to_f(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+
+// kernels/bf16.h's to_bf16: round to nearest, ties to even; NaN stays a quiet NaN.
+__device__ __forceinline__ uint16_t f_to_bf(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) {
+    return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  }
+  const uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7fffu + lsb;
+  return static_cast<uint16_t>(u >> 16);
+}
+
+__device__ __forceinline__ float round_bf(float x) { return bf_to_f(f_to_bf(x)); }
+
+// kernels/math.h's fmath::exp, operation for operation.
+__device__ __forceinline__ float dexp(float x) {
+  if (isnan(x)) return x;
+  if (x > 88.72283f) return __int_as_float(0x7f800000);
+  if (x < -103.97208f) return 0.0f;
+  const float kLog2e = 1.44269504088896341f;
+  const float kLn2Hi = 0.693145751953125f;
+  const float kLn2Lo = 1.42860682030941723212e-6f;
+  const float kf = rintf(__fmul_rn(x, kLog2e));
+  const float r = __fsub_rn(__fsub_rn(x, __fmul_rn(kf, kLn2Hi)), __fmul_rn(kf, kLn2Lo));
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int k = static_cast<int>(kf);
+  const int k1 = k / 2;
+  const int k2 = k - k1;
+  const float s1 = __uint_as_float(static_cast<uint32_t>(k1 + 127) << 23);
+  const float s2 = __uint_as_float(static_cast<uint32_t>(k2 + 127) << 23);
+  return p * s1 * s2;
+}
+
+__device__ __forceinline__ float drsqrt(float x) { return 1.0f / sqrtf(x); }
+__device__ __forceinline__ float dsigmoid(float x) { return 1.0f / (1.0f + dexp(-x)); }
+__device__ __forceinline__ float dsilu(float x) { return x * dsigmoid(x); }
+
+// Sum of v over the block, tree order A: shuffle-down halving within each warp (offsets
+// 16, 8, 4, 2, 1), then warp partials in ascending warp order. Every thread gets the sum.
+// `shared` holds at least 33 floats; blockDim.x is a multiple of 32.
+__device__ __forceinline__ float block_sum_halving(float v, float* shared) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) s += shared[w];
+    shared[32] = s;
+  }
+  __syncthreads();
+  const float out = shared[32];
+  __syncthreads();
+  return out;
+}
+
+// Sum of v over the block, tree order B: adjacent pairs first within each warp (offsets
+// 1, 2, 4, 8, 16), then the warp partials by a pairwise tree. Every thread gets the sum.
+__device__ __forceinline__ float block_sum_pairwise(float v, float* shared) {
+  for (int off = 1; off < 32; off <<= 1) {
+    const float o = __shfl_down_sync(0xffffffffu, v, off);
+    const int lane = threadIdx.x % 32;
+    if ((lane & (2 * off - 1)) == 0) v = v + o;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int n = static_cast<int>(blockDim.x / 32);
+    while (n > 1) {
+      const int half = (n + 1) / 2;
+      for (int i = 0; i + half < n; ++i) shared[i] = shared[i] + shared[i + half];
+      n = half;
+    }
+    shared[32] = shared[0];
+  }
+  __syncthreads();
+  const float out = shared[32];
+  __syncthreads();
+  return out;
+}
+
+inline int blocks_for(int64_t n, int threads) {
+  return static_cast<int>((n + threads - 1) / threads);
+}
+
+// Elementwise conversions on the stream.
+void round_to_bf16(const float* in, uint16_t* out, int64_t n);
+void widen_bf16(const uint16_t* in, float* out, int64_t n);
+
+// out[t] = bf16(x[t] * rsqrt(mean(x[t]^2) + eps) * w), rows of length h (basic.cu).
+void rms_rows(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t h, float eps,
+              uint16_t* out);
+
+// C[m, n] (float32, row-major) = A[m, k] (bf16, row-major) times B, where B is bf16
+// [k, n] row-major, or [n, k] row-major when b_nk. Through cuBLASLt: float32 compute, no
+// TF32, the algorithm chosen once per shape and pinned (gemm.cu).
+void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, int64_t k,
+          bool b_nk);
+
+}  // namespace splitcheck::cuda

@@ -1,0 +1,154 @@
+// Matrix products through cuBLASLt: bf16 inputs, float32 output, CUBLAS_COMPUTE_32F (no
+// TF32, no reduced-precision accumulation), one workspace for the backend's one stream.
+// The algorithm of each shape is chosen once by cuBLASLt's heuristic, then pinned: every
+// later product of that shape runs the same algorithm, and provenance_json() lists them.
+#include <cublasLt.h>
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/runtime.h"
+
+namespace splitcheck::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+void lt_check(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  throw std::runtime_error(std::string("cuBLASLt error in ") + what + ": status " +
+                           std::to_string(static_cast<int>(s)));
+}
+#define SPLITCHECK_LT_CHECK(expr) lt_check((expr), #expr)
+
+using ShapeKey = std::tuple<int64_t, int64_t, int64_t, bool>;  // m, n, k, b_nk
+
+struct Pinned {
+  cublasLtMatmulAlgo_t algo;
+  std::string description;
+};
+
+struct Lt {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::mutex mu;
+  std::map<ShapeKey, Pinned> algos;
+};
+
+Lt& lt() {
+  static Lt* state = [] {
+    auto* s = new Lt;
+    SPLITCHECK_LT_CHECK(cublasLtCreate(&s->handle));
+    SPLITCHECK_CUDA_CHECK(cudaMalloc(&s->workspace, kWorkspaceBytes));
+    return s;
+  }();
+  return *state;
+}
+
+int algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  int value = 0;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof(value), &written) !=
+      CUBLAS_STATUS_SUCCESS)
+    return -1;
+  return value;
+}
+
+std::string describe(const cublasLtMatmulAlgo_t& algo) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "id=%d tile=%d stages=%d splitk=%d reduction=%d swizzle=%d",
+                algo_attr(algo, CUBLASLT_ALGO_CONFIG_ID),
+                algo_attr(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                algo_attr(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                algo_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                algo_attr(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+                algo_attr(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
+  return buf;
+}
+
+}  // namespace
+
+void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, int64_t k,
+          bool b_nk) {
+  if (m == 0 || n == 0) return;
+  Lt& s = lt();
+  // Row-major C[m,n] = A[m,k] B is column-major C^T[n,m] = B^T[n,k] A^T[k,m]: cuBLASLt's
+  // first operand is B (as stored: [n,k] col-major with ld n, or [k,n] col-major when b_nk,
+  // then transposed), its second is A ([k,m] col-major, ld k).
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  SPLITCHECK_LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_first = b_nk ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = CUBLAS_OP_N;
+  SPLITCHECK_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                                     sizeof(op_first)));
+  SPLITCHECK_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                                     sizeof(op_second)));
+  if (b_nk) {
+    SPLITCHECK_LT_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, n, k));
+  } else {
+    SPLITCHECK_LT_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, k, n));
+  }
+  SPLITCHECK_LT_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, m, k));
+  SPLITCHECK_LT_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, n));
+
+  const ShapeKey key{m, n, k, b_nk};
+  cublasLtMatmulAlgo_t algo;
+  // One product at a time (stage threads share the handle, the stream and its workspace).
+  std::lock_guard<std::mutex> lock(s.mu);
+  {
+    auto it = s.algos.find(key);
+    if (it == s.algos.end()) {
+      cublasLtMatmulPreference_t pref = nullptr;
+      SPLITCHECK_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      const size_t ws = kWorkspaceBytes;
+      SPLITCHECK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      SPLITCHECK_LT_CHECK(
+          cublasLtMatmulAlgoGetHeuristic(s.handle, desc, la, lb, lc, lc, pref, 1, &result, &found));
+      cublasLtMatmulPreferenceDestroy(pref);
+      if (found == 0)
+        throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" +
+                                 std::to_string(n) + "x" + std::to_string(k) + " product");
+      it = s.algos.emplace(key, Pinned{result.algo, describe(result.algo)}).first;
+    }
+    algo = it->second.algo;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  SPLITCHECK_LT_CHECK(cublasLtMatmul(s.handle, desc, &alpha, b, la, a, lb, &beta, c, lc, c, lc,
+                                     &algo, s.workspace, kWorkspaceBytes, stream()));
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(desc);
+}
+
+std::string provenance_json() {
+  const DeviceInfo d = device_info();
+  std::string out =
+      "{\"device\":\"" + d.name + "\",\"compute_capability\":\"" + std::to_string(d.cc_major) +
+      "." + std::to_string(d.cc_minor) + "\",\"sm_count\":" + std::to_string(d.sm_count) +
+      ",\"driver_version\":" + std::to_string(d.driver_version) +
+      ",\"cuda_runtime_version\":" + std::to_string(d.runtime_version) +
+      ",\"cublaslt_version\":" + std::to_string(d.cublaslt_version) + ",\"gemm_algorithms\":[";
+  Lt& s = lt();
+  std::lock_guard<std::mutex> lock(s.mu);
+  bool first = true;
+  for (const auto& [key, pinned] : s.algos) {
+    const auto& [m, n, k, b_nk] = key;
+    out += std::string(first ? "" : ",") + "{\"m\":" + std::to_string(m) +
+           ",\"n\":" + std::to_string(n) + ",\"k\":" + std::to_string(k) + ",\"b\":\"" +
+           (b_nk ? "nk" : "kn") + "\",\"algo\":\"" + pinned.description + "\"}";
+    first = false;
+  }
+  return out + "]}";
+}
+
+}  // namespace splitcheck::cuda

@@ -1,0 +1,203 @@
+// The backend's stream, managed memory, staging of host tensors, device facts, and the
+// elementwise conversions.
+#include <cublasLt.h>
+
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/runtime.h"
+
+namespace splitcheck::cuda {
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+cudaStream_t stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t created = nullptr;
+    SPLITCHECK_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+    return created;
+  }();
+  return s;
+}
+
+void finish() {
+  SPLITCHECK_CUDA_CHECK(cudaGetLastError());
+  SPLITCHECK_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+std::shared_ptr<void> managed_zeros(size_t bytes) {
+  void* p = nullptr;
+  const size_t n = bytes > 0 ? bytes : 1;
+  SPLITCHECK_CUDA_CHECK(cudaMallocManaged(&p, n, cudaMemAttachGlobal));
+  cudaError_t e = cudaMemsetAsync(p, 0, n, stream());
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream());
+  if (e != cudaSuccess) {
+    cudaFree(p);
+    check(e, "cudaMemset (new managed tensor)");
+  }
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+void copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  SPLITCHECK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
+  SPLITCHECK_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+std::string unavailable_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return std::string("no CUDA device is usable here (cudaGetDeviceCount: ") +
+           cudaGetErrorString(e) + ")";
+  }
+  if (n == 0) return "no CUDA device is visible on this machine";
+  return "";
+}
+
+DeviceInfo device_info() {
+  DeviceInfo info;
+  int dev = 0;
+  cudaDeviceProp prop{};
+  SPLITCHECK_CUDA_CHECK(cudaGetDevice(&dev));
+  SPLITCHECK_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  info.name = prop.name;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.sm_count = prop.multiProcessorCount;
+  SPLITCHECK_CUDA_CHECK(cudaDriverGetVersion(&info.driver_version));
+  SPLITCHECK_CUDA_CHECK(cudaRuntimeGetVersion(&info.runtime_version));
+  info.cublaslt_version = cublasLtGetVersion();
+  return info;
+}
+
+Staging::~Staging() {
+  for (void* p : buffers_) cudaFreeAsync(p, stream());
+}
+
+void* Staging::scratch_bytes(size_t bytes) {
+  void* p = nullptr;
+  SPLITCHECK_CUDA_CHECK(cudaMallocAsync(&p, bytes > 0 ? bytes : 1, stream()));
+  buffers_.push_back(p);
+  return p;
+}
+
+const void* Staging::in(const Tensor* t) {
+  if (t == nullptr) return nullptr;
+  if (t->device() == Device::kCuda) return t->data<void>();
+  return in_host(t->data<void>(), t->nbytes());
+}
+
+void* Staging::inout(Tensor* t) {
+  if (t == nullptr) return nullptr;
+  if (t->device() == Device::kCuda) return t->data<void>();
+  void* d = const_cast<void*>(in_host(t->data<void>(), t->nbytes()));
+  copy_back(t->data<void>(), d, t->nbytes());
+  return d;
+}
+
+const void* Staging::in_host(const void* host, size_t bytes) {
+  void* d = scratch_bytes(bytes);
+  if (bytes > 0)
+    SPLITCHECK_CUDA_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream()));
+  return d;
+}
+
+void Staging::copy_back(void* host, const void* dev, size_t bytes) {
+  backs_.push_back(Back{host, dev, bytes});
+}
+
+void Staging::done() {
+  SPLITCHECK_CUDA_CHECK(cudaGetLastError());
+  for (const Back& b : backs_) {
+    if (b.bytes > 0)
+      SPLITCHECK_CUDA_CHECK(
+          cudaMemcpyAsync(b.host, b.dev, b.bytes, cudaMemcpyDeviceToHost, stream()));
+  }
+  backs_.clear();
+  finish();
+}
+
+namespace {
+
+__global__ void round_kernel(const float* in, uint16_t* out, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = f_to_bf(in[i]);
+}
+
+__global__ void widen_kernel(const uint16_t* in, float* out, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = bf_to_f(in[i]);
+}
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// reference/weights.cc's uniform draw u in [-1, 1) of element `index` under `key`.
+__device__ __forceinline__ float uniform(uint64_t key, int64_t index) {
+  const uint64_t r = splitmix64(key + static_cast<uint64_t>(index) * 0xd1b54a32d192ed03ull);
+  return static_cast<float>(static_cast<int32_t>(r >> 40) - (1 << 23)) / 8388608.0f;
+}
+
+__global__ void fill_uniform_kernel(uint64_t key, float scale, bool one_plus, int64_t n,
+                                    uint16_t* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float v = __fmul_rn(scale, uniform(key, i));
+  out[i] = f_to_bf(one_plus ? __fadd_rn(1.0f, v) : v);
+}
+
+__global__ void fill_tied_kernel(uint64_t key_r, float scale, uint64_t key_e, float embed_scale,
+                                 const int32_t* succ, int64_t v, int64_t h, uint16_t* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= v * h) return;
+  const int64_t t = i / h, c = i % h;
+  const int64_t row = succ[t];
+  const float e = round_bf(__fmul_rn(embed_scale, uniform(key_e, t * h + c)));
+  const float r = __fmul_rn(scale, uniform(key_r, row * h + c));
+  out[row * h + c] = f_to_bf(__fadd_rn(r, __fmul_rn(scale, e)));
+}
+
+}  // namespace
+
+void round_to_bf16(const float* in, uint16_t* out, int64_t n) {
+  if (n == 0) return;
+  round_kernel<<<blocks_for(n, 256), 256, 0, stream()>>>(in, out, n);
+}
+
+void widen_bf16(const uint16_t* in, float* out, int64_t n) {
+  if (n == 0) return;
+  widen_kernel<<<blocks_for(n, 256), 256, 0, stream()>>>(in, out, n);
+}
+
+void fill_uniform_bf16(uint64_t key, float scale, bool one_plus, int64_t n, void* out) {
+  if (n > 0) {
+    fill_uniform_kernel<<<blocks_for(n, 256), 256, 0, stream()>>>(key, scale, one_plus, n,
+                                                                  static_cast<uint16_t*>(out));
+  }
+  finish();
+}
+
+void fill_successor_tied_bf16(uint64_t key_r, float scale, uint64_t key_e, float embed_scale,
+                              const int32_t* succ, int64_t v, int64_t h, void* out) {
+  Staging s;
+  const auto* d_succ = as<int32_t>(s.in_host(succ, static_cast<size_t>(v) * sizeof(int32_t)));
+  if (v * h > 0) {
+    fill_tied_kernel<<<blocks_for(v * h, 256), 256, 0, stream()>>>(
+        key_r, scale, key_e, embed_scale, d_succ, v, h, static_cast<uint16_t*>(out));
+  }
+  s.done();
+}
+
+}  // namespace splitcheck::cuda

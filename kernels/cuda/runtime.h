@@ -1,0 +1,49 @@
+// The host side of the CUDA backend that the rest of the project may call: managed
+// memory for kCuda tensors, whether a device is usable, what it is, and weight
+// generation on the device. A plain C++ header (no CUDA types), so kernels/tensor.cc and
+// reference/ include it in builds with SPLITCHECK_CUDA (SPLITCHECK_HAVE_CUDA defined).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace splitcheck::cuda {
+
+// `bytes` zeroed bytes of CUDA managed memory (at least one byte), freed with the pointer.
+std::shared_ptr<void> managed_zeros(size_t bytes);
+// Copies `bytes` between host memory and managed memory in any direction; returns when
+// the copy has finished. Throws std::runtime_error on a CUDA error.
+void copy(void* dst, const void* src, size_t bytes);
+
+// Empty when a CUDA device can run kernels here; otherwise why not, in one phrase.
+std::string unavailable_reason();
+
+// What results depend on (cuBLAS promises run-to-run bits only within one toolkit
+// version, one architecture and one SM count): recorded in dumps and golden fingerprints.
+struct DeviceInfo {
+  std::string name;  // "NVIDIA H200"
+  int cc_major = 0;  // compute capability
+  int cc_minor = 0;
+  int sm_count = 0;
+  int driver_version = 0;   // cudaDriverGetVersion, e.g. 13000
+  int runtime_version = 0;  // cudaRuntimeGetVersion
+  size_t cublaslt_version = 0;
+};
+DeviceInfo device_info();
+
+// The device, toolkit and every matrix-product algorithm chosen so far (one per shape,
+// pinned for the life of the process), as a JSON object text.
+std::string provenance_json();
+
+// out[i] = bf16(scale * u_i (+ 1 when one_plus)) for i in [0, n), u_i the uniform draw of
+// reference/weights.cc keyed by `key` (splitmix64(seed ^ fnv1a(name))). `out` is managed.
+void fill_uniform_bf16(uint64_t key, float scale, bool one_plus, int64_t n, void* out);
+
+// lm_head's successor tie on the device: out[succ[t]][i] = bf16(scale * u_r(succ[t]*h + i) +
+// scale * bf16(embed_scale * u_e(t*h + i))) for every token t < v (reference/weights.cc).
+void fill_successor_tied_bf16(uint64_t key_r, float scale, uint64_t key_e, float embed_scale,
+                              const int32_t* succ, int64_t v, int64_t h, void* out);
+
+}  // namespace splitcheck::cuda

@@ -1,0 +1,119 @@
+// The CUDA backend's attn_res against a device-to-device copy measured in the same run:
+// both variants, H 7168, 8 bank rows read (9 sources), delta and out_w given, at 64, 1024
+// and 8192 tokens. Achieved bandwidth counts every byte read and written once: per token
+// 10 rows read (prefix, delta, 8 bank rows) and 2 written (prefix, out), 12 x H x 2 bytes.
+// The copy moves the same bytes (half read, half written), timed the same way (each call
+// waits for the device). Without a CUDA build or device it says so and runs nothing.
+//
+//   ./cuda_benchmark                       # all
+//   ./cuda_benchmark --benchmark_filter=AttnRes
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "reference/weights.h"
+#ifdef SPLITCHECK_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace splitcheck {
+namespace {
+
+#ifdef SPLITCHECK_HAVE_CUDA
+constexpr int64_t kH = 7168;
+constexpr int kBankRows = 8;
+constexpr int64_t kRowsMoved = 12;  // rows of H bf16 read or written per token
+
+Tensor pattern(Shape shape, uint64_t seed, float scale, float offset = 0.0f) {
+  TensorSpec spec{"bench." + std::to_string(seed), std::move(shape),
+                  offset != 0.0f ? WeightInit::kOnePlus : WeightInit::kUniform, scale};
+  ModelConfig c;
+  c.seed = seed;
+  return generate_model_tensor(c, spec, Device::kCuda);
+}
+
+// Seconds per device-to-device copy of `bytes` (median-free: mean of `reps` after a warm-up).
+double copy_seconds(size_t bytes, int reps) {
+  Tensor src = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(bytes / 2)}, Device::kCuda);
+  Tensor dst = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(bytes / 2)}, Device::kCuda);
+  cuda::copy(dst.data<void>(), src.data<void>(), bytes);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) cuda::copy(dst.data<void>(), src.data<void>(), bytes);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+void BM_CudaCopy(benchmark::State& state) {
+  const int64_t t = state.range(0);
+  const size_t bytes = static_cast<size_t>(t * kH * 2 * kRowsMoved / 2);  // read = written
+  Tensor src = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(bytes / 2)}, Device::kCuda);
+  Tensor dst = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(bytes / 2)}, Device::kCuda);
+  for (auto _ : state) cuda::copy(dst.data<void>(), src.data<void>(), bytes);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 2 *
+                          static_cast<int64_t>(bytes));
+}
+
+void BM_CudaAttnRes(benchmark::State& state, const char* variant) {
+  const int64_t t = state.range(0);
+  Tensor prefix = pattern({t, kH}, 1, 1.0f);
+  Tensor delta = Tensor::zeros(DType::kBF16, {t, kH}, Device::kCuda);  // keeps P unchanged
+  Tensor bank = pattern({t, kBankRows, kH}, 2, 1.0f);
+  Tensor norm_w = pattern({kH}, 3, 0.1f, 1.0f);
+  Tensor proj_w = pattern({kH}, 4, 0.025f);
+  Tensor out_w = pattern({kH}, 5, 0.1f, 1.0f);
+  Tensor out = Tensor::zeros(DType::kBF16, {t, kH}, Device::kCuda);
+  const std::vector<int> sizes = {static_cast<int>(kH)};
+  AttnResArgs a{&prefix,   &delta, &bank, &norm_w, &proj_w, &out_w,
+                kBankRows, -1,     1e-6f, 1e-6f,   sizes,   &out};
+  run_variant("attn_res", variant, &a);  // warm-up
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) run_variant("attn_res", variant, &a);
+  const double call_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+      static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(t * kH * 2 * kRowsMoved);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+  const double copy_s = copy_seconds(static_cast<size_t>(bytes / 2), 20);
+  state.counters["copy_TBps"] = bytes / copy_s / 1e12;
+  // Achieved bandwidth as a fraction of the copy's: copy time / attn_res time, same bytes.
+  state.counters["fraction_of_copy"] = copy_s / call_s;
+}
+
+BENCHMARK(BM_CudaCopy)->Arg(64)->Arg(1024)->Arg(8192)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_CudaAttnRes, native, "native")
+    ->Arg(64)
+    ->Arg(1024)
+    ->Arg(8192)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_CudaAttnRes, fallback, "fallback")
+    ->Arg(64)
+    ->Arg(1024)
+    ->Arg(8192)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+#endif
+
+}  // namespace
+}  // namespace splitcheck
+
+int main(int argc, char** argv) {
+#ifdef SPLITCHECK_HAVE_CUDA
+  const std::string why = splitcheck::cuda::unavailable_reason();
+  if (!why.empty()) {
+    std::printf("cuda_benchmark: nothing to measure: %s\n", why.c_str());
+    return 0;
+  }
+#else
+  std::printf("cuda_benchmark: nothing to measure: this build has no CUDA backend\n");
+  return 0;
+#endif
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

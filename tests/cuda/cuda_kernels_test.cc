@@ -1,0 +1,301 @@
+// Every op of the registry on the GPU against the CPU (close: the GPU sums in its own
+// orders), the two attn_res variants against each other (different float32 orders),
+// run-to-run and row-count independence. Skipped, saying why, without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/ops.h"
+#include "tests/cuda/gpu_test_support.h"
+
+namespace splitcheck {
+namespace {
+
+using testing::difference;
+using testing::random_bf16;
+
+constexpr double kClose = 0.03;  // max |gpu - cpu| / max |cpu|: a few bf16 steps
+
+Tensor on_gpu(const Tensor& t) { return t.to(Device::kCuda); }
+Tensor zeros_like(const Tensor& t, Device d) { return Tensor::zeros(t.dtype(), t.shape(), d); }
+
+TEST(CudaRegistryTest, EveryRowHasACudaFunctionInACudaBuild) {
+#ifdef SPLITCHECK_HAVE_CUDA
+  for (const KernelRow& row : kernel_registry())
+    EXPECT_NE(row.cuda, nullptr) << row.op << "." << row.variant;
+#else
+  for (const KernelRow& row : kernel_registry())
+    EXPECT_EQ(row.cuda, nullptr) << row.op << "." << row.variant;
+#endif
+}
+
+TEST(CudaRegistryTest, ACudaTensorIsRefusedWhereNoDeviceRunsIt) {
+  if (testing::gpu_unavailable().empty()) GTEST_SKIP() << "a CUDA device is usable here";
+  EXPECT_THROW(Tensor::zeros(DType::kBF16, {4}, Device::kCuda), std::exception);
+}
+
+// attn_res inputs: T tokens, H channels, `rows` bank rows of which nb are read.
+struct AttnResCase {
+  Tensor prefix, delta, bank, norm_w, proj_w, out_w, out;
+  std::vector<int> native{0};
+  AttnResArgs args(int nb, int write_idx, bool with_delta, bool with_out_w) {
+    native[0] = static_cast<int>(prefix.dim(1));
+    return AttnResArgs{&prefix, with_delta ? &delta : nullptr,
+                       &bank,   &norm_w,
+                       &proj_w, with_out_w ? &out_w : nullptr,
+                       nb,      write_idx,
+                       1e-6f,   1e-6f,
+                       native,  &out};
+  }
+};
+
+AttnResCase attn_res_case(int64_t t, int64_t h, int64_t rows, uint64_t seed) {
+  AttnResCase c;
+  c.prefix = random_bf16({t, h}, seed, 1.0f);
+  c.delta = random_bf16({t, h}, seed + 1, 0.5f);
+  c.bank = random_bf16({t, rows, h}, seed + 2, 1.0f);
+  c.norm_w = random_bf16({h}, seed + 3, 0.1f, 1.0f);
+  c.proj_w = random_bf16({h}, seed + 4, 2.0f / std::sqrt(static_cast<float>(h)));
+  c.out_w = random_bf16({h}, seed + 5, 0.1f, 1.0f);
+  c.out = Tensor::zeros(DType::kBF16, {t, h});
+  return c;
+}
+
+AttnResCase to_device(const AttnResCase& c, Device d) {
+  AttnResCase g;
+  g.prefix = c.prefix.to(d);
+  g.delta = c.delta.to(d);
+  g.bank = c.bank.to(d);
+  g.norm_w = c.norm_w.to(d);
+  g.proj_w = c.proj_w.to(d);
+  g.out_w = c.out_w.to(d);
+  g.out = zeros_like(c.out, d);
+  return g;
+}
+
+TEST(CudaAttnResTest, BothVariantsAreCloseToTheCpuAndWriteTheSameState) {
+  SPLITCHECK_REQUIRE_GPU();
+  for (const char* variant : {"native", "fallback"}) {
+    for (int64_t h : {256, 7168, 100}) {
+      for (auto [nb, write_idx, with_delta, with_out_w] :
+           {std::tuple{4, -1, true, true}, std::tuple{3, 3, true, true},
+            std::tuple{5, -1, false, false}, std::tuple{0, 0, false, true}}) {
+        SCOPED_TRACE(std::string(variant) + " h=" + std::to_string(h) +
+                     " nb=" + std::to_string(nb));
+        AttnResCase cpu = attn_res_case(9, h, 8, 7 + h);
+        AttnResCase gpu = to_device(cpu, Device::kCuda);
+        AttnResArgs a = cpu.args(nb, write_idx, with_delta, with_out_w);
+        AttnResArgs b = gpu.args(nb, write_idx, with_delta, with_out_w);
+        run_variant("attn_res", variant, &a);
+        run_variant("attn_res", variant, &b);
+        ASSERT_EQ(gpu.out.device(), Device::kCuda);
+        EXPECT_LE(difference(cpu.out, gpu.out).max_rel, kClose);
+        // Steps 1 and 2 round once, in the same way on both: exact.
+        EXPECT_TRUE(cpu.prefix.bit_equal(gpu.prefix.to(Device::kCpu)));
+        EXPECT_TRUE(cpu.bank.bit_equal(gpu.bank.to(Device::kCpu)));
+      }
+    }
+  }
+}
+
+TEST(CudaAttnResTest, VariantsDifferOnAMeasuredFractionAndEachIsRepeatableAndRowIndependent) {
+  SPLITCHECK_REQUIRE_GPU();
+  const int64_t t = 64, h = 7168;
+  const AttnResCase base = attn_res_case(t, h, 8, 99);
+  Tensor outs[2];
+  const char* variants[2] = {"native", "fallback"};
+  for (int v = 0; v < 2; ++v) {
+    AttnResCase g1 = to_device(base, Device::kCuda), g2 = to_device(base, Device::kCuda);
+    AttnResArgs a1 = g1.args(8, -1, true, true), a2 = g2.args(8, -1, true, true);
+    run_variant("attn_res", variants[v], &a1);
+    run_variant("attn_res", variants[v], &a2);
+    EXPECT_TRUE(g1.out.to(Device::kCpu).bit_equal(g2.out.to(Device::kCpu))) << variants[v];
+    outs[v] = g1.out.to(Device::kCpu);
+    // Token 5 alone gives the bits it has among 64 tokens (both calls are under 256 tokens,
+    // so the fallback's BLOCK_L is the same).
+    AttnResCase one;
+    one.prefix = base.prefix.rows(5, 6).to(Device::kCuda);
+    one.delta = base.delta.rows(5, 6).to(Device::kCuda);
+    one.bank = base.bank.rows(5, 6).to(Device::kCuda);
+    one.norm_w = base.norm_w.to(Device::kCuda);
+    one.proj_w = base.proj_w.to(Device::kCuda);
+    one.out_w = base.out_w.to(Device::kCuda);
+    one.out = Tensor::zeros(DType::kBF16, {1, h}, Device::kCuda);
+    AttnResArgs a = one.args(8, -1, true, true);
+    run_variant("attn_res", variants[v], &a);
+    EXPECT_TRUE(one.out.to(Device::kCpu).bit_equal(outs[v].rows(5, 6).clone())) << variants[v];
+  }
+  const testing::Difference d = difference(outs[0], outs[1]);
+  std::printf(
+      "[ measured ] CUDA attn_res native vs fallback, T %lld, H %lld, 8 bank rows: "
+      "%lld of %lld elements differ (%.4f%%; the real pair: 0.008%%), max rel %.3g\n",
+      static_cast<long long>(t), static_cast<long long>(h), static_cast<long long>(d.differing),
+      static_cast<long long>(d.total), 100.0 * d.differing / d.total, d.max_rel);
+  EXPECT_GT(d.differing, 0) << "the variants must sum in different orders";
+  EXPECT_LE(d.max_rel, kClose);
+}
+
+TEST(CudaOpsTest, EmbedRmsNormHeadAndArgmaxMatchTheCpu) {
+  SPLITCHECK_REQUIRE_GPU();
+  const int64_t t = 7, h = 256, v = 512;
+  Tensor table = random_bf16({v, h}, 1, 1.0f);
+  Tensor ids = Tensor::zeros(DType::kI32, {t});
+  for (int64_t i = 0; i < t; ++i) ids.data<int32_t>()[i] = static_cast<int32_t>((i * 37) % v);
+  Tensor e_cpu = Tensor::zeros(DType::kBF16, {t, h});
+  Tensor table_g = on_gpu(table), e_gpu = Tensor::zeros(DType::kBF16, {t, h}, Device::kCuda);
+  EmbedArgs ea{&ids, &table, &e_cpu}, eb{&ids, &table_g, &e_gpu};  // host ids: staged
+  run_variant("embed", "gather", &ea);
+  run_variant("embed", "gather", &eb);
+  EXPECT_TRUE(e_cpu.bit_equal(e_gpu.to(Device::kCpu)));
+
+  Tensor w = random_bf16({h}, 2, 0.1f, 1.0f), w_g = on_gpu(w);
+  Tensor n_cpu = Tensor::zeros(DType::kBF16, {t, h}), n_gpu = zeros_like(n_cpu, Device::kCuda);
+  RmsNormArgs na{&e_cpu, &w, 1e-6f, &n_cpu}, nb{&e_gpu, &w_g, 1e-6f, &n_gpu};
+  run_variant("rms_norm", "rows", &na);
+  run_variant("rms_norm", "rows", &nb);
+  EXPECT_LE(difference(n_cpu, n_gpu).max_rel, kClose);
+
+  Tensor head = random_bf16({v, h}, 3, 0.1f), head_g = on_gpu(head);
+  Tensor l_cpu = Tensor::zeros(DType::kF32, {t, v}), l_gpu = zeros_like(l_cpu, Device::kCuda);
+  LmHeadArgs la{&n_cpu, &head, &l_cpu}, lb{&n_gpu, &head_g, &l_gpu};
+  run_variant("lm_head", "matmul_nt", &la);
+  run_variant("lm_head", "matmul_nt", &lb);
+  EXPECT_LE(difference(l_cpu, l_gpu).max_rel, kClose);
+
+  // argmax on the same logits: exact, ties to the lowest index.
+  Tensor logits = l_gpu.to(Device::kCpu);
+  logits.data<float>()[3 * v + 10] = 1e9f;
+  logits.data<float>()[3 * v + 400] = 1e9f;
+  Tensor logits_g = on_gpu(logits);
+  Tensor k_cpu = Tensor::zeros(DType::kI32, {t}), k_gpu = zeros_like(k_cpu, Device::kCuda);
+  ArgmaxArgs aa{&logits, &k_cpu}, ab{&logits_g, &k_gpu};
+  run_variant("argmax", "lowest_index", &aa);
+  run_variant("argmax", "lowest_index", &ab);
+  EXPECT_TRUE(k_cpu.bit_equal(k_gpu.to(Device::kCpu)));
+  EXPECT_EQ(k_gpu.to(Device::kCpu).data<int32_t>()[3], 10);
+}
+
+TEST(CudaOpsTest, LinearDenseMlpAndMoeAreCloseToTheCpu) {
+  SPLITCHECK_REQUIRE_GPU();
+  const int64_t t = 11, h = 256, inter = 64;
+  const float s = 1.0f / std::sqrt(static_cast<float>(h));
+  Tensor x = random_bf16({t, h}, 10, 1.0f), x_g = on_gpu(x);
+  Tensor w = random_bf16({h, 96}, 11, s), w_g = on_gpu(w);
+  Tensor o_cpu = Tensor::zeros(DType::kBF16, {t, 96}), o_gpu = zeros_like(o_cpu, Device::kCuda);
+  LinearArgs la{&x, &w, &o_cpu}, lb{&x_g, &w_g, &o_gpu};
+  run_variant("linear", "matmul", &la);
+  run_variant("linear", "matmul", &lb);
+  EXPECT_LE(difference(o_cpu, o_gpu).max_rel, kClose);
+
+  std::vector<Tensor> host, dev;  // expert weights, kept alive
+  auto expert = [&](uint64_t seed) {
+    host.push_back(random_bf16({h, inter}, seed, s));
+    host.push_back(random_bf16({h, inter}, seed + 1, s));
+    host.push_back(random_bf16({inter, h}, seed + 2, 1.0f / 8.0f));
+  };
+  const int n_exp = 8;
+  host.reserve(3 * (n_exp + 2) + 1);
+  dev.reserve(host.capacity());
+  for (int e = 0; e < n_exp + 2; ++e) expert(100 + 10 * e);
+  host.push_back(random_bf16({h, n_exp}, 5, s));
+  for (const Tensor& t0 : host) dev.push_back(on_gpu(t0));
+  auto swiglu = [](std::vector<Tensor>& v, int e) {
+    return SwiGluWeights{&v[3 * e], &v[3 * e + 1], &v[3 * e + 2]};
+  };
+  Tensor m_cpu = Tensor::zeros(DType::kBF16, {t, h}), m_gpu = zeros_like(m_cpu, Device::kCuda);
+  DenseMlpArgs da{&x, swiglu(host, 0), &m_cpu}, db{&x_g, swiglu(dev, 0), &m_gpu};
+  run_variant("dense_mlp", "swiglu", &da);
+  run_variant("dense_mlp", "swiglu", &db);
+  EXPECT_LE(difference(m_cpu, m_gpu).max_rel, kClose);
+
+  std::vector<SwiGluWeights> ec, eg, sc, sg;
+  for (int e = 0; e < n_exp; ++e) {
+    ec.push_back(swiglu(host, e));
+    eg.push_back(swiglu(dev, e));
+  }
+  sc.push_back(swiglu(host, n_exp));
+  sg.push_back(swiglu(dev, n_exp));
+  Tensor r_cpu = Tensor::zeros(DType::kBF16, {t, h}), r_gpu = zeros_like(r_cpu, Device::kCuda);
+  MoeArgs ma{&x, &host.back(), ec, sc, 2, &r_cpu}, mb{&x_g, &dev.back(), eg, sg, 2, &r_gpu};
+  run_variant("moe", "grouped", &ma);
+  run_variant("moe", "grouped", &mb);
+  EXPECT_LE(difference(r_cpu, r_gpu).max_rel, kClose);
+}
+
+TEST(CudaOpsTest, MlaKdaAndDenseAttentionAreCloseToTheCpuAndKeepTheirCaches) {
+  SPLITCHECK_REQUIRE_GPU();
+  const int64_t h = 256, r = 64;
+  const int heads = 4, hd = 64;
+  const int64_t qd = heads * hd;
+  std::vector<Tensor> w;
+  w.reserve(16);
+  for (auto [in, out, seed] : {std::tuple<int64_t, int64_t, uint64_t>{h, qd, 1},
+                               {h, r, 2},
+                               {r, qd, 3},
+                               {r, qd, 4},
+                               {h, qd, 5},
+                               {qd, h, 6}})
+    w.push_back(random_bf16({in, out}, seed, 1.0f / std::sqrt(static_cast<float>(in))));
+  w.push_back(random_bf16({r}, 7, 0.1f, 1.0f));
+  std::vector<Tensor> wg;
+  for (const Tensor& t0 : w) wg.push_back(on_gpu(t0));
+  std::vector<bf16> cache_cpu, cache_gpu;
+  for (int64_t t : {5, 1, 3}) {  // a prefill, a decode, a verify block: the cache grows
+    Tensor x = random_bf16({t, h}, 20 + t, 1.0f), x_g = on_gpu(x);
+    Tensor o_cpu = Tensor::zeros(DType::kBF16, {t, h}), o_gpu = zeros_like(o_cpu, Device::kCuda);
+    MlaArgs a{&x,    &w[0], &w[1], &w[6], &w[2],      &w[3], &w[4],
+              &w[5], heads, hd,    1e-6f, &cache_cpu, &o_cpu};
+    MlaArgs b{&x_g,   &wg[0], &wg[1], &wg[6], &wg[2],     &wg[3], &wg[4],
+              &wg[5], heads,  hd,     1e-6f,  &cache_gpu, &o_gpu};
+    run_variant("mla", "latent_cache", &a);
+    run_variant("mla", "latent_cache", &b);
+    EXPECT_LE(difference(o_cpu, o_gpu).max_rel, kClose) << "T " << t;
+    ASSERT_EQ(cache_cpu.size(), cache_gpu.size());
+  }
+
+  std::vector<Tensor> k;
+  k.reserve(16);
+  for (auto [in, out, seed] : {std::tuple<int64_t, int64_t, uint64_t>{h, qd, 31},
+                               {h, qd, 32},
+                               {h, qd, 33},
+                               {h, heads, 34},
+                               {h, qd, 35},
+                               {h, qd, 36},
+                               {qd, h, 38}})
+    k.push_back(random_bf16({in, out}, seed, 1.0f / std::sqrt(static_cast<float>(in))));
+  k.push_back(random_bf16({hd}, 37, 0.1f, 1.0f));
+  std::vector<Tensor> kg;
+  for (const Tensor& t0 : k) kg.push_back(on_gpu(t0));
+  std::vector<float> st_cpu(static_cast<size_t>(heads * hd * hd), 0.0f), st_gpu = st_cpu;
+  for (int64_t t : {6, 1}) {
+    Tensor x = random_bf16({t, h}, 40 + t, 1.0f), x_g = on_gpu(x);
+    Tensor o_cpu = Tensor::zeros(DType::kBF16, {t, h}), o_gpu = zeros_like(o_cpu, Device::kCuda);
+    KdaArgs a{&x,    &k[0], &k[1], &k[2], &k[3], &k[4],   &k[5],
+              &k[7], &k[6], heads, hd,    1e-6f, &st_cpu, &o_cpu};
+    KdaArgs b{&x_g,   &kg[0], &kg[1], &kg[2], &kg[3], &kg[4],  &kg[5],
+              &kg[7], &kg[6], heads,  hd,     1e-6f,  &st_gpu, &o_gpu};
+    run_variant("kda", "recurrent", &a);
+    run_variant("kda", "recurrent", &b);
+    EXPECT_LE(difference(o_cpu, o_gpu).max_rel, kClose) << "T " << t;
+  }
+  double max_state = 0.0, max_diff = 0.0;
+  for (size_t i = 0; i < st_cpu.size(); ++i) {
+    max_state = std::max(max_state, std::fabs(static_cast<double>(st_cpu[i])));
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(st_cpu[i]) - st_gpu[i]));
+  }
+  EXPECT_GT(max_state, 0.0);
+  EXPECT_LE(max_diff, kClose * max_state);
+
+  Tensor q = random_bf16({3, qd}, 50, 1.0f), kk = random_bf16({9, qd}, 51, 1.0f),
+         v = random_bf16({9, qd}, 52, 1.0f);
+  Tensor q_g = on_gpu(q), k_g = on_gpu(kk), v_g = on_gpu(v);
+  Tensor o_cpu = Tensor::zeros(DType::kBF16, {3, qd}), o_gpu = zeros_like(o_cpu, Device::kCuda);
+  DenseAttentionArgs a{&q, &kk, &v, heads, hd, &o_cpu}, b{&q_g, &k_g, &v_g, heads, hd, &o_gpu};
+  run_variant("dense_attention", "softmax", &a);
+  run_variant("dense_attention", "softmax", &b);
+  EXPECT_LE(difference(o_cpu, o_gpu).max_rel, kClose);
+}
+
+}  // namespace
+}  // namespace splitcheck
