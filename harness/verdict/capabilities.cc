@@ -1,5 +1,7 @@
 #include "harness/verdict/capabilities.h"
 
+#include <cstdlib>
+
 namespace splitcheck {
 namespace {
 
@@ -10,9 +12,17 @@ std::string cuda_not_built() {
          "run on the CPU instead";
 }
 
-std::string mpi_not_built() {
-  return "this build has no MPI transport (not implemented yet); the stages would run as "
-         "threads of one process instead";
+std::string mpi_unavailable() {
+#if SPLITCHECK_HAVE_MPI
+  // OpenMPI's launcher (mpirun, orterun) sets these in every process it starts.
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr)
+    return "";
+  return "this process was not launched by mpirun (run: mpirun -np <stages> splitcheck sweep "
+         "...); the stages would run as threads of one process instead";
+#else
+  return "this build has no MPI transport (configure with -DSPLITCHECK_MPI=ON); the stages "
+         "would run as threads of one process instead";
+#endif
 }
 
 std::string nccl_not_built() {
@@ -22,7 +32,7 @@ std::string nccl_not_built() {
 
 constexpr Capability kCapabilities[] = {
     {"backend", "cpu", provided},          {"backend", "cuda", cuda_not_built},
-    {"transport", "inproc", provided},     {"transport", "mpi", mpi_not_built},
+    {"transport", "inproc", provided},     {"transport", "mpi", mpi_unavailable},
     {"transport", "nccl", nccl_not_built},
 };
 
