@@ -178,7 +178,19 @@ class MpiTransport : public Transport {
   std::unique_ptr<Stage> stage0_;
   WeightStore head_;  // the last stage's placed head tensors, for the drafter
   std::vector<StageHoldings> holdings_;
-  std::deque<std::optional<StageJob>> pending_;  // nullopt: in flight on the stage ranks
+  // Jobs in submit() order: finished here (a failure, or PP=1), or in flight on the stage
+  // ranks with what stage 0 recorded kept here (only later stages' records travel back).
+  struct Pending {
+    std::optional<StageJob> done;
+    RunRecord record, caches;
+    DispatchTrace trace;
+  };
+  std::deque<Pending> pending_;
+  static Pending finished(StageJob job) {
+    Pending p;
+    p.done = std::move(job);
+    return p;
+  }
 };
 
 Status MpiTransport::build(WeightSource& source, const LayerMemo* memo, ReuseMode reuse) {
@@ -245,22 +257,29 @@ Status MpiTransport::build(WeightSource& source, const LayerMemo* memo, ReuseMod
 void MpiTransport::submit(StageJob job) {
   if (!f_.lost().empty()) {
     job.status = internal_error(f_.lost());
-    pending_.emplace_back(std::move(job));
+    pending_.push_back(finished(std::move(job)));
     return;
   }
   run_stage_job_guarded(*stage0_, configs_.front().level, job);
   if (pp_ == 1 || !job.status.is_ok()) {
-    pending_.emplace_back(std::move(job));
+    pending_.push_back(finished(std::move(job)));
     return;
   }
+  Pending p;
+  p.record = std::move(job.record);
+  p.caches = std::move(job.caches);
+  p.trace = std::move(job.trace);
+  job.record = RunRecord();
+  job.caches = RunRecord();
+  job.trace = DispatchTrace();
   Status st = send_bytes(1, kEnvelope, encode_job_envelope(job), timeout());
   if (st.is_ok()) st = send_bytes(1, kPayload, job.payload, timeout());
   if (!st.is_ok()) {
     job.status = lose(fmt::format("{}: {}", stage_name(1, configs_[1]), st.message()));
-    pending_.emplace_back(std::move(job));
+    pending_.push_back(finished(std::move(job)));
     return;
   }
-  pending_.emplace_back(std::nullopt);
+  pending_.push_back(std::move(p));
 }
 
 std::string MpiTransport::silent_ranks() {
@@ -280,9 +299,9 @@ StageJob MpiTransport::collect() {
     failed.status = internal_error("collect() without a job in flight");
     return failed;
   }
-  std::optional<StageJob> front = std::move(pending_.front());
+  Pending front = std::move(pending_.front());
   pending_.pop_front();
-  if (front) return std::move(*front);
+  if (front.done) return std::move(*front.done);
   const int last = pp_ - 1;
   Result<Message> m = receive(last, kResult, timeout());
   if (!m.is_ok()) {
@@ -300,6 +319,14 @@ StageJob MpiTransport::collect() {
                                      stage_name(last, configs_[last]), job.status().message()));
     return failed;
   }
+  // Stage 0's records, then the later stages' in stage order, as inproc appends them.
+  front.record.append(job->record);
+  front.caches.append(job->caches);
+  front.trace.events.insert(front.trace.events.end(), job->trace.events.begin(),
+                            job->trace.events.end());
+  job->record = std::move(front.record);
+  job->caches = std::move(front.caches);
+  job->trace = std::move(front.trace);
   return std::move(*job);
 }
 
