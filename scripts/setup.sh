@@ -30,7 +30,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev
   libssl-dev libxxhash-dev
   python3-h5py python3-numpy python3-jsonschema python3-torch python3-xxhash
-  chromium libopenmpi-dev
+  chromium libopenmpi-dev openmpi-bin  # the mpi transport (mpirun; tests launch real ranks)
   clang libclang-rt-14-dev  # the libFuzzer build of scripts/fuzz.sh
 )
 
@@ -61,8 +61,16 @@ if [[ $do_build -eq 0 ]]; then
   exit 0
 fi
 
-echo "setup: configuring $build_dir"
-cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
+# The mpi transport is always built (its tests run real mpirun sweeps); the nccl transport
+# where NCCL and the CUDA toolkit are installed (it compiles without a GPU and refuses to
+# run without one).
+transports=(-DSPLITCHECK_MPI=ON)
+if [[ -f /usr/local/cuda/include/nccl.h || -f /usr/include/nccl.h ]] &&
+   [[ -f /usr/local/cuda/include/cuda_runtime.h ]]; then
+  transports+=(-DSPLITCHECK_NCCL=ON -DCUDAToolkit_ROOT=/usr/local/cuda)
+fi
+echo "setup: configuring $build_dir (${transports[*]})"
+cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${transports[@]}"
 echo "setup: building with $(nproc) job(s)"
 cmake --build "$build_dir" -j"$(nproc)"
 echo "setup: done ($build_dir)"

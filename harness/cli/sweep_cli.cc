@@ -6,7 +6,12 @@
 #include "harness/verdict/sweep.h"
 #include "reports/report.h"
 #if SPLITCHECK_HAVE_MPI
+#include <mpi.h>
+
 #include "harness/transport/mpi_transport.h"
+#endif
+#if SPLITCHECK_HAVE_NCCL
+#include "harness/transport/nccl_channel.h"
 #endif
 
 namespace splitcheck {
@@ -31,7 +36,8 @@ void SweepCli::add_to(CLI::App& app) {
       ->add_option("--transport", transport,
                    "Where the stages run, overriding the scenario's transport: inproc (threads "
                    "of this process) or mpi (one process per stage: launch with mpirun -np "
-                   "<stages>; rank 0 sweeps and reports)")
+                   "<stages>; rank 0 sweeps and reports), nccl (as mpi, the payload sent by "
+                   "NCCL between one GPU per rank)")
       ->check(CLI::IsMember({"inproc", "mpi", "nccl"}));
   command->add_option("--transport-timeout", transport_timeout,
                       "Seconds a receive between stage processes waits before the rank that "
@@ -72,13 +78,23 @@ int SweepCli::run() {
     opts.shard_count = n;
   }
 #if SPLITCHECK_HAVE_MPI
-  if (s->transport == "mpi") {
+  if (s->transport == "mpi" || s->transport == "nccl") {
     Result<std::unique_ptr<MpiWorld>> world = MpiWorld::init(nullptr, nullptr);
     if (!world.is_ok()) {
       fmt::print(stderr, "splitcheck: error: {}\n", world.status().message());
       return 3;
     }
     (*world)->timeout_s = transport_timeout;
+#if SPLITCHECK_HAVE_NCCL
+    if (s->transport == "nccl") {
+      Result<std::unique_ptr<PayloadChannel>> nccl = make_nccl_channel(**world);
+      if (!nccl.is_ok()) {
+        fmt::print(stderr, "splitcheck: error: {}\n", nccl.status().message());
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+      (*world)->channel = std::move(*nccl);
+    }
+#endif
     if ((*world)->rank() != 0)
       return serve_stage_rank(*s, **world, opts.reuse, opts.reuse_memory_bytes);
     MpiFactory factory(**world);

@@ -18,7 +18,7 @@ using Clock = std::chrono::steady_clock;
 
 // Message tags: commands from rank 0 and their replies; between consecutive stages a job
 // envelope, then its handoff payload; the last stage's finished envelope to rank 0.
-enum Tag : int { kCommand = 1, kReply = 2, kEnvelope = 3, kPayload = 4, kResult = 5 };
+enum Tag : int { kCommand = 1, kReply = 2, kEnvelope = 3, kPayload = kPayloadTag, kResult = 5 };
 enum class Command : int32_t { kBuild = 1, kStart = 2, kStats = 3, kEnd = 4, kPing = 5, kQuit = 6 };
 
 // Sleeps a little between polls once a wait has lasted a while: a waiting rank must not
@@ -273,7 +273,7 @@ void MpiTransport::submit(StageJob job) {
   job.caches = RunRecord();
   job.trace = DispatchTrace();
   Status st = send_bytes(1, kEnvelope, encode_job_envelope(job), timeout());
-  if (st.is_ok()) st = send_bytes(1, kPayload, job.payload, timeout());
+  if (st.is_ok()) st = f_.world().channel->send(1, job.payload, timeout());
   if (!st.is_ok()) {
     job.status = lose(fmt::format("{}: {}", stage_name(1, configs_[1]), st.message()));
     pending_.push_back(finished(std::move(job)));
@@ -452,7 +452,7 @@ Status StageRank::start_before_jobs() {
 Status StageRank::serve_job(const Message& envelope) {
   const int rank = world_.rank();
   StageJob job;
-  Result<Message> payload = receive(envelope.source, kPayload, timeout());
+  Result<std::vector<std::byte>> payload = world_.channel->receive(envelope.source, timeout());
   Result<StageJob> decoded = decode_job_envelope(envelope.bytes);
   if (!payload.is_ok()) {
     job.status = internal_error(fmt::format("{}: no payload from rank {}: {}", name(),
@@ -466,7 +466,7 @@ Status StageRank::serve_job(const Message& envelope) {
       job.status = internal_error(fmt::format("{}: a job arrived but no stage is built", name()));
   } else {
     job = std::move(*decoded);
-    job.payload = std::move(payload->bytes);
+    job.payload = std::move(*payload);
     Status started = start_before_jobs();
     if (!started.is_ok() && job.status.is_ok()) job.status = started;
     run_stage_job_guarded(*stage_, config_->level, job);
@@ -476,7 +476,7 @@ Status StageRank::serve_job(const Message& envelope) {
   const bool last = config_ && stage_ && stage_->is_last();
   if (last || !config_) return send_bytes(0, kResult, encode_job_envelope(job), timeout());
   RETURN_IF_ERROR(send_bytes(rank + 1, kEnvelope, encode_job_envelope(job), timeout()));
-  return send_bytes(rank + 1, kPayload, job.payload, timeout());
+  return world_.channel->send(rank + 1, job.payload, timeout());
 }
 
 int StageRank::serve() {
@@ -539,7 +539,27 @@ int StageRank::serve() {
   }
 }
 
+// Payloads as MPI messages.
+class MpiChannel : public PayloadChannel {
+ public:
+  Status send(int to, const std::vector<std::byte>& payload, double timeout_s) override {
+    return send_bytes(to, kPayload, payload, timeout_s);
+  }
+  Result<std::vector<std::byte>> receive(int from, double timeout_s) override {
+    return mpi_receive_bytes(from, kPayload, timeout_s);
+  }
+};
+
 }  // namespace
+
+Status mpi_send_bytes(int to, int tag, const std::vector<std::byte>& bytes, double timeout_s) {
+  return send_bytes(to, tag, bytes, timeout_s);
+}
+
+Result<std::vector<std::byte>> mpi_receive_bytes(int from, int tag, double timeout_s) {
+  ASSIGN_OR_RETURN(Message m, receive(from, tag, timeout_s));
+  return std::move(m.bytes);
+}
 
 Result<std::unique_ptr<MpiWorld>> MpiWorld::init(int* argc, char*** argv) {
   std::unique_ptr<MpiWorld> w(new MpiWorld());
@@ -554,6 +574,7 @@ Result<std::unique_ptr<MpiWorld>> MpiWorld::init(int* argc, char*** argv) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &w->rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &w->size_);
+  w->channel = std::make_unique<MpiChannel>();
   return w;
 }
 
@@ -568,7 +589,9 @@ void MpiWorld::finish(const std::string& lost, int exit_code) {
     std::fflush(stdout);
     MPI_Abort(MPI_COMM_WORLD, exit_code);
   }
-  for (int r = 1; r < size_; ++r) (void)send_bytes(r, kCommand, command(Command::kQuit), timeout_s);
+  if (rank_ == 0)
+    for (int r = 1; r < size_; ++r)
+      (void)send_bytes(r, kCommand, command(Command::kQuit), timeout_s);
   MPI_Finalize();
 }
 

@@ -20,6 +20,25 @@
 
 namespace splitcheck {
 
+// How the handoff payload travels between consecutive stage ranks: as an MPI message
+// (`mpi`), or by NCCL send/recv between the ranks' GPUs (`nccl`, nccl_channel.h). The
+// bytes are the same either way; the receiving stage checks them.
+class PayloadChannel {
+ public:
+  virtual ~PayloadChannel() = default;
+  // Sends `payload` to rank `to`; fails once `timeout_s` has passed.
+  virtual Status send(int to, const std::vector<std::byte>& payload, double timeout_s) = 0;
+  // The next payload from rank `from`; fails once `timeout_s` has passed.
+  virtual Result<std::vector<std::byte>> receive(int from, double timeout_s) = 0;
+};
+
+// Bytes to rank `to` under `tag`, polled with MPI_Test until the deadline.
+Status mpi_send_bytes(int to, int tag, const std::vector<std::byte>& bytes, double timeout_s);
+// The next bytes from rank `from` under `tag`, polled until the deadline.
+Result<std::vector<std::byte>> mpi_receive_bytes(int from, int tag, double timeout_s);
+// The tag under which payloads (or, over NCCL, their sizes) travel.
+inline constexpr int kPayloadTag = 4;
+
 // MPI_Init / MPI_Finalize for this process, and what the ranks share.
 class MpiWorld {
  public:
@@ -34,6 +53,8 @@ class MpiWorld {
   // rank was lost (`lost` non-empty), aborts the whole MPI job instead with `exit_code`,
   // so that no process is left behind.
   void finish(const std::string& lost, int exit_code);
+  // How payloads travel between stage ranks (MPI messages unless replaced).
+  std::unique_ptr<PayloadChannel> channel;
 
  private:
   MpiWorld() = default;

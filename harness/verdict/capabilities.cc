@@ -2,6 +2,10 @@
 
 #include <cstdlib>
 
+#if SPLITCHECK_HAVE_NCCL
+#include "harness/transport/nccl_channel.h"
+#endif
+
 namespace splitcheck {
 namespace {
 
@@ -25,15 +29,22 @@ std::string mpi_unavailable() {
 #endif
 }
 
-std::string nccl_not_built() {
-  return "this build has no NCCL transport (not implemented yet); the stages would run as "
-         "threads of one process instead";
+std::string nccl_unavailable() {
+#if SPLITCHECK_HAVE_NCCL
+  if (const std::string mpi = mpi_unavailable(); !mpi.empty()) return mpi;
+  return nccl_device_problem();
+#else
+  return "this build has no NCCL transport (configure with -DSPLITCHECK_MPI=ON "
+         "-DSPLITCHECK_NCCL=ON); the stages would run as threads of one process instead";
+#endif
 }
 
 constexpr Capability kCapabilities[] = {
-    {"backend", "cpu", provided},          {"backend", "cuda", cuda_not_built},
-    {"transport", "inproc", provided},     {"transport", "mpi", mpi_unavailable},
-    {"transport", "nccl", nccl_not_built},
+    {"backend", "cpu", provided},
+    {"backend", "cuda", cuda_not_built},
+    {"transport", "inproc", provided},
+    {"transport", "mpi", mpi_unavailable},
+    {"transport", "nccl", nccl_unavailable},
 };
 
 }  // namespace
