@@ -221,9 +221,12 @@ Status MpiTransport::build(WeightSource& source, const LayerMemo* memo, ReuseMod
   bool last_tap0_resident = stage0_ != nullptr && stage0_->tap0_resident();
   for (int r = 1; r < f_.world().size(); ++r) {
     Result<Message> m = receive(r, kReply, timeout());
-    if (!m.is_ok())
-      return lose(fmt::format("rank {} did not answer the build of its stage: {}", r,
-                              m.status().message()));
+    if (!m.is_ok()) {
+      const std::string who = r < pp_ ? stage_name(r, configs_[r])
+                                      : fmt::format("rank {} (no stage in this partition)", r);
+      return lose(fmt::format("{} died or hangs: it did not answer the build of its stage: {}",
+                              who, m.status().message()));
+    }
     if (r >= pp_) continue;  // idle for this partition
     WireReader rd(m->bytes);
     int32_t code = 0;
