@@ -224,8 +224,8 @@ Status MpiTransport::build(WeightSource& source, const LayerMemo* memo, ReuseMod
     if (!m.is_ok()) {
       const std::string who = r < pp_ ? stage_name(r, configs_[r])
                                       : fmt::format("rank {} (no stage in this partition)", r);
-      return lose(fmt::format("{} died or hangs: it did not answer the build of its stage: {}",
-                              who, m.status().message()));
+      return lose(fmt::format("{} died or hangs: it did not answer the build of its stage: {}", who,
+                              m.status().message()));
     }
     if (r >= pp_) continue;  // idle for this partition
     WireReader rd(m->bytes);

@@ -404,8 +404,8 @@ Status check_transport(const Scenario& s, const SweepOptions& options,
 // One case: builds the partitioned engine, runs the workload, compares with PP=1 and
 // evaluates the selected checks.
 void run_case(const Scenario& s, const Partition& part, const EngineOptions& engine_options,
-              const FaultSet& faults, WeightSource& source, const LayerMemo* memo,
-              ReuseMode reuse, TransportFactory* transport, const PreparedWorkload& workload,
+              const FaultSet& faults, WeightSource& source, const LayerMemo* memo, ReuseMode reuse,
+              TransportFactory* transport, const PreparedWorkload& workload,
               const RunRecord& ref_record, CaseResult& c) {
   const std::function<bool(std::string_view)> selected = [&](std::string_view check) {
     return std::find(s.checks.begin(), s.checks.end(), check) != s.checks.end();
@@ -425,9 +425,8 @@ void run_case(const Scenario& s, const Partition& part, const EngineOptions& eng
     if (selected("partition")) c.failed_checks.push_back("partition");
     return;
   }
-  Result<std::unique_ptr<PartitionedEngine>> engine =
-      PartitionedEngine::create(s.model, part, engine_options, faults, source, memo, reuse,
-                                transport);
+  Result<std::unique_ptr<PartitionedEngine>> engine = PartitionedEngine::create(
+      s.model, part, engine_options, faults, source, memo, reuse, transport);
   if (!engine.is_ok()) return refused(engine.status());
   c.stages = (*engine)->holdings();
   RunRecord rec;
