@@ -30,7 +30,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev
   libssl-dev libxxhash-dev
   python3-h5py python3-numpy python3-jsonschema python3-torch python3-xxhash
-  chromium libopenmpi-dev
+  chromium libopenmpi-dev openmpi-bin  # the mpi transport (mpirun; tests launch real ranks)
   clang libclang-rt-14-dev  # the libFuzzer build of scripts/fuzz.sh
 )
 
@@ -62,14 +62,21 @@ if [[ $do_build -eq 0 ]]; then
 fi
 
 # The CUDA backend is compiled wherever the toolkit is installed (CI too: a CUDA build
-# break fails CI); its tests skip, saying why, on a machine without a GPU.
-cuda_flags=()
+# break fails CI); its tests skip, saying why, on a machine without a GPU. The mpi
+# transport is always built (its tests run real mpirun sweeps); the nccl transport where
+# NCCL and the CUDA toolkit are installed (it compiles without a GPU and refuses to run
+# without one).
+flags=(-DSPLITCHECK_MPI=ON)
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  cuda_flags=(-DSPLITCHECK_CUDA=ON -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+  flags+=(-DSPLITCHECK_CUDA=ON -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
   echo "setup: /usr/local/cuda/bin/nvcc found: building the CUDA backend"
 fi
-echo "setup: configuring $build_dir"
-cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flags[@]}"
+if [[ -f /usr/local/cuda/include/nccl.h || -f /usr/include/nccl.h ]] &&
+   [[ -f /usr/local/cuda/include/cuda_runtime.h ]]; then
+  flags+=(-DSPLITCHECK_NCCL=ON -DCUDAToolkit_ROOT=/usr/local/cuda)
+fi
+echo "setup: configuring $build_dir (${flags[*]})"
+cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}"
 echo "setup: building with $(nproc) job(s)"
 cmake --build "$build_dir" -j"$(nproc)"
 echo "setup: done ($build_dir)"

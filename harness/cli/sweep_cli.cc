@@ -6,6 +6,14 @@
 
 #include "harness/verdict/sweep.h"
 #include "reports/report.h"
+#if SPLITCHECK_HAVE_MPI
+#include <mpi.h>
+
+#include "harness/transport/mpi_transport.h"
+#endif
+#if SPLITCHECK_HAVE_NCCL
+#include "harness/transport/nccl_channel.h"
+#endif
 
 namespace splitcheck {
 
@@ -25,6 +33,17 @@ void SweepCli::add_to(CLI::App& app) {
                    "loaded included, equal a PP=1 call's takes PP=1's outcome), off (compute "
                    "everything), verify (compute everything and check every hit is equal)")
       ->check(CLI::IsMember({"on", "off", "verify"}));
+  command
+      ->add_option("--transport", transport,
+                   "Where the stages run, overriding the scenario's transport: inproc (threads "
+                   "of this process) or mpi (one process per stage: launch with mpirun -np "
+                   "<stages>; rank 0 sweeps and reports), nccl (as mpi, the payload sent by "
+                   "NCCL between one GPU per rank)")
+      ->check(CLI::IsMember({"inproc", "mpi", "nccl"}));
+  command->add_option("--transport-timeout", transport_timeout,
+                      "Seconds a receive between stage processes waits before the rank that "
+                      "should have sent is reported lost (default 120)");
+  command->add_flag("--progress", progress, "Print a progress line on stderr");
   command->add_option("--reuse-memory", reuse_memory_mib,
                       "MiB of PP=1 layer outcomes kept for reuse (default 1024); past it, the "
                       "stages compute the calls PP=1 did not keep; 0: no bound");
@@ -36,10 +55,18 @@ int SweepCli::run() {
     fmt::print(stderr, "splitcheck: error: {}\n", s.status().message());
     return s.status().code() == StatusCode::kInvalidInput ? 2 : 3;
   }
+  if (!transport.empty()) {
+    s->transport = transport;
+    const Status st = check_capabilities(*s, "--transport");
+    if (!st.is_ok()) {
+      fmt::print(stderr, "splitcheck: error: {}\n", st.message());
+      return 2;
+    }
+  }
   SweepOptions opts;
   opts.threads = threads;
   opts.filter = filter;
-  opts.progress = isatty(STDERR_FILENO) != 0;
+  opts.progress = progress || isatty(STDERR_FILENO) != 0;
   opts.reuse = *parse_reuse_mode(reuse);
   opts.reuse_memory_bytes = reuse_memory_mib << 20;
   if (!shard.empty()) {
@@ -51,6 +78,38 @@ int SweepCli::run() {
     opts.shard_index = i;
     opts.shard_count = n;
   }
+#if SPLITCHECK_HAVE_MPI
+  if (s->transport == "mpi" || s->transport == "nccl") {
+    Result<std::unique_ptr<MpiWorld>> world = MpiWorld::init(nullptr, nullptr);
+    if (!world.is_ok()) {
+      fmt::print(stderr, "splitcheck: error: {}\n", world.status().message());
+      return 3;
+    }
+    (*world)->timeout_s = transport_timeout;
+#if SPLITCHECK_HAVE_NCCL
+    if (s->transport == "nccl") {
+      Result<std::unique_ptr<PayloadChannel>> nccl = make_nccl_channel(**world);
+      if (!nccl.is_ok()) {
+        fmt::print(stderr, "splitcheck: error: {}\n", nccl.status().message());
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+      (*world)->channel = std::move(*nccl);
+    }
+#endif
+    if ((*world)->rank() != 0)
+      return serve_stage_rank(*s, **world, opts.reuse, opts.reuse_memory_bytes);
+    MpiFactory factory(**world);
+    opts.transport = &factory;
+    const int code = sweep_and_report(*s, opts);
+    (*world)->finish(factory.lost(), code);
+    return code;
+  }
+#endif
+  return sweep_and_report(*s, opts);
+}
+
+int SweepCli::sweep_and_report(const Scenario& scenario_in, SweepOptions& opts) {
+  const Scenario* s = &scenario_in;
   Result<SweepResult> r = run_sweep(*s, opts);
   if (!r.is_ok()) {
     fmt::print(stderr, "splitcheck: error: {}\n", r.status().message());

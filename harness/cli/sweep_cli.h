@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "harness/verdict/sweep.h"
+
 namespace splitcheck {
 
 struct SweepCli {
@@ -15,10 +17,18 @@ struct SweepCli {
   std::string filter;
   std::string reuse = "on";
   size_t reuse_memory_mib = 1024;
-  std::string command_line;  // recorded in the report as the command to reproduce
+  std::string transport;           // overrides the scenario's transport when given
+  double transport_timeout = 120;  // seconds a transport's receive waits
+  bool progress = false;           // a progress line on stderr even when it is no terminal
+  std::string command_line;        // recorded in the report as the command to reproduce
   void add_to(CLI::App& app);
-  // Runs the sweep when its subcommand was given; returns the exit code.
+  // Runs the sweep when its subcommand was given; returns the exit code. Under the `mpi`
+  // transport every rank calls it: rank 0 sweeps and reports, the others serve stages.
   int run();
+
+ private:
+  // Runs the sweep with `opts`, prints it and writes the reports; the exit code.
+  int sweep_and_report(const Scenario& s, SweepOptions& opts);
 };
 
 }  // namespace splitcheck

@@ -5,27 +5,6 @@
 
 namespace splitcheck {
 
-void PartitionedEngine::run_batch_job(Stage& stage, Job& job, DumpLevel level) {
-  std::vector<RunRecord>* records = job.wants_record ? &job.segment_records : nullptr;
-  Result<std::vector<StageOutput>> outs =
-      stage.run_batch(job.batch, job.payloads, records, job.segment_traces);
-  if (!outs.is_ok()) {
-    job.status = outs.status();
-    return;
-  }
-  if (job.wants_record && level == DumpLevel::kFull) {
-    for (size_t i = 0; i < job.batch.segments.size(); ++i)
-      stage.record_request_caches(job.batch.segments[i].index, job.batch.segments[i].request,
-                                  job.segment_caches[i]);
-  }
-  job.payloads.clear();
-  if (stage.is_last()) {
-    job.lasts = std::move(*outs);
-  } else {
-    for (StageOutput& o : *outs) job.payloads.push_back(std::move(o.payload));
-  }
-}
-
 Status PartitionedEngine::submit(const BatchRequest& batch, bool record) {
   for (const Segment& seg : batch.segments) {
     if (seg.ids.empty()) return internal_error("an empty segment");
@@ -33,7 +12,11 @@ Status PartitionedEngine::submit(const BatchRequest& batch, bool record) {
       if (id < 0 || id >= config_.vocab_size)
         return invalid_input("token id " + std::to_string(id) + " outside the vocabulary");
   }
-  Job job;
+  if (!transport_->carries_batches())
+    return invalid_input(
+        "serving steps (batched requests) do not travel over this transport yet; use the "
+        "inproc transport");
+  StageJob job;
   job.kind = JobKind::kBatch;
   job.batch = batch;
   job.wants_record = record;
@@ -41,18 +24,16 @@ Status PartitionedEngine::submit(const BatchRequest& batch, bool record) {
   job.segment_records.resize(n);
   job.segment_caches.resize(n);
   job.segment_traces.resize(n);
-  if (!queues_.front()->push(std::move(job))) return internal_error("partitioned engine stopped");
+  transport_->submit(std::move(job));
   ++in_flight_;
   return Status::ok();
 }
 
 Result<BatchResult> PartitionedEngine::collect(RunRecord* record) {
   if (in_flight_ == 0) return internal_error("collect with no step submitted");
-  std::optional<Job> done = queues_.back()->pop();
+  StageJob job = transport_->collect();
   --in_flight_;
-  if (!done) return internal_error("partitioned engine stopped");
-  if (!done->status.is_ok()) return done->status;
-  Job& job = *done;
+  if (!job.status.is_ok()) return job.status;
   BatchResult out;
   out.step = job.batch.step;
   const size_t n = job.batch.segments.size();

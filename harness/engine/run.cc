@@ -134,6 +134,12 @@ Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source, Laye
 }
 
 Result<ReferenceRun> run_partitioned(const Scenario& s, const std::vector<int>& cuts) {
+  // Stages as processes are the sweep's (splitcheck sweep under mpirun); nothing runs as
+  // threads in their place.
+  if (s.transport != "inproc")
+    return invalid_input(fmt::format(
+        "{}: /transport: \"{}\" runs under `mpirun ... splitcheck sweep`, not `run --split`",
+        s.source_path.empty() ? s.name : s.source_path, s.transport));
   ReferenceRun run;
   ASSIGN_OR_RETURN(run.workload, prepare_workload(s));
   ASSIGN_OR_RETURN(Partition partition, Partition::from_cuts(cuts, s.model.num_hidden_layers));

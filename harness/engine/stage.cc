@@ -106,12 +106,9 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
   // What the stage holds: the placement rule's tensors (SPEC 2.7), the boundary copies
   // apart (below). pd.producer_embedding restores the historical copy on a context-only
   // producer: the rule is asked as if the stage proposed.
-  StageConfig placement = cfg;
-  placement.context_only_producer =
-      cfg.context_only_producer && !cfg.faults.has("pd.producer_embedding");
   std::vector<std::string> names;
   bool boundary_copies = false;
-  for (const TensorSpec& t : placed_tensors(placement)) {
+  for (const TensorSpec& t : placed_tensors(loading_placement(cfg))) {
     if (t.name == kBoundaryAttnResNorm || t.name == kBoundaryAttnResProj)
       boundary_copies = true;
     else
@@ -150,6 +147,24 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
   st->holdings_ = measure_holdings(cfg, st->weights_);
   st->init_caches();
   return st;
+}
+
+StageConfig loading_placement(const StageConfig& cfg) {
+  StageConfig placement = cfg;
+  placement.context_only_producer =
+      cfg.context_only_producer && !cfg.faults.has("pd.producer_embedding");
+  return placement;
+}
+
+Result<WeightStore> load_stage_head(const StageConfig& cfg, WeightSource& source) {
+  std::vector<std::string> names;
+  for (const TensorSpec& t : placed_tensors(loading_placement(cfg))) {
+    if (t.name.rfind("layers.", 0) == 0 || t.name == kBoundaryAttnResNorm ||
+        t.name == kBoundaryAttnResProj)
+      continue;
+    names.push_back(t.name);
+  }
+  return load_weights(source, names);
 }
 
 StageHoldings measure_holdings(const StageConfig& cfg, const WeightStore& weights) {

@@ -57,6 +57,14 @@ std::vector<TensorSpec> placed_tensors(const StageConfig& config);
 // The bytes the placement rule allows the stage: the sum of placed_tensors' sizes (bf16).
 size_t placed_parameter_bytes(const StageConfig& config);
 
+// The placement the loading path asks the rule for: under pd.producer_embedding a
+// context-only producer is placed as if it proposed (the historical embedding copy).
+StageConfig loading_placement(const StageConfig& config);
+// What the drafter beside stage `config.index` binds to, loaded as that stage loads it:
+// its placed tensors outside its layers (the embedding copy, final norms, lm_head). The
+// `mpi` transport's rank 0 drives generation, so its drafter binds to these.
+Result<WeightStore> load_stage_head(const StageConfig& config, WeightSource& source);
+
 // The result of one stage's forward: a payload for the next stage, or (last stage) the
 // head's output, the final state and every tap in id order.
 struct StageOutput {

@@ -1,15 +1,23 @@
-// Transports carry encoded handoff payloads between stages. `inproc` runs each stage on
-// its own thread and connects them with bounded blocking queues.
+// Transports carry jobs (stage_job.h) through the stages of one partition: the seam
+// between the partitioned engine and where its stages live. `inproc` runs each stage on
+// its own thread of this process and connects them with bounded blocking queues (inproc.h);
+// `mpi` runs each stage in its own process (mpi_transport.h). The handoff payload is the
+// same bytes (handoff.h) whatever carries it, and every receiving stage checks it.
 #pragma once
 
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include "harness/engine/stage_job.h"
 
 namespace splitcheck {
 
@@ -50,6 +58,43 @@ class BoundedQueue {
   std::condition_variable not_empty_, not_full_;
   std::deque<T> items_;
   bool closed_ = false;
+};
+
+// The stages of one partition, wherever they run. Jobs leave in submit() order and come
+// back from collect() in the same order.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Hands a job to the first stage.
+  virtual void submit(StageJob job) = 0;
+  // The next job the last stage finished. A stage's failure, or the transport's (a
+  // process that died, a receive past its deadline, a malformed message), is job.status.
+  virtual StageJob collect() = 0;
+  // What each stage holds, in stage order.
+  virtual std::vector<StageHoldings> holdings() const = 0;
+  // What the stages' layer calls did with the memo, summed (read after the run).
+  virtual ReuseStats reuse_stats() = 0;
+  // The last stage's weights as it placed them: the drafter beside the last stage binds
+  // its target lm_head and embedding copy here.
+  virtual const WeightStore& last_stage_weights() const = 0;
+  // Whether batched serving steps (JobKind::kBatch) can travel through it.
+  virtual bool carries_batches() const { return false; }
+};
+
+// How a partition's stages are built: one StageConfig per stage, every stage loading only
+// what it holds from `source`, each looking its layer calls up in `memo` per `reuse`.
+class TransportFactory {
+ public:
+  virtual ~TransportFactory() = default;
+  // A stage that refuses its configuration makes this return StatusCode::kConfigRejected.
+  virtual Result<std::unique_ptr<Transport>> connect(const std::vector<StageConfig>& stages,
+                                                     WeightSource& source, const LayerMemo* memo,
+                                                     ReuseMode reuse) = 0;
+  // The most stages one partition may have (the ranks an MPI job was given).
+  virtual int max_stages() const { return std::numeric_limits<int>::max(); }
+  // Why no further partition can run (a process of the transport was lost); empty while
+  // it can.
+  virtual std::string lost() const { return {}; }
 };
 
 }  // namespace splitcheck

@@ -1,7 +1,12 @@
 #include "harness/verdict/capabilities.h"
 
+#include <cstdlib>
+
 #ifdef SPLITCHECK_HAVE_CUDA
 #include "kernels/cuda/runtime.h"
+#endif
+#if SPLITCHECK_HAVE_NCCL
+#include "harness/transport/nccl_channel.h"
 #endif
 
 namespace splitcheck {
@@ -20,20 +25,35 @@ std::string cuda_unavailable() {
 #endif
 }
 
-std::string mpi_not_built() {
-  return "this build has no MPI transport (not implemented yet); the stages would run as "
-         "threads of one process instead";
+std::string mpi_unavailable() {
+#if SPLITCHECK_HAVE_MPI
+  // OpenMPI's launcher (mpirun, orterun) sets these in every process it starts.
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr)
+    return "";
+  return "this process was not launched by mpirun (run: mpirun -np <stages> splitcheck sweep "
+         "...); the stages would run as threads of one process instead";
+#else
+  return "this build has no MPI transport (configure with -DSPLITCHECK_MPI=ON); the stages "
+         "would run as threads of one process instead";
+#endif
 }
 
-std::string nccl_not_built() {
-  return "this build has no NCCL transport (not implemented yet); the stages would run as "
-         "threads of one process instead";
+std::string nccl_unavailable() {
+#if SPLITCHECK_HAVE_NCCL
+  if (const std::string mpi = mpi_unavailable(); !mpi.empty()) return mpi;
+  return nccl_device_problem();
+#else
+  return "this build has no NCCL transport (configure with -DSPLITCHECK_MPI=ON "
+         "-DSPLITCHECK_NCCL=ON); the stages would run as threads of one process instead";
+#endif
 }
 
 constexpr Capability kCapabilities[] = {
-    {"backend", "cpu", provided},          {"backend", "cuda", cuda_unavailable},
-    {"transport", "inproc", provided},     {"transport", "mpi", mpi_not_built},
-    {"transport", "nccl", nccl_not_built},
+    {"backend", "cpu", provided},
+    {"backend", "cuda", cuda_unavailable},
+    {"transport", "inproc", provided},
+    {"transport", "mpi", mpi_unavailable},
+    {"transport", "nccl", nccl_unavailable},
 };
 
 }  // namespace

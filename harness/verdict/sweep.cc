@@ -423,12 +423,33 @@ Status check_not_empty(const Scenario& s, const SweepOptions& options, size_t al
                                    s.source_path.empty() ? s.name : s.source_path, why, all));
 }
 
+// The scenario's transport must be the one the sweep was given (nothing runs in-process
+// in its place), with room for the partition with the most stages.
+Status check_transport(const Scenario& s, const SweepOptions& options,
+                       const std::vector<Partition>& parts) {
+  const std::string where = s.source_path.empty() ? s.name : s.source_path;
+  if (s.transport != "inproc" && options.transport == nullptr)
+    return invalid_input(fmt::format(
+        "{}: /transport: \"{}\" needs its launcher (mpirun -np <stages> splitcheck sweep "
+        "--transport {}); the sweep was given none",
+        where, s.transport, s.transport));
+  if (options.transport == nullptr) return Status::ok();
+  for (const Partition& p : parts) {
+    if (p.stages() > options.transport->max_stages())
+      return invalid_input(fmt::format(
+          "{}: partition {} has {} stages, but the {} transport has {} rank(s): launch with "
+          "mpirun -np {} or more",
+          where, p.key(), p.stages(), s.transport, options.transport->max_stages(), p.stages()));
+  }
+  return Status::ok();
+}
+
 // One case: builds the partitioned engine, runs the workload, compares with PP=1 and
 // evaluates the selected checks.
 void run_case(const Scenario& s, const Partition& part, const EngineOptions& engine_options,
-              const FaultSet& faults, WeightSource& source, const LayerMemo* memo,
-              ReuseMode reuse, const PreparedWorkload& workload, const RunRecord& ref_record,
-              CaseResult& c) {
+              const FaultSet& faults, WeightSource& source, const LayerMemo* memo, ReuseMode reuse,
+              TransportFactory* transport, const PreparedWorkload& workload,
+              const RunRecord& ref_record, CaseResult& c) {
   const std::function<bool(std::string_view)> selected = [&](std::string_view check) {
     return std::find(s.checks.begin(), s.checks.end(), check) != s.checks.end();
   };
@@ -447,8 +468,8 @@ void run_case(const Scenario& s, const Partition& part, const EngineOptions& eng
     if (selected("partition")) c.failed_checks.push_back("partition");
     return;
   }
-  Result<std::unique_ptr<PartitionedEngine>> engine =
-      PartitionedEngine::create(s.model, part, engine_options, faults, source, memo, reuse);
+  Result<std::unique_ptr<PartitionedEngine>> engine = PartitionedEngine::create(
+      s.model, part, engine_options, faults, source, memo, reuse, transport);
   if (!engine.is_ok()) return refused(engine.status());
   c.stages = (*engine)->holdings();
   RunRecord rec;
@@ -502,6 +523,7 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
     parts.push_back(all[i]);
   }
   RETURN_IF_ERROR(check_not_empty(s, options, all.size(), parts.size()));
+  RETURN_IF_ERROR(check_transport(s, options, parts));
 
   // PP=1, once, over the weight source every split point shares; it fills the memo of
   // layer outcomes that the stages look their layer calls up in.
@@ -559,7 +581,13 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
       c.cuts = parts[i].cuts();
       // An exception (a hostile weight source, a bug) fails this case, never the process.
       try {
-        run_case(s, parts[i], engine_options, faults, source, memo.get(), reuse.mode, workload, ref_record, c);
+        if (options.transport != nullptr && !options.transport->lost().empty()) {
+          c.verdict = Verdict::kSkipped;
+          c.message = "not run: " + options.transport->lost();
+        } else {
+          run_case(s, parts[i], engine_options, faults, source, memo.get(), reuse.mode,
+                   options.transport, workload, ref_record, c);
+        }
       } catch (const std::exception& e) {
         c.verdict = Verdict::kError;
         c.message = fmt::format("{} ({}): exception: {}", c.key, c.layout, e.what());
@@ -578,7 +606,9 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
       }
     }
   };
-  int threads = options.threads > 0
+  // A transport of processes serves one partition at a time.
+  int threads = options.transport != nullptr ? 1
+                : options.threads > 0
                     ? options.threads
                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = std::max(1, std::min<int>(threads, static_cast<int>(parts.size())));

@@ -21,6 +21,7 @@
 #include "harness/engine/partition.h"
 #include "harness/engine/run.h"
 #include "harness/engine/stage.h"
+#include "harness/transport/transport.h"
 #include "reference/layer_memo.h"
 
 namespace splitcheck {
@@ -99,6 +100,10 @@ struct SweepOptions {
   // Where PP=1 and every stage load their weights from; null: the scenario's own
   // (generated from its seed, or its checkpoint). Must outlive the sweep.
   WeightSource* weights = nullptr;
+  // Where the stages of each partition run (transport/transport.h); null: inproc. A
+  // scenario whose transport is not inproc is refused without one. The sweep runs one
+  // partition at a time on it, and stops (the rest skipped) once it is lost().
+  TransportFactory* transport = nullptr;
 };
 
 // What the sweep reused, over all its split points.

@@ -1,0 +1,620 @@
+#include "harness/transport/mpi_transport.h"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <deque>
+#include <thread>
+
+#include "harness/engine/run.h"
+#include "harness/engine/wire.h"
+
+namespace splitcheck {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Message tags: commands from rank 0 and their replies; between consecutive stages a job
+// envelope, then its handoff payload; the last stage's finished envelope to rank 0.
+enum Tag : int { kCommand = 1, kReply = 2, kEnvelope = 3, kPayload = kPayloadTag, kResult = 5 };
+enum class Command : int32_t { kBuild = 1, kStart = 2, kStats = 3, kEnd = 4, kPing = 5, kQuit = 6 };
+
+// Sleeps a little between polls once a wait has lasted a while: a waiting rank must not
+// take the core from the rank it waits for (3 ranks may share 2 cores).
+void pause_poll(Clock::time_point started) {
+  if (Clock::now() - started < std::chrono::milliseconds(2))
+    std::this_thread::yield();
+  else
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+Clock::time_point deadline_after(double seconds) {
+  return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
+}
+
+// Completes a request by polling MPI_Test until `deadline`; false when it passed (the
+// request is then cancelled) or MPI reported an error.
+bool wait_request(MPI_Request& req, Clock::time_point deadline) {
+  const auto started = Clock::now();
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    if (Clock::now() > deadline) {
+      MPI_Cancel(&req);
+      MPI_Request_free(&req);
+      return false;
+    }
+    pause_poll(started);
+  }
+}
+
+Status send_bytes(int to, int tag, const std::vector<std::byte>& bytes, double timeout_s) {
+  if (bytes.size() > static_cast<size_t>(INT_MAX))
+    return internal_error(fmt::format(
+        "message of {} bytes to rank {} is larger than MPI's int count", bytes.size(), to));
+  MPI_Request req;
+  if (MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, to, tag, MPI_COMM_WORLD,
+                &req) != MPI_SUCCESS ||
+      !wait_request(req, deadline_after(timeout_s)))
+    return internal_error(fmt::format("sending {} bytes to rank {} did not complete within {} s",
+                                      bytes.size(), to, timeout_s));
+  return Status::ok();
+}
+
+struct Message {
+  int source = -1;
+  int tag = -1;
+  std::vector<std::byte> bytes;
+};
+
+// The next message from `source` with `tag` (MPI_ANY_* allowed), polled until the
+// deadline: MPI_Iprobe for its size, then MPI_Irecv polled with MPI_Test.
+Result<Message> receive(int source, int tag, double timeout_s) {
+  const auto deadline = deadline_after(timeout_s);
+  const auto started = Clock::now();
+  MPI_Status st;
+  for (;;) {
+    int flag = 0;
+    if (MPI_Iprobe(source, tag, MPI_COMM_WORLD, &flag, &st) != MPI_SUCCESS)
+      return internal_error("MPI_Iprobe failed");
+    if (flag) break;
+    if (Clock::now() > deadline)
+      return internal_error(fmt::format("nothing received within {} s", timeout_s));
+    pause_poll(started);
+  }
+  int count = 0;
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  Message m{st.MPI_SOURCE, st.MPI_TAG, std::vector<std::byte>(static_cast<size_t>(count))};
+  MPI_Request req;
+  if (MPI_Irecv(m.bytes.data(), count, MPI_BYTE, m.source, m.tag, MPI_COMM_WORLD, &req) !=
+          MPI_SUCCESS ||
+      !wait_request(req, deadline))
+    return internal_error(
+        fmt::format("receiving {} bytes from rank {} did not complete within {} s", count, m.source,
+                    timeout_s));
+  return m;
+}
+
+std::vector<std::byte> command(Command c) {
+  WireWriter w;
+  w.put(static_cast<int32_t>(c));
+  return std::move(w.out);
+}
+
+void put_holdings(WireWriter& w, const StageHoldings& h) {
+  w.put(static_cast<int32_t>(h.index));
+  w.put(static_cast<int32_t>(h.range.begin));
+  w.put(static_cast<int32_t>(h.range.end));
+  w.put_string(h.embedding);
+  w.put(static_cast<uint64_t>(h.owned_taps.size()));
+  for (int k : h.owned_taps) w.put(static_cast<int32_t>(k));
+  w.put(static_cast<uint64_t>(h.parameter_bytes));
+  w.put(static_cast<uint64_t>(h.tensors));
+}
+
+bool get_holdings(WireReader& r, StageHoldings& h) {
+  int32_t index = 0, begin = 0, end = 0;
+  uint64_t n = 0, bytes = 0, tensors = 0;
+  if (!r.get(index) || !r.get(begin) || !r.get(end) || !r.get_string(h.embedding) ||
+      !r.get_count(n))
+    return false;
+  h.index = index;
+  h.range = StageRange{begin, end};
+  h.owned_taps.resize(n);
+  for (int& k : h.owned_taps) {
+    int32_t v = 0;
+    if (!r.get(v)) return false;
+    k = v;
+  }
+  if (!r.get(bytes) || !r.get(tensors)) return false;
+  h.parameter_bytes = bytes;
+  h.tensors = tensors;
+  return true;
+}
+
+std::string stage_name(int rank, const StageConfig& c) {
+  const StageRange r = c.partition.stage(c.index);
+  return fmt::format("rank {} (stage {}, layers {}-{})", rank, c.index, r.begin, r.end);
+}
+
+// Rank 0's side of one partition: stage 0 runs here, on the caller's thread; stages
+// 1..pp-1 run on ranks 1..pp-1.
+class MpiTransport : public Transport {
+ public:
+  MpiTransport(MpiFactory& factory, std::vector<StageConfig> configs)
+      : f_(factory), configs_(std::move(configs)), pp_(static_cast<int>(configs_.size())) {}
+  ~MpiTransport() override {
+    if (!f_.lost().empty()) return;
+    for (int r = 1; r < f_.world().size(); ++r)
+      if (!send_bytes(r, kCommand, command(Command::kEnd), timeout()).is_ok()) return;
+  }
+
+  Status build(WeightSource& source, const LayerMemo* memo, ReuseMode reuse);
+  void submit(StageJob job) override;
+  StageJob collect() override;
+  std::vector<StageHoldings> holdings() const override { return holdings_; }
+  ReuseStats reuse_stats() override;
+  const WeightStore& last_stage_weights() const override {
+    return pp_ == 1 ? stage0_->weights() : head_;
+  }
+
+ private:
+  double timeout() const { return f_.world().timeout_s; }
+  std::string where() const { return configs_.front().partition.key(); }
+  // A transport failure: names the split point, marks the MPI job lost so the sweep stops.
+  Status lose(const std::string& what) {
+    f_.mark_lost(fmt::format("{}: {}", where(), what));
+    return internal_error(what);
+  }
+  // Which of ranks 1..pp-1 no longer answer a ping, in words ("" when all answer).
+  std::string silent_ranks();
+
+  MpiFactory& f_;
+  std::vector<StageConfig> configs_;
+  int pp_ = 1;
+  std::unique_ptr<Stage> stage0_;
+  WeightStore head_;  // the last stage's placed head tensors, for the drafter
+  std::vector<StageHoldings> holdings_;
+  // Jobs in submit() order: finished here (a failure, or PP=1), or in flight on the stage
+  // ranks with what stage 0 recorded kept here (only later stages' records travel back).
+  struct Pending {
+    std::optional<StageJob> done;
+    RunRecord record, caches;
+    DispatchTrace trace;
+  };
+  std::deque<Pending> pending_;
+  static Pending finished(StageJob job) {
+    Pending p;
+    p.done = std::move(job);
+    return p;
+  }
+};
+
+Status MpiTransport::build(WeightSource& source, const LayerMemo* memo, ReuseMode reuse) {
+  const Partition& part = configs_.front().partition;
+  WireWriter build;
+  build.put(static_cast<int32_t>(Command::kBuild));
+  build.put(static_cast<int32_t>(part.layers()));
+  build.put(static_cast<uint64_t>(pp_));
+  for (int s = 0; s < pp_; ++s) {
+    build.put(static_cast<int32_t>(part.stage(s).begin));
+    build.put(static_cast<int32_t>(part.stage(s).end));
+  }
+  for (int r = 1; r < f_.world().size(); ++r) {
+    Status st = send_bytes(r, kCommand, build.out, timeout());
+    if (!st.is_ok()) return lose(fmt::format("rank {}: {}", r, st.message()));
+  }
+  // Stage 0 here, while the other ranks build theirs; the first refusal in stage order
+  // is the answer, as inproc gives it.
+  Status first = Status::ok();
+  Result<std::unique_ptr<Stage>> s0 = Stage::create(configs_.front(), source);
+  if (s0.is_ok()) {
+    stage0_ = std::move(*s0);
+    stage0_->set_memo(memo, reuse);
+    holdings_.push_back(stage0_->holdings());
+  } else {
+    first = s0.status();
+  }
+  bool last_tap0_resident = stage0_ != nullptr && stage0_->tap0_resident();
+  for (int r = 1; r < f_.world().size(); ++r) {
+    Result<Message> m = receive(r, kReply, timeout());
+    if (!m.is_ok()) {
+      const std::string who = r < pp_ ? stage_name(r, configs_[r])
+                                      : fmt::format("rank {} (no stage in this partition)", r);
+      return lose(fmt::format("{} died or hangs: it did not answer the build of its stage: {}", who,
+                              m.status().message()));
+    }
+    if (r >= pp_) continue;  // idle for this partition
+    WireReader rd(m->bytes);
+    int32_t code = 0;
+    std::string message;
+    StageHoldings h;
+    uint8_t resident = 0;
+    if (!rd.get(code) || !rd.get_string(message) || !get_holdings(rd, h) || !rd.get(resident))
+      return lose(fmt::format("{}: malformed build reply of {} bytes", stage_name(r, configs_[r]),
+                              m->bytes.size()));
+    if (code != 0 && first.is_ok()) first = Status(static_cast<StatusCode>(code), message);
+    holdings_.push_back(h);
+    if (r == pp_ - 1) last_tap0_resident = resident != 0;
+  }
+  RETURN_IF_ERROR(first);
+  if (pp_ > 1) {
+    ASSIGN_OR_RETURN(head_, load_stage_head(configs_.back(), source));
+  }
+  // Tap 0 travels unless the last stage takes it to be resident (Stage::tap0_resident).
+  const bool relayed = !last_tap0_resident;
+  stage0_->set_tap0_relayed(relayed);
+  WireWriter start;
+  start.put(static_cast<int32_t>(Command::kStart));
+  start.put(static_cast<uint8_t>(relayed));
+  for (int r = 1; r < pp_; ++r) {
+    Status st = send_bytes(r, kCommand, start.out, timeout());
+    if (!st.is_ok()) return lose(fmt::format("{}: {}", stage_name(r, configs_[r]), st.message()));
+  }
+  return Status::ok();
+}
+
+void MpiTransport::submit(StageJob job) {
+  if (!f_.lost().empty()) {
+    job.status = internal_error(f_.lost());
+    pending_.push_back(finished(std::move(job)));
+    return;
+  }
+  run_stage_job_guarded(*stage0_, configs_.front().level, job);
+  if (pp_ == 1 || !job.status.is_ok()) {
+    pending_.push_back(finished(std::move(job)));
+    return;
+  }
+  Pending p;
+  p.record = std::move(job.record);
+  p.caches = std::move(job.caches);
+  p.trace = std::move(job.trace);
+  job.record = RunRecord();
+  job.caches = RunRecord();
+  job.trace = DispatchTrace();
+  Status st = send_bytes(1, kEnvelope, encode_job_envelope(job), timeout());
+  if (st.is_ok()) st = f_.world().channel->send(1, job.payload, timeout());
+  if (!st.is_ok()) {
+    job.status = lose(fmt::format("{}: {}", stage_name(1, configs_[1]), st.message()));
+    pending_.push_back(finished(std::move(job)));
+    return;
+  }
+  pending_.push_back(std::move(p));
+}
+
+std::string MpiTransport::silent_ranks() {
+  std::string out;
+  for (int r = 1; r < pp_; ++r) {
+    const double patience = std::min(timeout(), 5.0);
+    bool answered = send_bytes(r, kCommand, command(Command::kPing), patience).is_ok() &&
+                    receive(r, kReply, patience).is_ok();
+    if (!answered) out += fmt::format("{}{}", out.empty() ? "" : ", ", stage_name(r, configs_[r]));
+  }
+  return out;
+}
+
+StageJob MpiTransport::collect() {
+  StageJob failed;
+  if (pending_.empty()) {
+    failed.status = internal_error("collect() without a job in flight");
+    return failed;
+  }
+  Pending front = std::move(pending_.front());
+  pending_.pop_front();
+  if (front.done) return std::move(*front.done);
+  const int last = pp_ - 1;
+  Result<Message> m = receive(last, kResult, timeout());
+  if (!m.is_ok()) {
+    const std::string silent = silent_ranks();
+    failed.status = lose(
+        silent.empty() ? fmt::format("no result from {} within {} s",
+                                     stage_name(last, configs_[last]), timeout())
+                       : fmt::format("{} died or hangs: no result within {} s, no answer to a ping",
+                                     silent, timeout()));
+    return failed;
+  }
+  Result<StageJob> job = decode_job_envelope(m->bytes);
+  if (!job.is_ok()) {
+    failed.status = lose(fmt::format("{} sent a malformed result: {}",
+                                     stage_name(last, configs_[last]), job.status().message()));
+    return failed;
+  }
+  // Stage 0's records, then the later stages' in stage order, as inproc appends them.
+  front.record.append(job->record);
+  front.caches.append(job->caches);
+  front.trace.events.insert(front.trace.events.end(), job->trace.events.begin(),
+                            job->trace.events.end());
+  job->record = std::move(front.record);
+  job->caches = std::move(front.caches);
+  job->trace = std::move(front.trace);
+  return std::move(*job);
+}
+
+ReuseStats MpiTransport::reuse_stats() {
+  ReuseStats sum = stage0_ ? stage0_->reuse_stats() : ReuseStats{};
+  if (!f_.lost().empty()) return sum;
+  for (int r = 1; r < pp_; ++r) {
+    Result<Message> m = send_bytes(r, kCommand, command(Command::kStats), timeout()).is_ok()
+                            ? receive(r, kReply, timeout())
+                            : Result<Message>(internal_error("send failed"));
+    ReuseStats s;
+    const std::vector<std::byte> bytes = m.is_ok() ? m->bytes : std::vector<std::byte>{};
+    WireReader rd(bytes);
+    if (!m.is_ok() || !rd.get(s.hits) || !rd.get(s.misses) || !rd.get(s.verified) ||
+        !rd.get(s.computed)) {
+      (void)lose(fmt::format("{} did not report its reuse", stage_name(r, configs_[r])));
+      return sum;
+    }
+    sum += s;
+  }
+  return sum;
+}
+
+// Rank r's state between commands.
+class StageRank {
+ public:
+  StageRank(const Scenario& s, MpiWorld& world, ReuseMode reuse, size_t memory)
+      : s_(s), world_(world), reuse_(reuse), memory_(memory) {}
+  int serve();
+
+ private:
+  double timeout() const { return world_.timeout_s; }
+  std::string name() const {
+    return stage_ ? stage_name(world_.rank(), *config_) : fmt::format("rank {}", world_.rank());
+  }
+  Status reply(const std::vector<std::byte>& bytes) {
+    return send_bytes(0, kReply, bytes, timeout());
+  }
+  Status build(WireReader& rd);
+  Status start_before_jobs();
+  Status serve_job(const Message& envelope);
+  Status fill_memo();
+
+  const Scenario& s_;
+  MpiWorld& world_;
+  ReuseMode reuse_;
+  size_t memory_;
+  std::unique_ptr<WeightSource> source_;
+  std::unique_ptr<LayerMemo> memo_;
+  std::optional<StageConfig> config_;
+  std::unique_ptr<Stage> stage_;
+  bool started_ = false;
+};
+
+Status StageRank::fill_memo() {
+  source_ = scenario_weight_source(s_);
+  if (reuse_ == ReuseMode::kOff) return Status::ok();
+  memo_ = std::make_unique<LayerMemo>(memory_, &layer_key);
+  ASSIGN_OR_RETURN(ReferenceRun ignored, run_reference(s_, *source_, memo_.get()),
+                   fmt::format("rank {}: PP=1 run filling its layer memo", world_.rank()));
+  memo_->freeze();
+  return Status::ok();
+}
+
+Status StageRank::build(WireReader& rd) {
+  stage_.reset();
+  config_.reset();
+  started_ = false;
+  int32_t layers = 0;
+  uint64_t pp = 0;
+  if (!rd.get(layers) || !rd.get_count(pp)) return internal_error("malformed build command");
+  std::vector<StageRange> ranges(pp);
+  for (StageRange& r : ranges)
+    if (!rd.get(r.begin) || !rd.get(r.end)) return internal_error("malformed build command");
+  WireWriter w;
+  const int rank = world_.rank();
+  if (rank >= static_cast<int>(pp)) {  // idle for this partition
+    w.put(int32_t{0});
+    w.put_string("idle");
+    put_holdings(w, StageHoldings{});
+    w.put(uint8_t{0});
+    return reply(w.out);
+  }
+  config_ = StageConfig{s_.model,
+                        Partition::from_ranges(ranges, layers),
+                        rank,
+                        s_.capture_ids,
+                        s_.dump_level,
+                        FaultSet{s_.faults},
+                        s_.speculative.method,
+                        s_.speculative.context_only_producer};
+  Result<std::unique_ptr<Stage>> stage = internal_error("not built");
+  try {
+    stage = Stage::create(*config_, *source_);
+  } catch (const std::exception& e) {
+    stage = internal_error(fmt::format("{}: exception building the stage: {}", name(), e.what()));
+  }
+  if (stage.is_ok()) {
+    stage_ = std::move(*stage);
+    stage_->set_memo(memo_.get(), reuse_);
+  }
+  w.put(static_cast<int32_t>(stage.status().code()));
+  w.put_string(stage.status().message());
+  put_holdings(w, stage_ ? stage_->holdings() : StageHoldings{});
+  w.put(static_cast<uint8_t>(stage_ && stage_->tap0_resident()));
+  return reply(w.out);
+}
+
+// A job may overtake rank 0's Start (they come from different ranks): take Start first.
+Status StageRank::start_before_jobs() {
+  if (started_) return Status::ok();
+  ASSIGN_OR_RETURN(Message m, receive(0, kCommand, timeout()), name() + ": waiting for Start");
+  WireReader rd(m.bytes);
+  int32_t c = 0;
+  uint8_t relayed = 0;
+  if (!rd.get(c) || c != static_cast<int32_t>(Command::kStart) || !rd.get(relayed))
+    return internal_error(name() + ": a job arrived before its stage was started");
+  stage_->set_tap0_relayed(relayed != 0);
+  started_ = true;
+  return Status::ok();
+}
+
+Status StageRank::serve_job(const Message& envelope) {
+  const int rank = world_.rank();
+  StageJob job;
+  Result<std::vector<std::byte>> payload = world_.channel->receive(envelope.source, timeout());
+  Result<StageJob> decoded = decode_job_envelope(envelope.bytes);
+  if (!payload.is_ok()) {
+    job.status = internal_error(fmt::format("{}: no payload from rank {}: {}", name(),
+                                            envelope.source, payload.status().message()));
+  } else if (!decoded.is_ok()) {
+    job.status = internal_error(fmt::format("{}: malformed job envelope from rank {}: {}", name(),
+                                            envelope.source, decoded.status().message()));
+  } else if (stage_ == nullptr) {
+    job = std::move(*decoded);
+    if (job.status.is_ok())
+      job.status = internal_error(fmt::format("{}: a job arrived but no stage is built", name()));
+  } else {
+    job = std::move(*decoded);
+    job.payload = std::move(*payload);
+    Status started = start_before_jobs();
+    if (!started.is_ok() && job.status.is_ok()) job.status = started;
+    run_stage_job_guarded(*stage_, config_->level, job);
+    if (!job.status.is_ok() && job.status.message().find("rank ") == std::string::npos)
+      job.status = job.status.with_context(name());
+  }
+  const bool last = config_ && stage_ && stage_->is_last();
+  if (last || !config_) return send_bytes(0, kResult, encode_job_envelope(job), timeout());
+  RETURN_IF_ERROR(send_bytes(rank + 1, kEnvelope, encode_job_envelope(job), timeout()));
+  return world_.channel->send(rank + 1, job.payload, timeout());
+}
+
+int StageRank::serve() {
+  const Status filled = fill_memo();
+  if (!filled.is_ok()) fmt::print(stderr, "splitcheck: error: {}\n", filled.message());
+  // Rank 0 may compute for long between two commands (its own PP=1, comparisons).
+  const double idle = std::max(600.0, 10 * timeout());
+  for (;;) {
+    Result<Message> m = receive(MPI_ANY_SOURCE, MPI_ANY_TAG, idle);
+    if (!m.is_ok()) {
+      fmt::print(stderr, "splitcheck: error: rank {}: rank 0 sent nothing within {} s; exiting\n",
+                 world_.rank(), idle);
+      return 3;
+    }
+    Status st = Status::ok();
+    if (m->tag == kEnvelope) {
+      st = serve_job(*m);
+    } else if (m->tag == kCommand && m->source == 0) {
+      WireReader rd(m->bytes);
+      int32_t c = 0;
+      rd.get(c);
+      switch (static_cast<Command>(c)) {
+        case Command::kBuild:
+          st = filled.is_ok() ? build(rd) : internal_error(filled.message());
+          break;
+        case Command::kStart: {
+          uint8_t relayed = 0;
+          if (stage_ != nullptr && rd.get(relayed)) {
+            stage_->set_tap0_relayed(relayed != 0);
+            started_ = true;
+          }
+          break;
+        }
+        case Command::kStats: {
+          const ReuseStats s = stage_ ? stage_->reuse_stats() : ReuseStats{};
+          WireWriter w;
+          for (int64_t v : {s.hits, s.misses, s.verified, s.computed}) w.put(v);
+          st = reply(w.out);
+          break;
+        }
+        case Command::kEnd:
+          stage_.reset();
+          config_.reset();
+          started_ = false;
+          break;
+        case Command::kPing:
+          st = reply({});
+          break;
+        case Command::kQuit:
+          return 0;
+        default:
+          st = internal_error(fmt::format("unknown command {}", c));
+      }
+    } else {
+      st = internal_error(
+          fmt::format("unexpected message (tag {}) from rank {}", m->tag, m->source));
+    }
+    if (!st.is_ok())
+      fmt::print(stderr, "splitcheck: error: rank {}: {}\n", world_.rank(), st.message());
+  }
+}
+
+// Payloads as MPI messages.
+class MpiChannel : public PayloadChannel {
+ public:
+  Status send(int to, const std::vector<std::byte>& payload, double timeout_s) override {
+    return send_bytes(to, kPayload, payload, timeout_s);
+  }
+  Result<std::vector<std::byte>> receive(int from, double timeout_s) override {
+    return mpi_receive_bytes(from, kPayload, timeout_s);
+  }
+};
+
+}  // namespace
+
+Status mpi_send_bytes(int to, int tag, const std::vector<std::byte>& bytes, double timeout_s) {
+  return send_bytes(to, tag, bytes, timeout_s);
+}
+
+Result<std::vector<std::byte>> mpi_receive_bytes(int from, int tag, double timeout_s) {
+  ASSIGN_OR_RETURN(Message m, receive(from, tag, timeout_s));
+  return std::move(m.bytes);
+}
+
+Result<std::unique_ptr<MpiWorld>> MpiWorld::init(int* argc, char*** argv) {
+  std::unique_ptr<MpiWorld> w(new MpiWorld());
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    return internal_error("MPI_Init_thread failed");
+  // Errors come back as return codes (a dead peer is a verdict, not an abort).
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (provided < MPI_THREAD_SERIALIZED) {
+    MPI_Finalize();
+    return internal_error("MPI provides no MPI_THREAD_SERIALIZED support");
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &w->rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &w->size_);
+  w->channel = std::make_unique<MpiChannel>();
+  return w;
+}
+
+MpiWorld::~MpiWorld() {
+  if (!finished_) MPI_Finalize();
+}
+
+void MpiWorld::finish(const std::string& lost, int exit_code) {
+  finished_ = true;
+  if (!lost.empty()) {
+    fmt::print(stderr, "splitcheck: rank 0: {}; aborting the MPI job (exit {})\n", lost, exit_code);
+    std::fflush(stdout);
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+  }
+  if (rank_ == 0)
+    for (int r = 1; r < size_; ++r)
+      (void)send_bytes(r, kCommand, command(Command::kQuit), timeout_s);
+  MPI_Finalize();
+}
+
+Result<std::unique_ptr<Transport>> MpiFactory::connect(const std::vector<StageConfig>& stages,
+                                                       WeightSource& source, const LayerMemo* memo,
+                                                       ReuseMode reuse) {
+  const int pp = static_cast<int>(stages.size());
+  if (pp > world_.size())
+    return invalid_input(fmt::format("partition {} has {} stages; the MPI job has {} ranks",
+                                     stages.front().partition.key(), pp, world_.size()));
+  if (!lost_.empty()) return internal_error(lost_);
+  auto t = std::make_unique<MpiTransport>(*this, stages);
+  RETURN_IF_ERROR(t->build(source, memo, reuse));
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+int serve_stage_rank(const Scenario& scenario, MpiWorld& world, ReuseMode reuse,
+                     size_t reuse_memory_bytes) {
+  StageRank rank(scenario, world, reuse, reuse_memory_bytes);
+  return rank.serve();
+}
+
+}  // namespace splitcheck

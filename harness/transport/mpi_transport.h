@@ -1,0 +1,93 @@
+// The `mpi` transport: one OS process per stage, launched by mpirun. Rank 0 drives: it
+// runs PP=1, holds stage 0 and the generation loop, compares and reports; rank r >= 1
+// holds stage r and serves jobs (serve_stage_rank). The ranks are persistent: rank 0
+// re-partitions them per split point (a Build command carrying the stage ranges), so the
+// processes start and each rank fills its layer memo once per sweep, not once per split.
+//
+// On the wire every message is bytes: commands and replies between rank 0 and a stage
+// rank; between consecutive stages a job envelope (stage_job.h) followed by the handoff
+// payload, the same bytes inproc hands over, checked by the receiving stage the same way;
+// the last stage sends its envelope (per-layer records, dispatch events, taps, logits)
+// back to rank 0. Every receive and send polls with a deadline: a rank that died or hangs
+// becomes a failing status naming the rank, the stage and the split point, never a hang.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "harness/transport/transport.h"
+#include "harness/verdict/scenario.h"
+
+namespace splitcheck {
+
+// How the handoff payload travels between consecutive stage ranks: as an MPI message
+// (`mpi`), or by NCCL send/recv between the ranks' GPUs (`nccl`, nccl_channel.h). The
+// bytes are the same either way; the receiving stage checks them.
+class PayloadChannel {
+ public:
+  virtual ~PayloadChannel() = default;
+  // Sends `payload` to rank `to`; fails once `timeout_s` has passed.
+  virtual Status send(int to, const std::vector<std::byte>& payload, double timeout_s) = 0;
+  // The next payload from rank `from`; fails once `timeout_s` has passed.
+  virtual Result<std::vector<std::byte>> receive(int from, double timeout_s) = 0;
+};
+
+// Bytes to rank `to` under `tag`, polled with MPI_Test until the deadline.
+Status mpi_send_bytes(int to, int tag, const std::vector<std::byte>& bytes, double timeout_s);
+// The next bytes from rank `from` under `tag`, polled until the deadline.
+Result<std::vector<std::byte>> mpi_receive_bytes(int from, int tag, double timeout_s);
+// The tag under which payloads (or, over NCCL, their sizes) travel.
+inline constexpr int kPayloadTag = 4;
+
+// MPI_Init / MPI_Finalize for this process, and what the ranks share.
+class MpiWorld {
+ public:
+  // Initialises MPI (thread support: serialized). Fails when MPI cannot start.
+  static Result<std::unique_ptr<MpiWorld>> init(int* argc, char*** argv);
+  ~MpiWorld();
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Receives and sends give up after this many seconds (--transport-timeout).
+  double timeout_s = 120;
+  // Rank 0, at the end of a sweep: tells every stage rank to quit and finalises; when a
+  // rank was lost (`lost` non-empty), aborts the whole MPI job instead with `exit_code`,
+  // so that no process is left behind.
+  void finish(const std::string& lost, int exit_code);
+  // How payloads travel between stage ranks (MPI messages unless replaced).
+  std::unique_ptr<PayloadChannel> channel;
+
+ private:
+  MpiWorld() = default;
+  int rank_ = 0;
+  int size_ = 1;
+  bool finished_ = false;
+};
+
+// Rank 0's factory: builds each partition's stages on ranks 0..pp-1.
+class MpiFactory : public TransportFactory {
+ public:
+  explicit MpiFactory(MpiWorld& world) : world_(world) {}
+  Result<std::unique_ptr<Transport>> connect(const std::vector<StageConfig>& stages,
+                                             WeightSource& source, const LayerMemo* memo,
+                                             ReuseMode reuse) override;
+  int max_stages() const override { return world_.size(); }
+  std::string lost() const override { return lost_; }
+  // Records that a rank was lost (the first reason is kept).
+  void mark_lost(const std::string& why) {
+    if (lost_.empty()) lost_ = why;
+  }
+  MpiWorld& world() { return world_; }
+
+ private:
+  MpiWorld& world_;
+  std::string lost_;
+};
+
+// Rank r >= 1: fills this rank's own layer memo with a PP=1 run of the scenario (when
+// `reuse` is not off: the memo is deterministic, so it holds the same outcomes as rank
+// 0's), then serves Build, Start, job, Stats, End, Ping and Quit messages until Quit.
+// Returns the process's exit code (0 after Quit; 3 when rank 0 stopped talking).
+int serve_stage_rank(const Scenario& scenario, MpiWorld& world, ReuseMode reuse,
+                     size_t reuse_memory_bytes);
+
+}  // namespace splitcheck

@@ -1,0 +1,25 @@
+// The `nccl` transport's payload channel: the mpi transport's ranks and messages, with the
+// handoff payload sent by ncclSend/ncclRecv between the ranks' GPUs (one GPU per rank).
+// The communicator is bootstrapped through MPI (ncclGetUniqueId on rank 0, MPI_Bcast).
+// Each rank keeps one device buffer per direction, reused across forwards and grown only
+// when a larger payload comes; the stages compute on the CPU today, so the bytes are
+// copied to the device before the send and back to the host after the receive. The size
+// of each payload travels first as a small MPI message, so the receiver posts a matching
+// ncclRecv. Every wait polls (cudaStreamQuery) with a deadline; a timeout aborts the
+// communicator, and the rank is reported lost like any other.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "harness/transport/mpi_transport.h"
+
+namespace splitcheck {
+
+// Empty when this process can use NCCL (a CUDA device is visible); otherwise why not.
+std::string nccl_device_problem();
+
+// Every rank calls it (collective): rank r uses GPU r % device count.
+Result<std::unique_ptr<PayloadChannel>> make_nccl_channel(MpiWorld& world);
+
+}  // namespace splitcheck

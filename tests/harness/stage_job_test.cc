@@ -1,0 +1,119 @@
+// The job envelope that crosses a process boundary: bit-exact round trip, and every
+// malformed envelope refused rather than read.
+#include "harness/engine/stage_job.h"
+
+#include <gtest/gtest.h>
+
+namespace splitcheck {
+namespace {
+
+Tensor filled(DType dtype, Shape shape, int seed) {
+  Tensor t = Tensor::zeros(dtype, std::move(shape));
+  std::byte* p = t.data<std::byte>();
+  for (size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<std::byte>((i * 31 + seed) & 0xff);
+  return t;
+}
+
+StageJob sample() {
+  StageJob j;
+  j.kind = JobKind::kForward;
+  j.request = ForwardRequest{{5, 9, 2}, ForwardKind::kVerify, 17, 4};
+  j.wants_record = true;
+  j.record.add("forward/4/layers/3/pre_attn", filled(DType::kBF16, {3, 8}, 1));
+  j.record.add("forward/4/layers/3/prefix", filled(DType::kF32, {3, 2}, 2));
+  j.record.set_attr("forward/4", "kind", std::string("verify"));
+  j.record.set_attr("forward/4", "first_position", int64_t{17});
+  j.record.set_attr("spec", "rate", 0.25);
+  j.caches.add("forward/4/cache/3", filled(DType::kBF16, {6}, 3));
+  j.trace.events = {{4, 3, Site::kAttn, 12, 1, -1}, {4, -1, Site::kTap, 20, 1, 7}};
+  j.last.head.output = filled(DType::kBF16, {3, 8}, 4);
+  j.last.head.logits = filled(DType::kF32, {3, 16}, 5);
+  j.last.head.next_tokens = filled(DType::kI32, {3}, 6);
+  j.last.state.prefix = filled(DType::kBF16, {3, 8}, 7);
+  j.last.state.has_delta = true;
+  j.last.state.delta = filled(DType::kBF16, {3, 8}, 8);
+  j.last.state.bank = filled(DType::kBF16, {3, 2, 8}, 9);
+  j.last.taps = {{0, filled(DType::kBF16, {3, 8}, 10)}, {7, filled(DType::kBF16, {3, 8}, 11)}};
+  return j;
+}
+
+void expect_same_record(const RunRecord& a, const RunRecord& b) {
+  ASSERT_EQ(a.entries().size(), b.entries().size());
+  for (size_t i = 0; i < a.entries().size(); ++i) {
+    EXPECT_EQ(a.entries()[i].path, b.entries()[i].path);
+    EXPECT_EQ(a.entries()[i].tensor.dtype(), b.entries()[i].tensor.dtype());
+    EXPECT_TRUE(a.entries()[i].tensor.bit_equal(b.entries()[i].tensor)) << a.entries()[i].path;
+  }
+  EXPECT_EQ(a.attrs(), b.attrs());
+}
+
+TEST(JobEnvelope, RoundTripIsBitExact) {
+  const StageJob j = sample();
+  Result<StageJob> back = decode_job_envelope(encode_job_envelope(j));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->kind, j.kind);
+  EXPECT_EQ(back->request.ids, j.request.ids);
+  EXPECT_EQ(back->request.kind, j.request.kind);
+  EXPECT_EQ(back->request.first_position, 17);
+  EXPECT_EQ(back->request.index, 4);
+  EXPECT_TRUE(back->wants_record);
+  expect_same_record(back->record, j.record);
+  expect_same_record(back->caches, j.caches);
+  ASSERT_EQ(back->trace.events.size(), 2u);
+  EXPECT_EQ(back->trace.events[1].site, Site::kTap);
+  EXPECT_EQ(back->trace.events[1].aux, 7);
+  EXPECT_EQ(back->trace.events[0].kernel, 12);
+  EXPECT_TRUE(back->last.head.logits.bit_equal(j.last.head.logits));
+  EXPECT_TRUE(back->last.head.next_tokens.bit_equal(j.last.head.next_tokens));
+  EXPECT_TRUE(back->last.state.bank.bit_equal(j.last.state.bank));
+  EXPECT_TRUE(back->last.state.has_delta);
+  ASSERT_EQ(back->last.taps.size(), 2u);
+  EXPECT_EQ(back->last.taps[1].first, 7);
+  EXPECT_TRUE(back->last.taps[1].second.bit_equal(j.last.taps[1].second));
+}
+
+TEST(JobEnvelope, CarriesAStageFailure) {
+  StageJob j;
+  j.status = config_rejected("stage 1 ends at layer 7, which is a capture id");
+  Result<StageJob> back = decode_job_envelope(encode_job_envelope(j));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->status.code(), StatusCode::kConfigRejected);
+  EXPECT_EQ(back->status.message(), j.status.message());
+}
+
+TEST(JobEnvelope, EveryTruncationIsRefused) {
+  const std::vector<std::byte> bytes = encode_job_envelope(sample());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const std::vector<std::byte> cut(bytes.begin(), bytes.begin() + static_cast<long>(n));
+    Result<StageJob> r = decode_job_envelope(cut);
+    ASSERT_FALSE(r.is_ok()) << "a prefix of " << n << " of " << bytes.size() << " bytes";
+    EXPECT_NE(r.status().message().find("malformed"), std::string::npos);
+  }
+}
+
+TEST(JobEnvelope, MalformedFieldsAreRefused) {
+  const std::vector<std::byte> good = encode_job_envelope(sample());
+  auto refused = [](std::vector<std::byte> b, const std::string& what) {
+    Result<StageJob> r = decode_job_envelope(b);
+    EXPECT_FALSE(r.is_ok()) << what;
+    if (!r.is_ok()) {
+      EXPECT_NE(r.status().message().find(what), std::string::npos) << what;
+    }
+  };
+  std::vector<std::byte> b = good;
+  b[0] = std::byte{'X'};
+  refused(b, "magic");
+  b = good;
+  b.push_back(std::byte{0});
+  refused(b, "trailing bytes");
+  b = good;
+  b[8] = std::byte{9};  // the job kind (after magic and version)
+  refused(b, "job kind");
+  // An absurd token count must not allocate: refused as a malformed request.
+  b = good;
+  for (size_t i = 0; i < 8; ++i) b[28 + i] = std::byte{0xff};  // the ids count
+  refused(b, "request");
+}
+
+}  // namespace
+}  // namespace splitcheck
