@@ -92,7 +92,8 @@ std::string histogram_text(const std::vector<int64_t>& h) {
 
 Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, const WeightStore& host,
                                          int host_stage, bool host_is_first, WeightSource& source,
-                                         const PreparedWorkload& workload, RunRecord* record) {
+                                         const PreparedWorkload& workload, RunRecord* record,
+                                         const MemoUse& memo, ReuseStats* reuse) {
   GenerationSummary out;
   const GenerationOptions gen{s.workload.max_new_tokens, s.prefill_chunk};
   const SpecMethodInfo* method = find_spec_method(s.speculative.method);
@@ -137,6 +138,7 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, cons
     ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> d,
                      DsparkDrafter::create(s.model, own, binding, n_taps));
     d->set_departure(departure);
+    d->set_memo(memo, reuse);
     drafter = std::move(d);
   }
   SpeculativeOptions opts{gen, s.speculative.gamma};

@@ -132,6 +132,7 @@ class Stage {
   const LayerMemo* memo_ = nullptr;
   ReuseMode memo_mode_ = ReuseMode::kOff;
   std::vector<Digest128> layer_digests_;  // of layers_, as loaded, while a memo is set
+  Digest128 head_digest_;                 // of the head's weights (last stage), likewise
   ReuseStats reuse_stats_;
 };
 

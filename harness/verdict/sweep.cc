@@ -383,9 +383,8 @@ Status check_not_empty(const Scenario& s, const SweepOptions& options, size_t al
 // One case: builds the partitioned engine, runs the workload, compares with PP=1 and
 // evaluates the selected checks.
 void run_case(const Scenario& s, const Partition& part, const EngineOptions& engine_options,
-              const FaultSet& faults, WeightSource& source, const LayerMemo* memo,
-              ReuseMode reuse, const PreparedWorkload& workload, const RunRecord& ref_record,
-              CaseResult& c) {
+              const FaultSet& faults, WeightSource& source, const LayerMemo* memo, ReuseMode reuse,
+              const PreparedWorkload& workload, const RunRecord& ref_record, CaseResult& c) {
   const std::function<bool(std::string_view)> selected = [&](std::string_view check) {
     return std::find(s.checks.begin(), s.checks.end(), check) != s.checks.end();
   };
@@ -410,9 +409,12 @@ void run_case(const Scenario& s, const Partition& part, const EngineOptions& eng
   c.stages = (*engine)->holdings();
   RunRecord rec;
   const int last = part.stages() - 1;
-  Result<GenerationSummary> g = run_generation(s, **engine, (*engine)->last_stage_weights(), last,
-                                               last == 0, source, workload, &rec);
+  ReuseStats drafter_reuse;
+  Result<GenerationSummary> g =
+      run_generation(s, **engine, (*engine)->last_stage_weights(), last, last == 0, source,
+                     workload, &rec, MemoUse{nullptr, memo, reuse}, &drafter_reuse);
   c.reuse = (*engine)->reuse_stats();
+  c.reuse += drafter_reuse;
   if (!g.is_ok()) return refused(g.status());
   c.acceptance = acceptance_figures(*g);
   c.drafter = g->drafter;
@@ -510,7 +512,8 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
       c.cuts = parts[i].cuts();
       // An exception (a hostile weight source, a bug) fails this case, never the process.
       try {
-        run_case(s, parts[i], engine_options, faults, source, memo.get(), reuse.mode, workload, ref_record, c);
+        run_case(s, parts[i], engine_options, faults, source, memo.get(), reuse.mode, workload,
+                 ref_record, c);
       } catch (const std::exception& e) {
         c.verdict = Verdict::kError;
         c.message = fmt::format("{} ({}): exception: {}", c.key, c.layout, e.what());
