@@ -3,6 +3,7 @@
 // fixed protocol) raise no false alarm at any split point. Prints the table.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "harness/verdict/sensitivity.h"
@@ -33,7 +34,9 @@ TEST(FaultSensitivity, EveryFaultCaughtAtEverySeedWithNoFalseAlarm) {
       EXPECT_EQ(r.non_aligned_dispatch, r.non_aligned);
       EXPECT_EQ(r.aligned_identical, r.aligned);
     }
-    if (r.fault == "weights.stage_layer_offset") EXPECT_EQ(r.caught, r.split_points);
+    if (r.fault == "weights.stage_layer_offset") {
+      EXPECT_EQ(r.caught, r.split_points);
+    }
   }
   EXPECT_TRUE(t->all_caught());
   // Every fault of the registry has a committed scenario in the table.
