@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-
 namespace splitcheck {
 
 const char* forward_kind_name(ForwardKind kind) {
@@ -135,15 +134,12 @@ void ReferenceEngine::set_memo(LayerMemo* memo) {
   layer_digests_.clear();
   if (memo_ == nullptr) return;
   for (const LayerWeights& w : layers_) layer_digests_.push_back(layer_weights_digest(w));
+  head_digest_ = head_weights_digest(weights_);
 }
 
-void ReferenceEngine::save_state() {
-  snapshot_ = caches_;
-}
+void ReferenceEngine::save_state() { snapshot_ = caches_; }
 
-void ReferenceEngine::restore_state() {
-  caches_ = snapshot_;
-}
+void ReferenceEngine::restore_state() { caches_ = snapshot_; }
 
 Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRecord* record) {
   const ModelConfig& c = config_;
@@ -180,7 +176,13 @@ Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRec
                                     weights_.get("output_attn_res_proj.weight")));
     }
   }
-  HeadOutput head = run_head(ctx, c, st, weights_);
+  HeadOutput head;
+  if (memo_ != nullptr) {
+    ASSIGN_OR_RETURN(head, run_head_reusing(ctx, c, st, weights_, head_digest_,
+                                            MemoUse{memo_, nullptr, ReuseMode::kOff}, nullptr));
+  } else {
+    head = run_head(ctx, c, st, weights_);
+  }
   record_forward_end(record, req, options_.level, head, st, taps, trace);
   if (record != nullptr && options_.level == DumpLevel::kFull) {
     for (int l = 0; l < L; ++l)

@@ -110,6 +110,7 @@ class ReferenceEngine : public Engine {
   std::vector<LayerCache> snapshot_;
   LayerMemo* memo_ = nullptr;
   std::vector<Digest128> layer_digests_;  // layer_weights_digest per layer, while filling
+  Digest128 head_digest_;                 // head_weights_digest, while filling
 };
 
 // Dump helpers shared by both engines.

@@ -26,59 +26,56 @@ std::optional<ReuseMode> parse_reuse_mode(const std::string& name) {
   return std::nullopt;
 }
 
+ContentHasher::ContentHasher() : state_(XXH3_createState(), &XXH3_freeState) {
+  XXH3_128bits_reset(state_.get());
+}
+
+void ContentHasher::bytes(const void* p, size_t n) {
+  u64(n);
+  if (n > 0) XXH3_128bits_update(state_.get(), p, n);
+}
+
+void ContentHasher::tag(const char* s) { bytes(s, std::strlen(s)); }
+
+void ContentHasher::tensor(const Tensor* t) {
+  if (t == nullptr || t->empty()) {
+    i64(-1);
+    return;
+  }
+  i64(static_cast<int64_t>(t->dtype()));
+  i64(static_cast<int64_t>(t->shape().size()));
+  for (int64_t d : t->shape()) i64(d);
+  bytes(t->bytes(), t->nbytes());
+}
+
+void ContentHasher::config(const ModelConfig& c) {
+  tag("config");
+  for (int v :
+       {c.num_hidden_layers, c.attn_res_block_size, c.hidden_size, c.num_attention_heads,
+        c.head_dim, c.vocab_size, c.n_routed_experts, c.num_experts_per_tok, c.n_shared_experts,
+        c.moe_intermediate_size, c.intermediate_size, c.first_k_dense_replace, c.kv_lora_rank})
+    i64(v);
+  uint32_t eps_bits = 0;
+  std::memcpy(&eps_bits, &c.rms_norm_eps, sizeof eps_bits);
+  u64(eps_bits);
+  const std::vector<int> native = native_sizes(c);
+  i64(static_cast<int64_t>(native.size()));
+  for (int n : native) i64(n);
+}
+
+Digest128 ContentHasher::digest() const {
+  const XXH128_hash_t h = XXH3_128bits_digest(state_.get());
+  return Digest128{h.high64, h.low64};
+}
+
 namespace {
 
-// A streaming XXH3-128 over typed pieces; every variable-length piece is preceded by its
-// length, so different splits of the same bytes never collide by construction.
-class KeyHasher {
- public:
-  KeyHasher() : state_(XXH3_createState(), &XXH3_freeState) { XXH3_128bits_reset(state_.get()); }
-  void bytes(const void* p, size_t n) {
-    u64(n);
-    if (n > 0) XXH3_128bits_update(state_.get(), p, n);
-  }
-  void u64(uint64_t v) { XXH3_128bits_update(state_.get(), &v, sizeof v); }
-  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
-  void tag(const char* s) { bytes(s, std::strlen(s)); }
-  void tensor(const Tensor* t) {
-    if (t == nullptr || t->empty()) {
-      i64(-1);
-      return;
-    }
-    i64(static_cast<int64_t>(t->dtype()));
-    i64(static_cast<int64_t>(t->shape().size()));
-    for (int64_t d : t->shape()) i64(d);
-    bytes(t->bytes(), t->nbytes());
-  }
-  Digest128 digest() const {
-    const XXH128_hash_t h = XXH3_128bits_digest(state_.get());
-    return Digest128{h.high64, h.low64};
-  }
-
- private:
-  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state_;
-};
+using KeyHasher = ContentHasher;
 
 void hash_swiglu(KeyHasher& h, const SwiGluWeights& s) {
   h.tensor(s.gate);
   h.tensor(s.up);
   h.tensor(s.down);
-}
-
-// The fields of the config that any layer reads, with the float's bits.
-void hash_config(KeyHasher& h, const ModelConfig& c) {
-  h.tag("config");
-  for (int v :
-       {c.num_hidden_layers, c.attn_res_block_size, c.hidden_size, c.num_attention_heads,
-        c.head_dim, c.vocab_size, c.n_routed_experts, c.num_experts_per_tok, c.n_shared_experts,
-        c.moe_intermediate_size, c.intermediate_size, c.first_k_dense_replace, c.kv_lora_rank})
-    h.i64(v);
-  uint32_t eps_bits = 0;
-  std::memcpy(&eps_bits, &c.rms_norm_eps, sizeof eps_bits);
-  h.u64(eps_bits);
-  const std::vector<int> native = native_sizes(c);
-  h.i64(static_cast<int64_t>(native.size()));
-  for (int n : native) h.i64(n);
 }
 
 size_t state_bytes(const ResidualState& s) {
@@ -153,7 +150,7 @@ Digest128 layer_key(const ModelConfig& config, int l, const Digest128& weights,
                     bool traced) {
   KeyHasher h;
   h.tag("splitcheck.layer.v1");
-  hash_config(h, config);
+  h.config(config);
   h.i64(l);
   h.u64(weights.hi);
   h.u64(weights.lo);
@@ -173,13 +170,17 @@ Digest128 layer_key(const ModelConfig& config, int l, const Digest128& weights,
   return h.digest();
 }
 
-void LayerMemo::insert(const Digest128& key, LayerOutcome outcome) {
-  if (frozen_ || map_.contains(key)) return;
-  if (max_bytes_ != 0 && bytes_ + outcome.bytes > max_bytes_) {
+bool LayerMemo::admit(size_t bytes) {
+  if (max_bytes_ != 0 && bytes_ + bytes > max_bytes_) {
     ++dropped_;
-    return;
+    return false;
   }
-  bytes_ += outcome.bytes;
+  bytes_ += bytes;
+  return true;
+}
+
+void LayerMemo::insert(const Digest128& key, LayerOutcome outcome) {
+  if (frozen_ || map_.contains(key) || !admit(outcome.bytes)) return;
   map_.emplace(key, std::move(outcome));
 }
 
@@ -187,6 +188,129 @@ const LayerOutcome* LayerMemo::find(const Digest128& key) const {
   if (!frozen_) return nullptr;
   auto it = map_.find(key);
   return it == map_.end() ? nullptr : &it->second;
+}
+
+void LayerMemo::insert_head(const Digest128& key, HeadOutcome outcome) {
+  if (frozen_ || heads_.contains(key) || !admit(outcome.bytes)) return;
+  heads_.emplace(key, std::move(outcome));
+}
+
+const HeadOutcome* LayerMemo::find_head(const Digest128& key) const {
+  if (!frozen_) return nullptr;
+  auto it = heads_.find(key);
+  return it == heads_.end() ? nullptr : &it->second;
+}
+
+void LayerMemo::insert_proposal(const Digest128& key, std::vector<int32_t> tokens) {
+  if (frozen_ || proposals_.contains(key) || !admit(tokens.size() * sizeof(int32_t))) return;
+  proposals_.emplace(key, std::move(tokens));
+}
+
+const std::vector<int32_t>* LayerMemo::find_proposal(const Digest128& key) const {
+  if (!frozen_) return nullptr;
+  auto it = proposals_.find(key);
+  return it == proposals_.end() ? nullptr : &it->second;
+}
+
+void LayerMemo::insert_draft_rows(const Digest128& key, std::vector<std::vector<bf16>> rows) {
+  size_t bytes = 0;
+  for (const auto& r : rows) bytes += r.size() * sizeof(bf16);
+  if (frozen_ || draft_rows_.contains(key) || !admit(bytes)) return;
+  draft_rows_.emplace(key, std::move(rows));
+}
+
+const std::vector<std::vector<bf16>>* LayerMemo::find_draft_rows(const Digest128& key) const {
+  if (!frozen_) return nullptr;
+  auto it = draft_rows_.find(key);
+  return it == draft_rows_.end() ? nullptr : &it->second;
+}
+
+Digest128 head_weights_digest(const WeightStore& store) {
+  KeyHasher h;
+  h.tag("head-weights");
+  for (const char* name : {"output_attn_res_norm.weight", "output_attn_res_proj.weight",
+                           "norm.weight", "lm_head.weight"})
+    h.tensor(store.find(name));
+  return h.digest();
+}
+
+Result<HeadOutput> run_head_reusing(const KernelContext& ctx, const ModelConfig& config,
+                                    ResidualState& state, const WeightStore& store,
+                                    const Digest128& weights_digest, const MemoUse& memo,
+                                    ReuseStats* stats) {
+  const bool reading = memo.read != nullptr && memo.mode != ReuseMode::kOff;
+  const bool filling = memo.fill != nullptr;
+  if (!reading && !filling) return run_head(ctx, config, state, store);
+  // The head reads P and D only through their fold, like a layer (see the header).
+  const Tensor folded = folded_hidden(state);
+  KeyHasher h;
+  h.tag("splitcheck.head.v1");
+  h.config(config);
+  h.digest(weights_digest);
+  h.u64(ctx.trace != nullptr);
+  h.u64(state.has_delta);
+  h.tensor(&folded);
+  h.tensor(&state.bank);
+  const Digest128 key = h.digest();
+  const HeadOutcome* hit = reading ? memo.read->find_head(key) : nullptr;
+  if (hit != nullptr && memo.mode == ReuseMode::kOn) {
+    HeadOutput out{hit->head.output.clone(), hit->head.logits.clone(),
+                   hit->head.next_tokens.clone()};
+    state.prefix = hit->prefix.clone();
+    if (ctx.trace != nullptr) {
+      for (DispatchEvent e : hit->events) {
+        e.forward = ctx.forward;
+        e.stage = ctx.stage;
+        ctx.trace->events.push_back(e);
+      }
+    }
+    if (stats != nullptr) ++stats->head_hits;
+    return out;
+  }
+  const size_t events_before = ctx.trace != nullptr ? ctx.trace->events.size() : 0;
+  HeadOutput out = run_head(ctx, config, state, store);
+  std::span<const DispatchEvent> events;
+  if (ctx.trace != nullptr)
+    events = std::span<const DispatchEvent>(ctx.trace->events).subspan(events_before);
+  if (hit != nullptr) {
+    std::string diff;
+    if (!hit->head.output.bit_equal(out.output))
+      diff = "the output read o";
+    else if (!hit->head.logits.bit_equal(out.logits))
+      diff = "the logits";
+    else if (!hit->head.next_tokens.bit_equal(out.next_tokens))
+      diff = "the next tokens";
+    else if (!hit->prefix.bit_equal(state.prefix))
+      diff = "the prefix the head leaves";
+    else if (hit->events.size() != events.size())
+      diff = "the number of dispatch events";
+    for (size_t i = 0; diff.empty() && i < events.size(); ++i) {
+      const DispatchEvent& a = hit->events[i];
+      const DispatchEvent& b = events[i];
+      if (a.layer != b.layer || a.site != b.site || a.kernel != b.kernel || a.aux != b.aux)
+        diff = fmt::format("dispatch event {}", i);
+    }
+    if (!diff.empty())
+      return internal_error(fmt::format(
+          "head reuse would change forward {} (stage {}): {} differs from what the head "
+          "computed, so the memo's key misses an input",
+          ctx.forward, ctx.stage, diff));
+    if (stats != nullptr) ++stats->head_verified;
+  }
+  if (filling) {
+    HeadOutcome o;
+    o.head = HeadOutput{out.output.clone(), out.logits.clone(), out.next_tokens.clone()};
+    o.prefix = state.prefix.clone();
+    for (DispatchEvent e : events) {
+      e.forward = 0;
+      e.stage = 0;
+      o.events.push_back(e);
+    }
+    o.bytes = o.head.output.nbytes() + o.head.logits.nbytes() + o.head.next_tokens.nbytes() +
+              o.prefix.nbytes() + o.events.size() * sizeof(DispatchEvent);
+    memo.fill->insert_head(key, std::move(o));
+  }
+  return out;
 }
 
 ResidualState clone_state(const ResidualState& s) {
@@ -225,8 +349,10 @@ Status run_layer_reusing(const KernelContext& ctx, const ModelConfig& config, in
       }
     }
     if (rec.wants_layers())
+      // The recorded tensors are outputs nothing computes with: the memo's immutable bytes
+      // are shared, not copied (the comparator still reads every byte of them).
       for (const RecordEntry& e : hit->entries)
-        rec.record->add(rec.forward_path + e.path, e.tensor.clone());
+        rec.record->add(rec.forward_path + e.path, e.tensor);
     if (stats != nullptr) ++stats->hits;
     return Status::ok();
   }

@@ -90,7 +90,8 @@ std::string histogram_text(const std::vector<int64_t>& h) {
 
 Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, const WeightStore& host,
                                          int host_stage, bool host_is_first, WeightSource& source,
-                                         const PreparedWorkload& workload, RunRecord* record) {
+                                         const PreparedWorkload& workload, RunRecord* record,
+                                         const MemoUse& memo, ReuseStats* reuse) {
   if (s.serving.enabled)
     return run_serving_generation(s, engine, host, host_stage, host_is_first, source, workload,
                                   record);
@@ -138,6 +139,7 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, cons
     ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> d,
                      DsparkDrafter::create(s.model, own, binding, n_taps));
     d->set_departure(departure);
+    d->set_memo(memo, reuse);
     drafter = std::move(d);
   }
   SpeculativeOptions opts{gen, s.speculative.gamma, batch_invariant(backend_device(s.backend))};

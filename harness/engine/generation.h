@@ -79,11 +79,14 @@ std::vector<std::string> drafter_tensor_names(const Scenario& scenario);
 // Runs the scenario's prompts on `engine`. `host` is the weights of the stage where the
 // drafter runs (`host_stage`; `host_is_first` when that stage also holds layer 0).
 // Records "spec" figures (including the GSM8K-style strict and flexible scores) when
-// speculative. A refused drafter binding is StatusCode::kConfigRejected.
+// speculative. A refused drafter binding is StatusCode::kConfigRejected. The DSpark
+// drafter's proposals go through `memo` (DsparkDrafter::set_memo; `reuse` counts them).
 Result<GenerationSummary> run_generation(const Scenario& scenario, Engine& engine,
                                          const WeightStore& host, int host_stage,
                                          bool host_is_first, WeightSource& source,
-                                         const PreparedWorkload& workload, RunRecord* record);
+                                         const PreparedWorkload& workload, RunRecord* record,
+                                         const MemoUse& memo = MemoUse{},
+                                         ReuseStats* reuse = nullptr);
 
 // run_generation for a scenario with a `serving` block (serving.h): every prompt a
 // request, served through Engine::submit/collect. `serving` (when not null) receives the

@@ -127,8 +127,9 @@ Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source, Laye
                               EngineOptions{s.capture_ids, s.dump_level, s.speculative.method,
                                             s.speculative.context_only_producer}));
   engine->set_memo(memo);
-  ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->weights(), 0, true, source,
-                                               run.workload, &run.record));
+  ASSIGN_OR_RETURN(run.summary,
+                   run_generation(s, *engine, engine->weights(), 0, true, source, run.workload,
+                                  &run.record, MemoUse{memo, nullptr, ReuseMode::kOff}));
   run.generation = run.summary.generation;
   return run;
 }

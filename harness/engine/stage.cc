@@ -237,6 +237,7 @@ void Stage::set_memo(const LayerMemo* memo, ReuseMode mode) {
   layer_digests_.clear();
   if (memo_mode_ == ReuseMode::kOff) return;
   for (const LayerWeights& w : layers_) layer_digests_.push_back(layer_weights_digest(w));
+  if (is_last()) head_digest_ = head_weights_digest(weights_);
 }
 
 void Stage::record_caches(int32_t forward, RunRecord& record) const {
@@ -327,7 +328,13 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
   }
 
   if (is_last()) {
-    out.head = run_head(ctx, c, st, weights_);
+    if (memo_mode_ == ReuseMode::kOff) {
+      out.head = run_head(ctx, c, st, weights_);
+    } else {
+      ASSIGN_OR_RETURN(out.head,
+                       run_head_reusing(ctx, c, st, weights_, head_digest_,
+                                        MemoUse{nullptr, memo_, memo_mode_}, &reuse_stats_));
+    }
     if (!is_first() && captured(0) && !relays_tap0()) {
       // The "resident" tap 0 is a buffer nothing ever filled.
       taps.emplace_back(0, Tensor::zeros(DType::kBF16, {T, c.hidden_size}));

@@ -154,6 +154,7 @@ class Stage {
   const LayerMemo* memo_ = nullptr;
   ReuseMode memo_mode_ = ReuseMode::kOff;
   std::vector<Digest128> layer_digests_;  // of layers_, as loaded, while a memo is set
+  Digest128 head_digest_;                 // of the head's weights (last stage), likewise
   ReuseStats reuse_stats_;
   // Serving: the stage's per-request state (created on first use) and the request ids of
   // every batched step it ran, in order (what batch.stale_microbatch_state reads).

@@ -474,9 +474,12 @@ void run_case(const Scenario& s, const Partition& part, const EngineOptions& eng
   c.stages = (*engine)->holdings();
   RunRecord rec;
   const int last = part.stages() - 1;
-  Result<GenerationSummary> g = run_generation(s, **engine, (*engine)->last_stage_weights(), last,
-                                               last == 0, source, workload, &rec);
+  ReuseStats drafter_reuse;
+  Result<GenerationSummary> g =
+      run_generation(s, **engine, (*engine)->last_stage_weights(), last, last == 0, source,
+                     workload, &rec, MemoUse{nullptr, memo, reuse}, &drafter_reuse);
   c.reuse = (*engine)->reuse_stats();
+  c.reuse += drafter_reuse;
   if (!g.is_ok()) return refused(g.status());
   c.acceptance = acceptance_figures(*g);
   c.drafter = g->drafter;

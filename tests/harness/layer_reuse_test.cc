@@ -56,10 +56,13 @@ SplitRun run_split(const Scenario& s, const std::vector<int>& cuts, const LayerM
     return out;
   }
   const int last = p->stages() - 1;
+  ReuseStats drafter;
   Result<GenerationSummary> g =
-      run_generation(s, **e, (*e)->last_stage_weights(), last, false, *source, *w, &out.record);
+      run_generation(s, **e, (*e)->last_stage_weights(), last, false, *source, *w, &out.record,
+                     MemoUse{nullptr, memo, mode}, &drafter);
   out.status = g.is_ok() ? Status::ok() : g.status();
   out.stats = (*e)->reuse_stats();
+  out.stats += drafter;
   return out;
 }
 
@@ -108,7 +111,68 @@ TEST(LayerReuse, VerifyComputesEveryHitAndFindsItEqual) {
   ASSERT_TRUE(verify.status.is_ok()) << verify.status.message();
   EXPECT_EQ(verify.stats.verified, on.stats.hits);
   EXPECT_EQ(verify.stats.hits, 0);
+  // The head, the drafter's context rows and its proposals are reused by content too,
+  // and verify computes each of them.
+  EXPECT_GT(on.stats.head_hits, 0);
+  EXPECT_GT(on.stats.proposal_hits, 0);
+  EXPECT_GT(on.stats.draft_rows_hits, 0);
+  EXPECT_EQ(verify.stats.head_verified, on.stats.head_hits);
+  EXPECT_EQ(verify.stats.proposal_verified, on.stats.proposal_hits);
+  EXPECT_EQ(verify.stats.draft_rows_verified, on.stats.draft_rows_hits);
+  EXPECT_EQ(verify.stats.head_hits + verify.stats.proposal_hits + verify.stats.draft_rows_hits, 0);
   expect_same_records(on.record, verify.record);
+}
+
+// The head's key covers its weights through the digest the caller passes: given the digest
+// of other weights (a key that misses the weights it really holds), mode on would take the
+// other weights' outcome, and verify computes it and refuses.
+TEST(LayerReuse, HeadVerifyCatchesAKeyThatMissesItsWeights) {
+  const ModelConfig c = default_scenario().model;
+  const std::vector<std::string> names = {"output_attn_res_norm.weight",
+                                          "output_attn_res_proj.weight", "norm.weight",
+                                          "lm_head.weight"};
+  Result<WeightStore> right = generate_weights(c, names);
+  ASSERT_TRUE(right.is_ok()) << right.status().message();
+  ModelConfig other_seed = c;
+  other_seed.seed += 1;
+  Result<WeightStore> wrong = generate_weights(other_seed, names);
+  ASSERT_TRUE(wrong.is_ok()) << wrong.status().message();
+  ResidualState st;
+  st.prefix = Tensor::zeros(DType::kBF16, {3, c.hidden_size});
+  for (int64_t i = 0; i < st.prefix.numel(); ++i)
+    st.prefix.data<bf16>()[i] = to_bf16(static_cast<float>(i % 17) / 8.0f - 1.0f);
+  st.bank = Tensor::zeros(DType::kBF16, {3, c.num_blocks(), c.hidden_size});
+  const Digest128 right_digest = head_weights_digest(*right);
+  ASSERT_FALSE(right_digest == head_weights_digest(*wrong));
+
+  LayerMemo memo(0);
+  DispatchTrace trace;
+  const KernelContext ctx{&trace, 0, -1, Site::kEmbed, 0, -1};
+  ResidualState fill_state = clone_state(st);
+  ASSERT_TRUE(run_head_reusing(ctx, c, fill_state, *right, right_digest,
+                               MemoUse{&memo, nullptr, ReuseMode::kOff}, nullptr)
+                  .is_ok());
+  memo.freeze();
+
+  ReuseStats stats;
+  ResidualState a = clone_state(st);
+  Result<HeadOutput> hit = run_head_reusing(ctx, c, a, *wrong, right_digest,
+                                            MemoUse{nullptr, &memo, ReuseMode::kOn}, &stats);
+  ASSERT_TRUE(hit.is_ok());
+  EXPECT_EQ(stats.head_hits, 1);
+  ResidualState b = clone_state(st);
+  Result<HeadOutput> verified = run_head_reusing(
+      ctx, c, b, *wrong, right_digest, MemoUse{nullptr, &memo, ReuseMode::kVerify}, &stats);
+  ASSERT_FALSE(verified.is_ok());
+  EXPECT_EQ(verified.status().code(), StatusCode::kInternal);
+  EXPECT_NE(verified.status().message().find("head reuse would change"), std::string::npos)
+      << verified.status().message();
+  // With its own digest the wrong store misses and computes.
+  ResidualState d = clone_state(st);
+  Result<HeadOutput> missed = run_head_reusing(ctx, c, d, *wrong, head_weights_digest(*wrong),
+                                               MemoUse{nullptr, &memo, ReuseMode::kVerify}, &stats);
+  ASSERT_TRUE(missed.is_ok());
+  EXPECT_EQ(stats.head_verified, 0);
 }
 
 // A key that forgets the entering prefix and the layer's cache: every decode-sized call
