@@ -1,6 +1,8 @@
 #include "kernels/dispatch.h"
 
 #include <array>
+#include <atomic>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +23,22 @@ void call(void* args) {
 
 bool always(const void*) { return true; }
 
+// The test-only nondeterministic variant (arm_nondeterministic_kernel_for_test): armed,
+// it replaces rms_norm.rows; `pending_flip` makes the first call after arming differ.
+std::atomic<bool> g_nondeterminism_armed{false};
+std::atomic<bool> g_pending_flip{false};
+
+bool rows_eligible(const void*) { return !g_nondeterminism_armed.load(); }
+bool nondeterministic_eligible(const void*) { return g_nondeterminism_armed.load(); }
+
+void rms_norm_nondeterministic_for_test(void* args) {
+  RmsNormArgs& a = *static_cast<RmsNormArgs*>(args);
+  cpu::rms_norm(a);
+  if (g_pending_flip.exchange(false) && a.out->nbytes() > 0) {
+    a.out->data<unsigned char>()[0] ^= 1;
+  }
+}
+
 bool native_eligible(const void* args) {
   return attn_res_native_eligible(*static_cast<const AttnResArgs*>(args));
 }
@@ -30,7 +48,7 @@ const KernelRow kRegistry[] = {
     {"attn_res", "native", native_eligible, call<AttnResArgs, cpu::attn_res_native>},
     {"attn_res", "fallback", always, call<AttnResArgs, cpu::attn_res_fallback>},
     {"embed", "gather", always, call<EmbedArgs, cpu::embed>},
-    {"rms_norm", "rows", always, call<RmsNormArgs, cpu::rms_norm>},
+    {"rms_norm", "rows", rows_eligible, call<RmsNormArgs, cpu::rms_norm>},
     {"lm_head", "matmul_nt", always, call<LmHeadArgs, cpu::lm_head>},
     {"argmax", "lowest_index", always, call<ArgmaxArgs, cpu::argmax>},
     {"mla", "latent_cache", always, call<MlaArgs, cpu::mla_attention>},
@@ -39,6 +57,10 @@ const KernelRow kRegistry[] = {
     {"moe", "grouped", always, call<MoeArgs, cpu::moe>},
     {"linear", "matmul", always, call<LinearArgs, cpu::linear>},
     {"dense_attention", "softmax", always, call<DenseAttentionArgs, cpu::dense_attention>},
+    // Test-only (last, so the rows above keep the indices stored in dumps); eligible only
+    // while arm_nondeterministic_kernel_for_test(true) holds.
+    {"rms_norm", "nondeterministic_for_test", nondeterministic_eligible,
+     rms_norm_nondeterministic_for_test},
 };
 
 }  // namespace
@@ -71,6 +93,11 @@ int32_t run_kernel(const KernelContext& ctx, std::string_view op, void* args) {
     return static_cast<int32_t>(i);
   }
   throw std::logic_error("no eligible kernel for op " + std::string(op));
+}
+
+void arm_nondeterministic_kernel_for_test(bool armed) {
+  g_pending_flip.store(armed);
+  g_nondeterminism_armed.store(armed);
 }
 
 void run_variant(std::string_view op, std::string_view variant, void* args) {

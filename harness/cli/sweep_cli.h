@@ -15,6 +15,8 @@ struct SweepCli {
   std::string filter;
   std::string reuse = "on";
   size_t reuse_memory_mib = 1024;
+  bool self_check = false;
+  std::string waivers;       // waiver file (harness/verdict/waivers.h)
   std::string command_line;  // recorded in the report as the command to reproduce
   void add_to(CLI::App& app);
   // Runs the sweep when its subcommand was given; returns the exit code.

@@ -89,6 +89,8 @@ std::string resolve_path(const std::string& path, const std::string& base_dir) {
   return p.lexically_normal().string();
 }
 
+// The largest scenario file read (the committed ones are a few KB).
+constexpr uintmax_t kMaxScenarioBytes = uintmax_t{16} << 20;
 constexpr std::string_view kMethods[] = {"none", "dspark", "eagle3"};
 constexpr std::string_view kSplitModes[] = {"all", "pairwise", "every-layer", "balanced",
                                             "exhaustive"};
@@ -593,6 +595,13 @@ Status check_capabilities(const Scenario& s, const std::string& source_name) {
 Result<Scenario> load_scenario(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in || std::filesystem::is_directory(path)) return invalid_input(path + ": cannot open");
+  // A scenario is a page of JSON: a file past kMaxScenarioBytes is refused before it is
+  // read, so a hostile file cannot make the reader hold it in memory.
+  std::error_code size_ec;
+  const uintmax_t size = std::filesystem::file_size(path, size_ec);
+  if (!size_ec && size > kMaxScenarioBytes)
+    return invalid_input(fmt::format("{}: {} bytes, more than the {} MiB a scenario file may have",
+                                     path, size, kMaxScenarioBytes >> 20));
   std::stringstream buf;
   buf << in.rdbuf();
   const std::string text = buf.str();

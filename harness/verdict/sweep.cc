@@ -178,6 +178,8 @@ const char* verdict_name(Verdict v) {
       return "error";
     case Verdict::kSkipped:
       return "skipped";
+    case Verdict::kWaived:
+      return "waived";
   }
   return "?";
 }
@@ -189,13 +191,14 @@ int SweepResult::count(Verdict v) const {
 
 bool SweepResult::conformant() const {
   return !cases.empty() && std::all_of(cases.begin(), cases.end(), [](const CaseResult& c) {
-    return c.verdict == Verdict::kPass;
+    return c.verdict == Verdict::kPass || c.verdict == Verdict::kWaived;
   });
 }
 
 int SweepResult::exit_code() const {
+  if (refused_to_judge()) return 4;
   if (count(Verdict::kError) > 0) return 3;
-  return conformant() && expect_failures.empty() ? 0 : 1;
+  return conformant() && expect_failures.empty() && waiver_failures.empty() ? 0 : 1;
 }
 
 Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& c,
@@ -383,9 +386,8 @@ Status check_not_empty(const Scenario& s, const SweepOptions& options, size_t al
 // One case: builds the partitioned engine, runs the workload, compares with PP=1 and
 // evaluates the selected checks.
 void run_case(const Scenario& s, const Partition& part, const EngineOptions& engine_options,
-              const FaultSet& faults, WeightSource& source, const LayerMemo* memo,
-              ReuseMode reuse, const PreparedWorkload& workload, const RunRecord& ref_record,
-              CaseResult& c) {
+              const FaultSet& faults, WeightSource& source, const LayerMemo* memo, ReuseMode reuse,
+              const PreparedWorkload& workload, const RunRecord& ref_record, CaseResult& c) {
   const std::function<bool(std::string_view)> selected = [&](std::string_view check) {
     return std::find(s.checks.begin(), s.checks.end(), check) != s.checks.end();
   };
@@ -494,6 +496,14 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
     reuse.memo_entries = memo->entries();
     reuse.memo_dropped = memo->dropped();
   }
+  if (options.self_check) {
+    // A PP=1 that differs from itself is never reported as a PP divergence: refuse.
+    ASSIGN_OR_RETURN(result.self_check, check_pp1_reproduces(s, source, ref_record));
+    if (result.refused_to_judge()) {
+      result.total_seconds = seconds_since(t0);
+      return result;
+    }
+  }
   const EngineOptions engine_options{s.capture_ids, s.dump_level, s.speculative.method,
                                      s.speculative.context_only_producer};
 
@@ -510,7 +520,8 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
       c.cuts = parts[i].cuts();
       // An exception (a hostile weight source, a bug) fails this case, never the process.
       try {
-        run_case(s, parts[i], engine_options, faults, source, memo.get(), reuse.mode, workload, ref_record, c);
+        run_case(s, parts[i], engine_options, faults, source, memo.get(), reuse.mode, workload,
+                 ref_record, c);
       } catch (const std::exception& e) {
         c.verdict = Verdict::kError;
         c.message = fmt::format("{} ({}): exception: {}", c.key, c.layout, e.what());
