@@ -94,10 +94,10 @@ int SweepCli::run() {
                  w.where);
   }
   fmt::print("checks: {}\n", fmt::join(r->checks, ", "));
-  fmt::print("summary: {} pass, {} waived, {} diverged, {} config-rejected, {} error, {} skipped\n",
-             r->count(Verdict::kPass), r->count(Verdict::kWaived), r->count(Verdict::kDiverged),
+  fmt::print("summary: {} pass, {} diverged, {} config-rejected, {} error, {} skipped, {} waived\n",
+             r->count(Verdict::kPass), r->count(Verdict::kDiverged),
              r->count(Verdict::kConfigRejected), r->count(Verdict::kError),
-             r->count(Verdict::kSkipped));
+             r->count(Verdict::kSkipped), r->count(Verdict::kWaived));
   for (const std::string& f : r->waiver_failures) fmt::print("waiver: EXPIRED: {}\n", f);
   fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s on {} threads ({:.1f} PP=1 runs)\n",
              r->pp1_seconds, r->total_seconds, r->threads,
