@@ -439,8 +439,11 @@ TEST_F(BadInputTest, DeeplyNestedAndHugeScenariosExitTwoNamingFileAndPlace) {
     SCOPED_TRACE(c.name);
     const fs::path scenario = path(std::string(c.name) + ".json");
     write_text(scenario, c.json);
+    // Refused before the JSON library parses it (its recursion is what a deeper file
+    // would exhaust: found by AddressSanitizer), naming the line and column.
     for (const char* cmd : {"run ", "sweep "})
-      expect_one_line_refusal(cli(cmd + quote(scenario.string())), {scenario.string(), c.place});
+      expect_one_line_refusal(cli(cmd + quote(scenario.string())),
+                              {scenario.string() + ":1:", "nested deeper than 64 levels"});
   }
   // 100 MB, a valid JSON object: refused by its size before a byte is parsed.
   const fs::path huge = path("huge.json");
