@@ -1,6 +1,8 @@
 #include "kernels/dispatch.h"
 
 #include <array>
+#include <atomic>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -41,6 +43,22 @@ Device dense_mlp_device(const void* args) {
   return t != nullptr ? t->device() : Device::kCpu;
 }
 
+// The test-only nondeterministic variant (arm_nondeterministic_kernel_for_test): armed,
+// it replaces rms_norm.rows; `pending_flip` makes the first call after arming differ.
+std::atomic<bool> g_nondeterminism_armed{false};
+std::atomic<bool> g_pending_flip{false};
+
+bool rows_eligible(const void*) { return !g_nondeterminism_armed.load(); }
+bool nondeterministic_eligible(const void*) { return g_nondeterminism_armed.load(); }
+
+void rms_norm_nondeterministic_for_test(void* args) {
+  RmsNormArgs& a = *static_cast<RmsNormArgs*>(args);
+  cpu::rms_norm(a);
+  if (g_pending_flip.exchange(false) && a.out->nbytes() > 0) {
+    a.out->data<unsigned char>()[0] ^= 1;
+  }
+}
+
 bool native_eligible(const void* args) {
   return attn_res_native_eligible(*static_cast<const AttnResArgs*>(args));
 }
@@ -53,7 +71,7 @@ const KernelRow kRegistry[] = {
      call<AttnResArgs, cpu::attn_res_fallback>, SPLITCHECK_CUDA_FN(AttnResArgs, attn_res_fallback)},
     {"embed", "gather", always, on<EmbedArgs, &EmbedArgs::table>, call<EmbedArgs, cpu::embed>,
      SPLITCHECK_CUDA_FN(EmbedArgs, embed)},
-    {"rms_norm", "rows", always, on<RmsNormArgs, &RmsNormArgs::weight>,
+    {"rms_norm", "rows", rows_eligible, on<RmsNormArgs, &RmsNormArgs::weight>,
      call<RmsNormArgs, cpu::rms_norm>, SPLITCHECK_CUDA_FN(RmsNormArgs, rms_norm)},
     {"lm_head", "matmul_nt", always, on<LmHeadArgs, &LmHeadArgs::lm_head>,
      call<LmHeadArgs, cpu::lm_head>, SPLITCHECK_CUDA_FN(LmHeadArgs, lm_head)},
@@ -72,6 +90,10 @@ const KernelRow kRegistry[] = {
     {"dense_attention", "softmax", always, on<DenseAttentionArgs, &DenseAttentionArgs::q>,
      call<DenseAttentionArgs, cpu::dense_attention>,
      SPLITCHECK_CUDA_FN(DenseAttentionArgs, dense_attention)},
+    // Test-only (last, so the rows above keep the indices stored in dumps); eligible only
+    // while arm_nondeterministic_kernel_for_test(true) holds. CPU only.
+    {"rms_norm", "nondeterministic_for_test", nondeterministic_eligible,
+     on<RmsNormArgs, &RmsNormArgs::weight>, rms_norm_nondeterministic_for_test, nullptr},
 };
 
 // Runs a row on the device of its call.
@@ -119,6 +141,11 @@ int32_t run_kernel(const KernelContext& ctx, std::string_view op, void* args) {
     return static_cast<int32_t>(i);
   }
   throw std::logic_error("no eligible kernel for op " + std::string(op));
+}
+
+void arm_nondeterministic_kernel_for_test(bool armed) {
+  g_pending_flip.store(armed);
+  g_nondeterminism_armed.store(armed);
 }
 
 void run_variant(std::string_view op, std::string_view variant, void* args) {

@@ -89,4 +89,11 @@ int32_t run_kernel(const KernelContext& ctx, std::string_view op, void* args);
 // benchmarks).
 void run_variant(std::string_view op, std::string_view variant, void* args);
 
+// Test hook: while armed, `rms_norm` dispatches to its test-only variant
+// `rms_norm.nondeterministic_for_test`, which computes what `rms_norm.rows` computes and
+// then flips the lowest bit of the first output element of the first call after arming,
+// so two runs of one scenario differ as a nondeterministic kernel's would. Disarmed (the
+// default, and every production path), the variant is never eligible.
+void arm_nondeterministic_kernel_for_test(bool armed);
+
 }  // namespace splitcheck

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "reference/partial_files.h"
 #include "reference/weights.h"
 
 namespace splitcheck {
@@ -124,8 +125,10 @@ Status write_checkpoint(const std::string& path, const ModelConfig& config,
                         const WeightStore& weights) {
   quiet_hdf5();
   const std::string tmp = path + ".partial";
+  const PartialFile removed_on_interrupt(tmp);
   std::error_code ec;
   Status written = write_checkpoint_file(tmp, path, config, weights);
+  pause_midway_for_test();
   H5Eclear2(H5E_DEFAULT);
   if (!written.is_ok()) {
     std::filesystem::remove(tmp, ec);

@@ -42,6 +42,7 @@ constexpr const char* kPropagated = "#f4a582";
 constexpr const char* kRejected = "#d4c26a";
 constexpr const char* kError = "#b39ddb";
 constexpr const char* kSkipped = "#e1e4e8";
+constexpr const char* kWaived = "#8fb8de";
 
 std::string map_svg(const nlohmann::json& r) {
   const nlohmann::json& cases = r["cases"];
@@ -84,6 +85,8 @@ std::string map_svg(const nlohmann::json& r) {
         colour = kError, state = "error";
       } else if (verdict == "skipped") {
         colour = kSkipped, state = "skipped";
+      } else if (verdict == "waived") {
+        colour = kWaived, state = "waived";
       } else if (verdict == "diverged" && first >= 0 && l == first) {
         colour = kFirst, state = "first divergence";
       } else if (verdict == "diverged" && (first < 0 || l > first)) {
@@ -342,6 +345,8 @@ std::string render_html(const nlohmann::json& r) {
       text_of(r.value("exit_code", nlohmann::json())),
       esc(verdict != "conformant" ? "DIVERGENT"
           : kind == "compare"     ? "CONFORMANT: the dumps are bit-identical"
+          : r.value("exit_code", 0) != 0 && !waiver_failures(r).empty()
+              ? "FAILED: a waiver of this scenario has expired"
           : r.value("exit_code", 0) != 0
               ? "FAILED: every split point is bit-identical to PP=1, but the scenario's expect "
                 "is not met"
@@ -350,8 +355,9 @@ std::string render_html(const nlohmann::json& r) {
       "<table "
       "id=\"counts\"><thead><tr><th>pass</th><th>diverged</th><th>config-rejected</th><th>error</"
       "th>"
-      "<th>skipped</th><th>total</th></tr></thead><tbody><tr>";
-  for (const char* k : {"pass", "diverged", "config_rejected", "error", "skipped", "total"})
+      "<th>skipped</th><th>waived</th><th>total</th></tr></thead><tbody><tr>";
+  for (const char* k :
+       {"pass", "diverged", "config_rejected", "error", "skipped", "waived", "total"})
     out += fmt::format("<td class=\"num\" data-count=\"{}\">{}</td>", k, counts.value(k, 0));
   out += "</tr></tbody></table>\n";
   if (r.contains("expect") && r["expect"].contains("failures")) {
@@ -363,6 +369,21 @@ std::string render_html(const nlohmann::json& r) {
       for (const auto& f : fails) out += "<li>" + esc(text_of(f)) + "</li>";
       out += "</ul>\n";
     }
+  }
+  // Waived split points, apart from passes, and expired waivers (which fail the gate).
+  std::string waived;
+  for (const nlohmann::json& c : r.value("cases", nlohmann::json::array()))
+    if (str_field(c, "verdict") == "waived")
+      waived +=
+          fmt::format("<li data-key=\"{}\"><code>{}</code>: {}</li>", esc(str_field(c, "key")),
+                      esc(str_field(c, "key")), esc(waiver_line(c)));
+  if (!waived.empty())
+    out += "<p id=\"waived\">Waived (known divergences, not passes):</p><ul class=\"waived\">" +
+           waived + "</ul>\n";
+  if (const std::vector<std::string> expired = waiver_failures(r); !expired.empty()) {
+    out += "<p id=\"waivers-expired\">Expired waivers: <b>the gate fails</b></p><ul>";
+    for (const std::string& f : expired) out += "<li>" + esc(f) + "</li>";
+    out += "</ul>\n";
   }
   if (r.contains("checks") && r["checks"].is_array()) {
     std::string names;

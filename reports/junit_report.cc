@@ -64,6 +64,10 @@ std::string render_junit(const nlohmann::json& r) {
       out += fmt::format(
           "      <failure type=\"{}\" message=\"{}\">layout {}; failed checks: {}\n{}</failure>\n",
           verdict, message, xml_escape(str_field(c, "layout")), xml_escape(checks), message);
+    } else if (verdict == "waived") {
+      // A known divergence under a waiver: shown apart from passes, not a failure.
+      out += fmt::format("      <skipped type=\"waived\" message=\"{}\">{}</skipped>\n",
+                         xml_escape(waiver_line(c)), message);
     } else if (verdict == "error") {
       out +=
           fmt::format("      <error type=\"error\" message=\"{}\">{}</error>\n", message, message);
@@ -84,6 +88,15 @@ std::string render_junit(const nlohmann::json& r) {
         "    <testcase classname=\"{}\" name=\"expect\" time=\"0.000\">\n      <failure "
         "type=\"expect-not-met\" message=\"{}\">{}</failure>\n    </testcase>\n",
         suite, message, xml_escape(fails));
+  }
+  if (const std::vector<std::string> expired = waiver_failures(r); !expired.empty()) {
+    std::string fails;
+    for (const std::string& f : expired) fails += (fails.empty() ? "" : "\n") + f;
+    out += fmt::format(
+        "    <testcase classname=\"{}\" name=\"waivers\" time=\"0.000\">\n      <failure "
+        "type=\"waiver-expired\" message=\"{} waiver(s) expired\">{}</failure>\n    "
+        "</testcase>\n",
+        suite, expired.size(), xml_escape(fails));
   }
   out += "  </testsuite>\n</testsuites>\n";
   return out;

@@ -33,12 +33,13 @@ std::string render_markdown(const nlohmann::json& r) {
   // Every split point identical is not a pass when the gate failed on something else
   // (an unmet expect): the headline says so.
   const bool gate_ok = r.value("exit_code", ok ? 0 : 1) == 0;
-  std::string out =
-      fmt::format("## splitcheck {}: **{}** {}\n\n", cell(str_field(r, "kind", "sweep")),
-                  !ok       ? "DIVERGENT"
-                  : gate_ok ? "CONFORMANT"
-                            : "CONFORMANT, BUT THE SCENARIO'S EXPECT IS NOT MET",
-                  ok && gate_ok ? "✅" : "❌");
+  std::string out = fmt::format(
+      "## splitcheck {}: **{}** {}\n\n", cell(str_field(r, "kind", "sweep")),
+      !ok                           ? "DIVERGENT"
+      : gate_ok                     ? "CONFORMANT"
+      : !waiver_failures(r).empty() ? "FAILED: A WAIVER HAS EXPIRED"
+                                    : "CONFORMANT, BUT THE SCENARIO'S EXPECT IS NOT MET",
+      ok && gate_ok ? "✅" : "❌");
   const std::string kind = str_field(r, "kind", "sweep");
   if (kind == "compare") {
     const nlohmann::json& in = obj_field(r, "inputs");
@@ -55,12 +56,13 @@ std::string render_markdown(const nlohmann::json& r) {
                     cell(str_field(scenario, "name")), str_field(scenario, "sha256").substr(0, 12),
                     counts.value("total", 0), r.value("exit_code", 0));
   }
-  out += "| pass | diverged | config-rejected | error | skipped | total |\n";
-  out += "|---:|---:|---:|---:|---:|---:|\n";
-  out +=
-      fmt::format("| {} | {} | {} | {} | {} | {} |\n\n", counts.value("pass", 0),
-                  counts.value("diverged", 0), counts.value("config_rejected", 0),
-                  counts.value("error", 0), counts.value("skipped", 0), counts.value("total", 0));
+  // Waived (known divergences under a waiver) is a column of its own, never in pass.
+  out += "| pass | diverged | config-rejected | error | skipped | total | waived |\n";
+  out += "|---:|---:|---:|---:|---:|---:|---:|\n";
+  out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n\n", counts.value("pass", 0),
+                     counts.value("diverged", 0), counts.value("config_rejected", 0),
+                     counts.value("error", 0), counts.value("skipped", 0), counts.value("total", 0),
+                     counts.value("waived", 0));
   if (r.contains("checks") && r["checks"].is_array()) {
     std::string names;
     for (const auto& c : r["checks"])
@@ -70,9 +72,14 @@ std::string render_markdown(const nlohmann::json& r) {
   if (r.contains("reuse")) out += fmt::format("Reuse: {}.\n\n", cell(reuse_line(r["reuse"])));
   if (const std::string a = acceptance_line(r); !a.empty())
     out += fmt::format("Speculative decoding: {}.\n\n", cell(a));
-  std::vector<const nlohmann::json*> bad;
-  for (const nlohmann::json& c : r["cases"])
-    if (str_field(c, "verdict") != "pass") bad.push_back(&c);
+  std::vector<const nlohmann::json*> bad, waived;
+  for (const nlohmann::json& c : r["cases"]) {
+    const std::string v = str_field(c, "verdict");
+    if (v == "waived")
+      waived.push_back(&c);
+    else if (v != "pass")
+      bad.push_back(&c);
+  }
   if (!bad.empty()) {
     out += fmt::format("### First divergences ({} of {})\n\n",
                        std::min(bad.size(), kShownDivergences), bad.size());
@@ -84,6 +91,20 @@ std::string render_markdown(const nlohmann::json& r) {
                          cell(str_field(c, "layout")), cell(str_field(c, "verdict")),
                          layer >= 0 ? std::to_string(layer) : "-", cell(str_field(c, "message")));
     }
+    out += "\n";
+  }
+  if (!waived.empty()) {
+    out += fmt::format("### Waived (known divergences, not passes: {})\n\n", waived.size());
+    out += "| split | layout | waiver | divergence |\n|---|---|---|---|\n";
+    for (const nlohmann::json* c : waived)
+      out += fmt::format("| `{}` | `{}` | {} | {} |\n", cell(str_field(*c, "key")),
+                         cell(str_field(*c, "layout")), cell(waiver_line(*c)),
+                         cell(str_field(*c, "message")));
+    out += "\n";
+  }
+  if (const std::vector<std::string> expired = waiver_failures(r); !expired.empty()) {
+    out += "**Expired waivers (the gate fails):**\n\n";
+    for (const std::string& f : expired) out += fmt::format("- {}\n", cell(f));
     out += "\n";
   }
   if (r.contains("expect") && r["expect"].contains("failures") &&

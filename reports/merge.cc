@@ -11,6 +11,7 @@
 #include "harness/engine/partition.h"
 #include "harness/verdict/scenario.h"
 #include "harness/verdict/sweep.h"
+#include "reports/writers.h"
 
 namespace splitcheck {
 namespace {
@@ -61,7 +62,7 @@ std::string unsharded_command(const std::string& command, const std::string& rep
 
 Result<Verdict> parse_verdict(const std::string& name) {
   for (Verdict v : {Verdict::kPass, Verdict::kDiverged, Verdict::kConfigRejected, Verdict::kError,
-                    Verdict::kSkipped})
+                    Verdict::kSkipped, Verdict::kWaived})
     if (name == verdict_name(v)) return v;
   return invalid_input("unknown verdict \"" + name + "\"");
 }
@@ -192,6 +193,12 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   // As in run_sweep: a filtered sweep cannot meet or miss the whole sweep's `expect`.
   result.expect_failures =
       evaluate_expect(filter.empty() ? s->expect : nlohmann::json::object(), result);
+  // Each shard applied the same waiver file: its expired waivers, once each.
+  for (const nlohmann::json& r : reports)
+    for (const std::string& f : waiver_failures(r))
+      if (std::find(result.waiver_failures.begin(), result.waiver_failures.end(), f) ==
+          result.waiver_failures.end())
+        result.waiver_failures.push_back(f);
 
   nlohmann::json merged = first;
   if (first.contains("acceptance") && first["acceptance"].is_array() &&
@@ -218,7 +225,8 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
                       {"diverged", result.count(Verdict::kDiverged)},
                       {"config_rejected", result.count(Verdict::kConfigRejected)},
                       {"error", result.count(Verdict::kError)},
-                      {"skipped", result.count(Verdict::kSkipped)}};
+                      {"skipped", result.count(Verdict::kSkipped)},
+                      {"waived", result.count(Verdict::kWaived)}};
   double pp1 = 0, total = 0;
   int threads = 0;
   for (const nlohmann::json& r : reports) {
@@ -251,6 +259,7 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   }
   merged["expect"]["failures"] = result.expect_failures;
   merged["expect"]["met"] = result.expect_failures.empty();
+  merged["waivers"] = {{"failures", result.waiver_failures}};
   merged["exit_code"] = result.exit_code();
   return merged;
 }

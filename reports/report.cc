@@ -12,6 +12,7 @@
 #include "harness/verdict/checks.h"
 #include "harness/verdict/faults.h"
 #include "harness/verdict/scenario.h"
+#include "reference/partial_files.h"
 #include "reports/model_common.h"
 #include "reports/writers.h"
 
@@ -20,9 +21,13 @@ namespace {
 
 Status write_atomically(const std::filesystem::path& path, const std::string& text) {
   const std::filesystem::path tmp = path.string() + ".partial";
+  const PartialFile removed_on_interrupt(tmp.string());
   {
     std::ofstream out(tmp, std::ios::binary);
-    out << text;
+    const size_t half = text.size() / 2;
+    out.write(text.data(), static_cast<std::streamsize>(half)).flush();
+    pause_midway_for_test();
+    out.write(text.data() + half, static_cast<std::streamsize>(text.size() - half));
     if (!out) return internal_error(path.string() + ": cannot write");
   }
   std::error_code ec;
@@ -153,7 +158,10 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                  {"diverged", r.count(Verdict::kDiverged)},
                  {"config_rejected", r.count(Verdict::kConfigRejected)},
                  {"error", r.count(Verdict::kError)},
-                 {"skipped", r.count(Verdict::kSkipped)}};
+                 {"skipped", r.count(Verdict::kSkipped)},
+                 {"waived", r.count(Verdict::kWaived)}};
+  // Waived cases and expired waivers (harness/verdict/waivers.h).
+  j["waivers"] = {{"failures", r.waiver_failures}};
   j["timing"] = {{"pp1_seconds", r.pp1_seconds},
                  {"total_seconds", r.total_seconds},
                  {"threads", r.threads},
@@ -184,6 +192,16 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                       {"datasets_differing", c.datasets_differing},
                       {"dispatch_mismatches", c.dispatch_mismatches},
                       {"seconds", c.seconds}};
+    if (!c.waivers.empty()) {
+      nlohmann::json ws = nlohmann::json::array();
+      for (const Waiver& w : c.waivers)
+        ws.push_back({{"split", w.split},
+                      {"check", w.check},
+                      {"reason", w.reason},
+                      {"link", w.link},
+                      {"expires", w.expires}});
+      cj["waivers"] = ws;
+    }
     if (c.first_divergence) {
       cj["first_divergence"] = diff_json(*c.first_divergence);
       cj["first_divergence"]["forward"] = c.first_divergence_forward;

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace splitcheck {
 
@@ -35,5 +36,12 @@ std::string str_field(const nlohmann::json& j, const char* key, const std::strin
 // acceptance rate, tokens per forward and accepted-length histogram ("a=0: n, ..."), and
 // how many split points have PP=1's figures. Empty when the report has no acceptance.
 std::string acceptance_line(const nlohmann::json& report);
+
+// A waived case's waivers as one line: "waived: <reason> (<link>, expires <date>)" for
+// each (waivers.h); empty when the case carries none.
+std::string waiver_line(const nlohmann::json& case_json);
+
+// The report's expired waivers (`waivers.failures`), one line each.
+std::vector<std::string> waiver_failures(const nlohmann::json& report);
 
 }  // namespace splitcheck

@@ -78,4 +78,25 @@ std::string acceptance_line(const nlohmann::json& r) {
       pp1.value("tokens_per_forward", 0.0), hist, equal, rows.size() - 1);
 }
 
+std::string waiver_line(const nlohmann::json& c) {
+  std::string out;
+  for (const nlohmann::json& w : c.value("waivers", nlohmann::json::array())) {
+    if (!w.is_object()) continue;
+    const std::string what =
+        str_field(w, "split").empty() ? "every split point" : str_field(w, "split");
+    out += fmt::format("{}waived ({}, {}): {} ({}, expires {})", out.empty() ? "" : "; ", what,
+                       str_field(w, "check").empty() ? "every check" : str_field(w, "check"),
+                       str_field(w, "reason"), str_field(w, "link"), str_field(w, "expires"));
+  }
+  return out;
+}
+
+std::vector<std::string> waiver_failures(const nlohmann::json& r) {
+  std::vector<std::string> out;
+  const nlohmann::json& w = obj_field(r, "waivers");
+  for (const nlohmann::json& f : w.value("failures", nlohmann::json::array()))
+    if (f.is_string()) out.push_back(f.get<std::string>());
+  return out;
+}
+
 }  // namespace splitcheck

@@ -102,13 +102,24 @@ int cmd_checkpoint(const std::string& scenario_path, const std::string& out) {
 int cmd_golden_verify(const std::string& golden_dir) {
   Result<std::vector<GoldenCheck>> checks = verify_goldens(SPLITCHECK_SOURCE_DIR, golden_dir);
   if (!checks.is_ok()) return report_status(checks.status());
-  int failed = 0;
+  // A golden of another environment whose data differ is not judged (exit 2 unless a
+  // golden of this environment diverged: exit 1).
+  int failed = 0, not_judged = 0;
   for (const GoldenCheck& c : *checks) {
-    fmt::print("golden {}: {} ({})\n", c.name, c.passed ? "pass" : "FAIL", c.message);
-    failed += !c.passed;
+    fmt::print("golden {}: {} ({})\n", c.name,
+               c.passed ? "pass" : (c.not_judged ? "NOT JUDGED" : "FAIL"), c.message);
+    for (const std::string& d : c.environment_differences)
+      fmt::print("  environment differs: {}\n", d);
+    if (!c.unrecorded_fields.empty())
+      fmt::print("  environment: the golden does not record {} (not compared)\n",
+                 fmt::join(c.unrecorded_fields, ", "));
+    failed += !c.passed && !c.not_judged;
+    not_judged += c.not_judged;
   }
-  fmt::print("{} passed, {} failed\n", checks->size() - failed, failed);
-  return failed ? kExitDiverged : kExitOk;
+  fmt::print("{} passed, {} failed, {} not judged\n", checks->size() - failed - not_judged, failed,
+             not_judged);
+  if (failed) return kExitDiverged;
+  return not_judged ? kExitInvalid : kExitOk;
 }
 
 int cmd_compare(const std::string& a, const std::string& b, bool approximate, bool trust_digests,
@@ -161,7 +172,8 @@ int run_cli_unguarded(int argc, char** argv) {
   CLI::App app{
       "splitcheck: proves a pipeline-parallel engine computes exactly what the single-stage "
       "(PP=1) engine computes, at every split point.\n"
-      "Exit codes: 0 conformant, 1 divergence, 2 invalid input, 3 internal error."};
+      "Exit codes: 0 conformant, 1 divergence, 2 invalid input, 3 internal error, 4 PP=1 does "
+      "not reproduce itself (sweep --self-check)."};
   app.require_subcommand(1);
   std::string golden_dir = std::string(SPLITCHECK_SOURCE_DIR) + "/golden";
 

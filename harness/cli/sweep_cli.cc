@@ -47,6 +47,12 @@ void SweepCli::add_to(CLI::App& app) {
   command->add_option("--reuse-memory", reuse_memory_mib,
                       "MiB of PP=1 layer outcomes kept for reuse (default 1024); past it, the "
                       "stages compute the calls PP=1 did not keep; 0: no bound");
+  command->add_flag("--self-check", self_check,
+                    "Run PP=1 twice before judging any split point; if PP=1 does not reproduce "
+                    "itself, judge nothing, name the first difference and exit 4");
+  command->add_option("--waivers", waivers,
+                      "Waiver file (JSON): known divergences with reason, link and expiry; a "
+                      "covered split point is reported as waived, an expired waiver fails");
 }
 
 int SweepCli::run() {
@@ -63,12 +69,21 @@ int SweepCli::run() {
       return 2;
     }
   }
+  if (!waivers.empty()) {
+    Result<std::vector<Waiver>> w = load_waivers(waivers);
+    if (!w.is_ok()) {
+      fmt::print(stderr, "splitcheck: error: {}\n", w.status().message());
+      return 2;
+    }
+    waiver_list_ = std::move(*w);
+  }
   SweepOptions opts;
   opts.threads = threads;
   opts.filter = filter;
   opts.progress = progress || isatty(STDERR_FILENO) != 0;
   opts.reuse = *parse_reuse_mode(reuse);
   opts.reuse_memory_bytes = reuse_memory_mib << 20;
+  opts.self_check = self_check;
   if (!shard.empty()) {
     int i = -1, n = -1;
     if (std::sscanf(shard.c_str(), "%d/%d", &i, &n) != 2 || n < 1 || i < 0 || i >= n) {
@@ -115,16 +130,34 @@ int SweepCli::sweep_and_report(const Scenario& scenario_in, SweepOptions& opts) 
     fmt::print(stderr, "splitcheck: error: {}\n", r.status().message());
     return r.status().code() == StatusCode::kInvalidInput ? 2 : 3;
   }
+  if (r->refused_to_judge()) {
+    // Exit 4: the reference is not reproducible here, so no split point can be judged.
+    fmt::print(stderr,
+               "splitcheck: error: self-check: PP=1 of {} does not reproduce itself ({} of {} "
+               "datasets differ between two runs); first difference: {}; no split point judged, "
+               "no report written\n",
+               scenario, r->self_check.datasets_differing, r->self_check.datasets_compared,
+               r->self_check.first_difference);
+    return r->exit_code();
+  }
+  apply_waivers(waiver_list_, utc_today(), *r);
+  if (r->self_check.ran)
+    fmt::print("self-check: PP=1 reproduced itself ({} datasets bit-identical, {:.2f} s)\n",
+               r->self_check.datasets_compared, r->self_check.seconds);
   fmt::print("sweep {} ({} split points, faults: {})\n", s->name, r->cases.size(),
              s->faults.empty() ? "none" : fmt::format("{}", fmt::join(s->faults, ", ")));
   for (const CaseResult& c : r->cases) {
     fmt::print("  {:<16} {:<16} {}\n", c.key, verdict_name(c.verdict), c.message);
+    for (const Waiver& w : c.waivers)
+      fmt::print("  {:<16} {:<16} {} ({}, expires {}; {})\n", "", "", w.reason, w.link, w.expires,
+                 w.where);
   }
   fmt::print("checks: {}\n", fmt::join(r->checks, ", "));
-  fmt::print("summary: {} pass, {} diverged, {} config-rejected, {} error, {} skipped\n",
+  fmt::print("summary: {} pass, {} diverged, {} config-rejected, {} error, {} skipped, {} waived\n",
              r->count(Verdict::kPass), r->count(Verdict::kDiverged),
              r->count(Verdict::kConfigRejected), r->count(Verdict::kError),
-             r->count(Verdict::kSkipped));
+             r->count(Verdict::kSkipped), r->count(Verdict::kWaived));
+  for (const std::string& f : r->waiver_failures) fmt::print("waiver: EXPIRED: {}\n", f);
   fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s on {} threads ({:.1f} PP=1 runs)\n",
              r->pp1_seconds, r->total_seconds, r->threads,
              r->total_seconds / std::max(1e-9, r->pp1_seconds));

@@ -21,6 +21,8 @@ struct SweepCli {
   double transport_timeout = 120;  // seconds a transport's receive waits
   bool progress = false;           // a progress line on stderr even when it is no terminal
   std::string command_line;        // recorded in the report as the command to reproduce
+  bool self_check = false;
+  std::string waivers;       // waiver file (harness/verdict/waivers.h)
   void add_to(CLI::App& app);
   // Runs the sweep when its subcommand was given; returns the exit code. Under the `mpi`
   // transport every rank calls it: rank 0 sweeps and reports, the others serve stages.
@@ -29,6 +31,7 @@ struct SweepCli {
  private:
   // Runs the sweep with `opts`, prints it and writes the reports; the exit code.
   int sweep_and_report(const Scenario& s, SweepOptions& opts);
+  std::vector<Waiver> waiver_list_;  // read from `waivers` before the sweep
 };
 
 }  // namespace splitcheck

@@ -437,12 +437,17 @@ Result<DatasetInfo> inspect_dataset(hid_t ds, const std::string& path) {
     return invalid_input("has an empty (null) dataspace");
   }
   // Guard against corrupt extents before anyone allocates numel * size bytes: the
-  // product is checked for overflow step by step against kMaxDatasetBytes.
+  // product is checked for overflow step by step against kMaxDatasetBytes. A zero extent
+  // does not excuse the others: (0, 2^62, 2^62) holds nothing, but any stride or row size
+  // computed from its inner extents overflows, so every extent counts at least 1.
   size_t nbytes = dtype_size(info.dtype);
+  size_t bound = nbytes;
   for (int64_t d : info.shape) {
-    if (d < 0 || (d > 0 && nbytes > kMaxDatasetBytes / static_cast<size_t>(d)))
+    const size_t at_least_one = d > 0 ? static_cast<size_t>(d) : 1;
+    if (d < 0 || bound > kMaxDatasetBytes / at_least_one)
       return invalid_input("has an implausible shape " + shape_string(info.shape) + " (more than " +
                            std::to_string(kMaxDatasetBytes >> 40) + " TiB)");
+    bound *= at_least_one;
     nbytes *= static_cast<size_t>(d);
   }
   info.nbytes = nbytes;
@@ -520,6 +525,7 @@ Result<DumpWriter> DumpWriter::create(const std::string& path, const DumpHeader&
     return internal_error(path + ": this HDF5 build has no deflate filter");
   std::error_code ec;
   std::filesystem::remove(w.partial_path_, ec);
+  w.removed_on_interrupt_.emplace(w.partial_path_);
 
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
   Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
@@ -561,6 +567,7 @@ Result<DumpWriter> DumpWriter::create(const std::string& path, const DumpHeader&
 DumpWriter::DumpWriter(DumpWriter&& other) noexcept
     : path_(std::move(other.path_)),
       partial_path_(std::move(other.partial_path_)),
+      removed_on_interrupt_(std::move(other.removed_on_interrupt_)),
       file_(std::exchange(other.file_, -1)),
       compress_(other.compress_),
       next_order_(other.next_order_) {}
@@ -570,6 +577,7 @@ DumpWriter& DumpWriter::operator=(DumpWriter&& other) noexcept {
     abandon();
     path_ = std::move(other.path_);
     partial_path_ = std::move(other.partial_path_);
+    removed_on_interrupt_ = std::move(other.removed_on_interrupt_);
     file_ = std::exchange(other.file_, -1);
     compress_ = other.compress_;
     next_order_ = other.next_order_;
@@ -713,6 +721,7 @@ Status DumpWriter::set_int_attr(const std::string& object_path, const std::strin
 Status DumpWriter::finish() {
   Hdf5Lock lock;
   if (file_ < 0) return internal_error(path_ + ": finish called twice");
+  pause_midway_for_test();
   herr_t flushed = H5Fflush(file_, H5F_SCOPE_GLOBAL);
   herr_t closed = H5Fclose(file_);
   file_ = -1;

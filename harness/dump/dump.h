@@ -27,6 +27,7 @@
 
 #include "kernels/status.h"
 #include "kernels/tensor.h"
+#include "reference/partial_files.h"
 
 namespace splitcheck {
 
@@ -108,7 +109,8 @@ class DumpWriter {
 
   std::string path_;
   std::string partial_path_;
-  int64_t file_ = -1;  // hid_t
+  std::optional<PartialFile> removed_on_interrupt_;  // partial_path_, while it is written
+  int64_t file_ = -1;                                // hid_t
   bool compress_ = false;
   int64_t next_order_ = 0;
 };

@@ -10,6 +10,8 @@
 #include <functional>
 #include <thread>
 
+#include "reference/partial_files.h"
+
 namespace splitcheck {
 namespace {
 
@@ -109,6 +111,7 @@ ScenarioSize scenario_size(const Scenario& s) {
 Status write_json_atomically(const std::string& path, const json& j) {
   const fs::path target(path);
   const fs::path tmp = target.string() + fmt::format(".tmp.{}", ::getpid());
+  const PartialFile removed_on_interrupt(tmp.string());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return invalid_input(fmt::format("{}: cannot open for writing", tmp.string()));

@@ -11,6 +11,8 @@
 #include "harness/dump/compare.h"
 #include "harness/dump/digest.h"
 #include "harness/engine/run.h"
+#include "harness/verdict/environment.h"
+#include "reference/partial_files.h"
 
 namespace splitcheck {
 namespace fs = std::filesystem;
@@ -32,6 +34,7 @@ Result<nlohmann::json> read_manifest(const std::string& path) {
 
 Status write_text_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".partial";
+  const PartialFile removed_on_interrupt(tmp);
   {
     std::ofstream out(tmp, std::ios::binary);
     out << text;
@@ -95,7 +98,11 @@ Result<std::vector<GoldenCheck>> verify_goldens(const std::string& source_dir,
     ASSIGN_OR_RETURN(std::string scenario_rel, string_field(g, "scenario", i));
     ASSIGN_OR_RETURN(std::string want_sha, string_field(g, "sha256", i));
     ASSIGN_OR_RETURN(std::string want_scenario_sha, string_field(g, "scenario_sha256", i));
-    GoldenCheck check{file, false, ""};
+    GoldenCheck check{file, false, "", {}, {}, false};
+    const FingerprintDiff env = diff_fingerprints(g.contains("env") ? g["env"] : nlohmann::json(),
+                                                  environment_fingerprint());
+    check.environment_differences = env.differences;
+    check.unrecorded_fields = env.unrecorded;
     const std::string golden_path = golden_dir + "/" + file;
     ASSIGN_OR_RETURN(Scenario s, load_scenario(source_dir + "/" + scenario_rel));
     ASSIGN_OR_RETURN(std::string scenario_sha, scenario_identity_sha256(s));
@@ -130,6 +137,14 @@ Result<std::vector<GoldenCheck>> verify_goldens(const std::string& source_dir,
         check.passed = true;
         check.message = fmt::format("{} datasets bit-identical", cmp->datasets_compared);
       }
+    }
+    if (!check.passed && !env.same()) {
+      // Another environment may compute other bits: say what differs, judge nothing.
+      check.not_judged = true;
+      check.message = fmt::format(
+          "not judged: made in another environment ({}); its data differ here ({}): verify in "
+          "the golden's environment, or remake it here with golden update --reason",
+          fmt::join(env.differences, "; "), check.message);
     }
     checks.push_back(check);
   }
@@ -166,7 +181,7 @@ Status update_goldens(const std::string& source_dir, const std::string& golden_d
                          {"scenario_sha256", header.scenario_sha256},
                          {"model_sha256", header.model_sha256},
                          {"producer", nlohmann::json::parse(header.producer_json)},
-                         {"env", nlohmann::json::parse(header.env_json)},
+                         {"env", environment_fingerprint()},
                          {"level", header.level},
                          {"reason", reason}};
     auto& goldens = manifest["goldens"];

@@ -89,6 +89,33 @@ std::string resolve_path(const std::string& path, const std::string& base_dir) {
   return p.lexically_normal().string();
 }
 
+// The largest scenario file read (the committed ones are a few KB).
+constexpr uintmax_t kMaxScenarioBytes = uintmax_t{16} << 20;
+// The deepest nesting of arrays and objects read (the schema's deepest is 4): deeper
+// text is refused before the JSON library, whose recursion a hostile file could exhaust.
+constexpr int kMaxScenarioDepth = 64;
+
+// The byte offset where `text` first nests deeper than kMaxScenarioDepth, or npos.
+size_t too_deep_at(const std::string& text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxScenarioDepth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::string::npos;
+}
 constexpr std::string_view kMethods[] = {"none", "dspark", "eagle3"};
 constexpr std::string_view kSplitModes[] = {"all", "pairwise", "every-layer", "balanced",
                                             "exhaustive"};
@@ -654,9 +681,23 @@ Status check_capabilities(const Scenario& s, const std::string& source_name) {
 Result<Scenario> load_scenario(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in || std::filesystem::is_directory(path)) return invalid_input(path + ": cannot open");
+  // A scenario is a page of JSON: a file past kMaxScenarioBytes is refused before it is
+  // read, so a hostile file cannot make the reader hold it in memory.
+  std::error_code size_ec;
+  const uintmax_t size = std::filesystem::file_size(path, size_ec);
+  if (!size_ec && size > kMaxScenarioBytes)
+    return invalid_input(fmt::format("{}: {} bytes, more than the {} MiB a scenario file may have",
+                                     path, size, kMaxScenarioBytes >> 20));
   std::stringstream buf;
   buf << in.rdbuf();
   const std::string text = buf.str();
+  if (const size_t at = too_deep_at(text); at != std::string::npos) {
+    const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + at, '\n'));
+    const size_t line_start =
+        text.rfind('\n', at) == std::string::npos ? 0 : text.rfind('\n', at) + 1;
+    return invalid_input(fmt::format("{}:{}:{}: JSON nested deeper than {} levels", path, line,
+                                     at - line_start + 1, kMaxScenarioDepth));
+  }
   json j;
   try {
     j = json::parse(text);

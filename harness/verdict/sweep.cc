@@ -204,6 +204,8 @@ const char* verdict_name(Verdict v) {
       return "error";
     case Verdict::kSkipped:
       return "skipped";
+    case Verdict::kWaived:
+      return "waived";
   }
   return "?";
 }
@@ -215,13 +217,14 @@ int SweepResult::count(Verdict v) const {
 
 bool SweepResult::conformant() const {
   return !cases.empty() && std::all_of(cases.begin(), cases.end(), [](const CaseResult& c) {
-    return c.verdict == Verdict::kPass;
+    return c.verdict == Verdict::kPass || c.verdict == Verdict::kWaived;
   });
 }
 
 int SweepResult::exit_code() const {
+  if (refused_to_judge()) return 4;
   if (count(Verdict::kError) > 0) return 3;
-  return conformant() && expect_failures.empty() ? 0 : 1;
+  return conformant() && expect_failures.empty() && waiver_failures.empty() ? 0 : 1;
 }
 
 Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& c,
@@ -561,6 +564,14 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
     reuse.memo_bytes = memo->bytes();
     reuse.memo_entries = memo->entries();
     reuse.memo_dropped = memo->dropped();
+  }
+  if (options.self_check) {
+    // A PP=1 that differs from itself is never reported as a PP divergence: refuse.
+    ASSIGN_OR_RETURN(result.self_check, check_pp1_reproduces(s, source, ref_record));
+    if (result.refused_to_judge()) {
+      result.total_seconds = seconds_since(t0);
+      return result;
+    }
   }
   const EngineOptions engine_options{s.capture_ids, s.dump_level, s.speculative.method,
                                      s.speculative.context_only_producer};

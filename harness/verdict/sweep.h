@@ -22,11 +22,15 @@
 #include "harness/engine/run.h"
 #include "harness/engine/stage.h"
 #include "harness/transport/transport.h"
+#include "harness/verdict/self_check.h"
+#include "harness/verdict/waivers.h"
 #include "reference/layer_memo.h"
 
 namespace splitcheck {
 
-enum class Verdict { kPass, kDiverged, kConfigRejected, kError, kSkipped };
+// kWaived: diverged, but every failed check is covered by an unexpired waiver
+// (harness/verdict/waivers.h); reported apart from passes.
+enum class Verdict { kPass, kDiverged, kConfigRejected, kError, kSkipped, kWaived };
 const char* verdict_name(Verdict v);
 
 // The first event where the partitioned trace differs from PP=1's (SPEC 5.3).
@@ -71,6 +75,7 @@ struct CaseResult {
   // serving), and every request with a differing dataset, ascending.
   int32_t first_divergence_request = -1;
   std::vector<int32_t> diverged_requests;
+  std::vector<Waiver> waivers;  // the waivers that made this case kWaived
 };
 
 // Serving scenarios: every request served alone at PP=1 (its own prefill chunks, a batch
@@ -97,6 +102,9 @@ struct SweepOptions {
   size_t reuse_memory_bytes = size_t{1} << 30;
   // The memo's key function; tests give a broken one to show that verify catches it.
   LayerKeyFn reuse_key = &layer_key;
+  // Run PP=1 twice before judging any split point (harness/verdict/self_check.h); when
+  // the two runs differ, no split point is judged and the exit code is 4.
+  bool self_check = false;
   // Where PP=1 and every stage load their weights from; null: the scenario's own
   // (generated from its seed, or its checkpoint). Must outlive the sweep.
   WeightSource* weights = nullptr;
@@ -133,12 +141,17 @@ struct SweepResult {
   int threads = 1;
   std::vector<std::string> expect_failures;  // what the scenario's `expect` says and did not happen
   std::vector<std::string> checks;           // the checks evaluated, in registry order
+  SelfCheckResult self_check;                // PP=1 against itself (when SweepOptions::self_check)
+  std::vector<std::string> waiver_failures;  // expired waivers of this scenario (apply_waivers)
+  // True when the self-check ran and PP=1 did not reproduce itself: nothing was judged.
+  bool refused_to_judge() const { return self_check.ran && !self_check.reproduced; }
   int count(Verdict v) const;
-  // At least one case, and every case passed (skipped, error, config-rejected and
-  // diverged cases are not conformant).
+  // At least one case, and every case passed or is waived (skipped, error,
+  // config-rejected and diverged cases are not conformant).
   bool conformant() const;
-  // The gate's exit code: 3 when a case failed to run (error), 1 when a case is not a pass
-  // or the scenario's `expect` is not met, 0 otherwise.
+  // The gate's exit code: 4 when PP=1 did not reproduce itself (refused_to_judge), 3 when
+  // a case failed to run (error), 1 when a case is neither a pass nor waived, the
+  // scenario's `expect` is not met or a waiver of it has expired, 0 otherwise.
   int exit_code() const;
 };
 

@@ -337,5 +337,127 @@ TEST_F(BadInputTest, BisectRefusesMalformedScenarioJson) {
                           {path("absent.json").string()});
 }
 
+// The superblock (file header) overwritten past its signature: HDF5 cannot find the root
+// group; the file is named, exit 2, for each command that reads a dump.
+TEST_F(BadInputTest, ACorruptSuperblockIsRefusedNamingTheFile) {
+  const fs::path good = good_dump();
+  std::string bytes = read_text(good);
+  ASSERT_GT(bytes.size(), 96u);
+  ASSERT_EQ(bytes.substr(1, 3), "HDF");
+  const struct {
+    const char* name;
+    size_t begin, end;
+  } cases[] = {
+      {"versions", 8, 16},     // superblock, free-space and root-group versions
+      {"addresses", 24, 56},   // base, extension, end-of-file and root addresses
+      {"root-entry", 56, 96},  // the root group's symbol table entry
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string broken = bytes;
+    for (size_t i = c.begin; i < c.end; ++i) broken[i] = static_cast<char>(0xA5);
+    const fs::path hostile = path(std::string("superblock-") + c.name + ".h5");
+    write_text(hostile, broken);
+    expect_one_line_refusal(cli("compare " + quote(good.string()) + " " + quote(hostile.string())),
+                            {hostile.string()});
+    expect_one_line_refusal(cli("verify-dump " + quote(hostile.string())), {hostile.string()});
+  }
+}
+
+// bf16 is stored as uint16 with dtype="bfloat16" (DESIGN.md); without the attribute the
+// bytes are plain integers, and reading them as anything is a guess: refused.
+TEST_F(BadInputTest, Bf16DataWithoutItsDtypeAttributeIsRefusedNamingTheDataset) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 lacks h5py or xxhash";
+  const fs::path good = good_dump();
+  const fs::path hostile = path("no-dtype.h5");
+  fs::copy_file(good, hostile);
+  h5py_edit(hostile,
+            "    d = f['/forward/0/layers/0/pre_attn']\n"
+            "    assert d.dtype == np.uint16\n"
+            "    del d.attrs['dtype']\n");
+  for (const std::string& cmd : {"compare " + quote(good.string()) + " " + quote(hostile.string()),
+                                 "verify-dump " + quote(hostile.string())})
+    expect_one_line_refusal(cli(cmd), {hostile.string(), "/forward/0/layers/0/pre_attn", "dtype"});
+}
+
+// Extents whose element count overflows 64 bits: (2^40, 2^40) wraps to 0 in uint64, so
+// a reader that multiplies first sees an empty dataset; (0, 2^62, 2^62) is empty but its
+// inner products overflow any stride computed from them. Both are refused on open, before
+// anything is allocated, naming the dataset and its shape.
+TEST_F(BadInputTest, ShapesWhoseElementCountOverflowsAreRefused) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 lacks h5py or xxhash";
+  const fs::path good = good_dump();
+  const struct {
+    const char* name;
+    const char* shape;
+    const char* chunks;
+  } cases[] = {
+      {"wraps-to-zero", "(1 << 40, 1 << 40)", "(1, 1024)"},
+      {"zero-times-overflow", "(0, 1 << 62, 1 << 62), maxshape=(None, 1 << 62, 1 << 62)",
+       "(1, 1, 1024)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path hostile = path(std::string(c.name) + ".h5");
+    fs::copy_file(good, hostile);
+    // A well-formed entry otherwise: the next order, the digest of zero bytes.
+    h5py_edit(
+        hostile,
+        "    n = []\n"
+        "    f.visititems(lambda k, v: n.append(k) if isinstance(v, h5py.Dataset) else None)\n"
+        "    d = f.create_dataset('/forward/0/overflow', shape=" +
+            std::string(c.shape) + ", dtype='<f4', chunks=" + c.chunks +
+            ")\n"
+            "    d.attrs['order'] = np.int64(len(n))\n"
+            "    d.attrs['digest'] = np.bytes_(b'xxh64:ef46db3751d8e999')\n");
+    for (const std::string& cmd :
+         {"compare " + quote(good.string()) + " " + quote(hostile.string()),
+          "verify-dump " + quote(hostile.string())})
+      expect_one_line_refusal(cli(cmd), {hostile.string(), "/forward/0/overflow", "shape"});
+  }
+}
+
+// Scenario files: 10,000 levels of nesting (arrays and objects, where an object is
+// expected and under an unknown key), and a 100 MB file, refused before it is read.
+TEST_F(BadInputTest, DeeplyNestedAndHugeScenariosExitTwoNamingFileAndPlace) {
+  const int depth = 10000;
+  const std::string arrays = std::string(depth, '[') + std::string(depth, ']');
+  std::string objects;
+  for (int i = 0; i < depth; ++i) objects += "{\"a\":";
+  objects += "1" + std::string(depth, '}');
+  const struct {
+    const char* name;
+    std::string json;
+    const char* place;
+  } cases[] = {
+      {"model-arrays", "{\"model\": " + arrays + "}", "/model"},
+      {"unknown-objects", "{\"deep\": " + objects + "}", "/deep"},
+      {"expect-objects", "{\"expect\": " + objects + "}", "/expect"},
+      {"workload-arrays", "{\"workload\": {\"prompts\": " + arrays + "}}", "/workload/prompts"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path scenario = path(std::string(c.name) + ".json");
+    write_text(scenario, c.json);
+    // Refused before the JSON library parses it (its recursion is what a deeper file
+    // would exhaust: found by AddressSanitizer), naming the line and column.
+    for (const char* cmd : {"run ", "sweep "})
+      expect_one_line_refusal(cli(cmd + quote(scenario.string())),
+                              {scenario.string() + ":1:", "nested deeper than 64 levels"});
+  }
+  // 100 MB, a valid JSON object: refused by its size before a byte is parsed.
+  const fs::path huge = path("huge.json");
+  {
+    std::ofstream out(huge, std::ios::binary);
+    out << "{\"model\": {\"preset\": \"k3-tiny\"}, \"name\": \"";
+    const std::string block(1 << 20, 'x');
+    for (int i = 0; i < 100; ++i) out << block;
+    out << "\"}\n";
+  }
+  ASSERT_GT(fs::file_size(huge), 100u << 20);
+  for (const char* cmd : {"run ", "sweep ", "bisect "})
+    expect_one_line_refusal(cli(cmd + quote(huge.string())), {huge.string(), "MiB"});
+}
+
 }  // namespace
 }  // namespace splitcheck

@@ -135,6 +135,33 @@ TEST_F(CliTest, CheckpointLackingATensorIsRefusedNamingTensorAndFile) {
   EXPECT_FALSE(fs::exists(path("never.h5.partial")));
 }
 
+TEST_F(CliTest, CheckpointWithATensorOfTheWrongShapeIsRefusedNamingTensorFileAndShapes) {
+  ModelConfig c = *model_preset("k3-tiny");
+  c.num_hidden_layers = 2;
+  Result<WeightStore> all = generate_weights(c);
+  ASSERT_TRUE(all.is_ok());
+  const std::string name = "layers.1.mlp.experts.2.gate_proj.weight";
+  WeightStore wrong;
+  for (const auto& [n, t] : all->tensors()) {
+    if (n != name) {
+      wrong.put(n, t);
+      continue;
+    }
+    // The same element count, transposed: only the shape is wrong.
+    ASSERT_EQ(t.shape().size(), 2u);
+    wrong.put(n, Tensor::zeros(t.dtype(), {t.dim(1), t.dim(0)}));
+  }
+  ASSERT_TRUE(write_checkpoint(path("wrong.h5").string(), c, wrong).is_ok());
+  for (const char* cmd : {"run ", "sweep "}) {
+    const CliResult r =
+        cli(cmd + quote(small_scenario("wrong.json", "wrong.h5").string()) +
+            (std::string(cmd) == "run " ? " --out " + quote(path("never.h5").string())
+                                        : std::string()));
+    expect_one_line_refusal(r, {path("wrong.h5").string(), name, "shape"});
+  }
+  EXPECT_FALSE(fs::exists(path("never.h5")));
+}
+
 TEST_F(CliTest, CheckpointThatIsNotHdf5IsRefusedNamingTheFile) {
   write_text(path("weights.h5"), "not an HDF5 file, just text\n");
   const CliResult r = cli("run " + quote(small_scenario("text.json", "weights.h5").string()) +

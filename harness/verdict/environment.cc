@@ -1,0 +1,98 @@
+#include "harness/verdict/environment.h"
+
+#include <fmt/format.h>
+
+#include "harness/build_info.h"
+
+namespace splitcheck {
+namespace {
+
+// The instruction set this translation unit is compiled for, from the compiler's own
+// predefined macros (the kernels are compiled with the same flags).
+std::string compiled_isa() {
+  std::string isa;
+#if defined(__x86_64__)
+  isa = "x86-64";
+#if defined(__SSE2__)
+  isa += " sse2";
+#endif
+#if defined(__SSE3__)
+  isa += " sse3";
+#endif
+#if defined(__SSSE3__)
+  isa += " ssse3";
+#endif
+#if defined(__SSE4_1__)
+  isa += " sse4.1";
+#endif
+#if defined(__SSE4_2__)
+  isa += " sse4.2";
+#endif
+#if defined(__AVX__)
+  isa += " avx";
+#endif
+#if defined(__AVX2__)
+  isa += " avx2";
+#endif
+#if defined(__FMA__)
+  isa += " fma";
+#endif
+#if defined(__F16C__)
+  isa += " f16c";
+#endif
+#if defined(__AVX512F__)
+  isa += " avx512f";
+#endif
+#if defined(__AVX512BF16__)
+  isa += " avx512bf16";
+#endif
+#elif defined(__aarch64__)
+  isa = "aarch64";
+#if defined(__ARM_NEON)
+  isa += " neon";
+#endif
+#if defined(__ARM_FEATURE_FMA)
+  isa += " fma";
+#endif
+#if defined(__ARM_FEATURE_SVE)
+  isa += " sve";
+#endif
+#else
+  isa = "unknown";
+#endif
+  return isa;
+}
+
+}  // namespace
+
+nlohmann::json environment_fingerprint() {
+  return {{"compiler", SPLITCHECK_COMPILER},
+          {"flags", SPLITCHECK_CXX_FLAGS},
+          {"isa", compiled_isa()},
+          {"device", "cpu"}};
+}
+
+FingerprintDiff diff_fingerprints(const nlohmann::json& golden, const nlohmann::json& here) {
+  FingerprintDiff d;
+  auto text = [](const nlohmann::json& v) {
+    return v.is_string() ? v.get<std::string>() : v.dump();
+  };
+  for (const auto& [key, value] : here.items()) {
+    if (!golden.is_object() || !golden.contains(key)) {
+      d.unrecorded.push_back(key);
+      continue;
+    }
+    if (golden[key] != value)
+      d.differences.push_back(
+          fmt::format("{}: golden '{}', this build '{}'", key, text(golden[key]), text(value)));
+  }
+  // A field only the golden records (a GPU golden's sm_count, say) is a difference too.
+  if (golden.is_object())
+    for (const auto& [key, value] : golden.items())
+      if (!here.contains(key))
+        d.differences.push_back(
+            fmt::format("{}: golden '{}', this build records none", key, text(value)));
+  return d;
+}
+
+}  // namespace splitcheck
