@@ -24,6 +24,11 @@ void RequestStateTable::apply(const StateUpdate& u) {
     return;
   }
   RequestState& st = at(u.request);
+  // A rollback of a request that took no snapshot (a stage that indexed its state through
+  // another request's slot, as batch.stale_microbatch_state does) keeps its caches as they
+  // are: the request then computes from the wrong state and diverges, and the table never
+  // holds fewer layer caches than its layer range.
+  if (st.snapshot.size() != st.caches.size()) return;
   st.caches = st.snapshot;
   st.positions = st.snapshot_positions;
 }

@@ -65,7 +65,8 @@ class RequestStateTable {
   bool contains(int32_t request) const { return states_.count(request) > 0; }
   // Snapshots the request's caches (before a verify block).
   void snapshot(int32_t request);
-  // Applies one update (rollback to the snapshot, or release).
+  // Applies one update (rollback to the snapshot, or release). A rollback of a request
+  // without a snapshot changes nothing.
   void apply(const StateUpdate& update);
   void clear() { states_.clear(); }
 

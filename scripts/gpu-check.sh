@@ -3,7 +3,7 @@
 # configure with CUDA, build, run the CUDA tests, sweep k3-tiny on the GPU (all 31 split
 # points, layer reuse off so every stage computes), run every fault scenario on the GPU,
 # run the benchmarks, and print a results table last.
-#   scripts/gpu-check.sh [--build-dir DIR] [--jobs N]
+#   scripts/gpu-check.sh [--build-dir DIR] [--jobs N]   (GPU_CHECK_ONLY=REGEX: only those steps)
 # Libraries missing on the machine (xtensor, xtl, libxxhash) are taken from .xt/ when it
 # holds Debian's packages unpacked (dpkg -x). Exit 0 when every step passed, else 1.
 set -uo pipefail
@@ -27,6 +27,10 @@ failed=0
 # step NAME BUDGET_S COMMAND...: runs it under a time limit, logs it, adds a table row.
 step() {
   local name="$1" budget="$2"; shift 2
+  # GPU_CHECK_ONLY (a regex): run only the steps it matches, besides configure and build.
+  if [[ -n "${GPU_CHECK_ONLY:-}" && ! "$name" =~ ^(configure|build)$ && ! "$name" =~ $GPU_CHECK_ONLY ]]; then
+    return 0
+  fi
   local t0=$SECONDS rc
   echo "== gpu-check: $name"
   timeout "$budget" "$@" >"$log/$name.log" 2>&1
@@ -77,6 +81,8 @@ for name in sorted(os.listdir(os.path.join(root, "scenarios"))):
         continue
     with open(os.path.join(root, "scenarios", name)) as f:
         s = json.load(f)
+    if "serving" in s:
+        continue  # serving runs on the cpu backend only (refused on cuda, exit 2)
     s["backend"] = "cuda"
     wl = s.get("workload", {})
     if "file" in wl and not os.path.isabs(wl["file"]):

@@ -71,6 +71,11 @@ sweep default-inproc 1 inproc "$root/scenarios/default.json"
 echo "== nccl-check: every fault scenario over NCCL"
 for f in "$root"/scenarios/fault-*.json; do
   name="$(basename "$f" .json)"
+  # Serving scenarios run over inproc only (refused over mpi and nccl, exit 2).
+  if grep -q '"serving"' "$f"; then
+    rows+=("$(printf '%-34s %-7s %5s %10s  %s' "$name" "nccl" "-" "-" "not run: serving runs over inproc only")")
+    continue
+  fi
   np="$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['partitions'].get('pp', 2))" "$f")"
   # A fault scenario exits 1 (a divergence found) when its expect is met; judge by expect.
   sweep "$name" "$np" nccl "$f" any-verdict

@@ -75,6 +75,8 @@ if [[ -f /usr/local/cuda/include/nccl.h || -f /usr/include/nccl.h ]] &&
    [[ -f /usr/local/cuda/include/cuda_runtime.h ]]; then
   flags+=(-DSPLITCHECK_NCCL=ON -DCUDAToolkit_ROOT=/usr/local/cuda)
 fi
+# ccache, where it is installed, makes a rebuild from another checkout cheap.
+command -v ccache >/dev/null && flags+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 echo "setup: configuring $build_dir (${flags[*]})"
 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}"
 echo "setup: building with $(nproc) job(s)"

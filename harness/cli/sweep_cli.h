@@ -22,7 +22,7 @@ struct SweepCli {
   bool progress = false;           // a progress line on stderr even when it is no terminal
   std::string command_line;        // recorded in the report as the command to reproduce
   bool self_check = false;
-  std::string waivers;       // waiver file (harness/verdict/waivers.h)
+  std::string waivers;  // waiver file (harness/verdict/waivers.h)
   void add_to(CLI::App& app);
   // Runs the sweep when its subcommand was given; returns the exit code. Under the `mpi`
   // transport every rank calls it: rank 0 sweeps and reports, the others serve stages.

@@ -407,9 +407,9 @@ Status parse_speculative(const ScenarioReader& r, const json& j, SpeculativeConf
 Status parse_serving(const ScenarioReader& r, const json& j, const Scenario& s,
                      ServingConfig* out) {
   const std::string ptr = "/serving";
-  RETURN_IF_ERROR(r.check_object(j, ptr,
-                                 {"arrival_steps", "arrival_every", "max_in_flight",
-                                  "token_budget", "chunk", "depth"}));
+  RETURN_IF_ERROR(r.check_object(
+      j, ptr,
+      {"arrival_steps", "arrival_every", "max_in_flight", "token_budget", "chunk", "depth"}));
   ServingConfig sv;
   sv.enabled = true;
   if (const json* v = member(j, "arrival_steps")) {
@@ -446,10 +446,9 @@ Status parse_serving(const ScenarioReader& r, const json& j, const Scenario& s,
   }
   // A verify block must fit in one step, or a speculative request never runs again.
   if (s.speculative.method != "none" && sv.token_budget < s.speculative.gamma + 1)
-    return r.error(ptr + "/token_budget",
-                   "must hold a verify block of gamma + 1 = " +
-                       std::to_string(s.speculative.gamma + 1) + " tokens, got " +
-                       std::to_string(sv.token_budget));
+    return r.error(ptr + "/token_budget", "must hold a verify block of gamma + 1 = " +
+                                              std::to_string(s.speculative.gamma + 1) +
+                                              " tokens, got " + std::to_string(sv.token_budget));
   if (s.speculative.context_only_producer)
     return r.error(ptr, "serving with a context-only producer is not supported");
   *out = std::move(sv);
@@ -529,11 +528,11 @@ Status parse_partitions(const ScenarioReader& r, const json& j, int layers, Part
 // typed, and a catching check that the sweep runs.
 Status parse_expect(const ScenarioReader& r, const json& j, const Scenario& s) {
   const std::string ptr = "/expect";
-  RETURN_IF_ERROR(r.check_object(
-      j, ptr,
-      {"verdict", "identical_splits", "identical", "diverged", "config_rejected", "caught_by",
-       "acceptance_rate_at_least", "acceptance_rate_at_most", "every_accepted_length",
-        "batch_invariant"}));
+  RETURN_IF_ERROR(
+      r.check_object(j, ptr,
+                     {"verdict", "identical_splits", "identical", "diverged", "config_rejected",
+                      "caught_by", "acceptance_rate_at_least", "acceptance_rate_at_most",
+                      "every_accepted_length", "batch_invariant"}));
   for (const char* field : {"acceptance_rate_at_least", "acceptance_rate_at_most"}) {
     if (const json* v = member(j, field)) {
       const std::string vptr = child(ptr, field);
@@ -585,11 +584,10 @@ Status parse_expect(const ScenarioReader& r, const json& j, const Scenario& s) {
 Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& source_name,
                                 const std::string& base_dir) {
   ScenarioReader r(source_name);
-  RETURN_IF_ERROR(r.check_object(
-      j, "",
-      {"name", "description", "model", "checkpoint", "workload", "engine", "capture_ids",
-       "speculative", "serving", "partitions", "faults", "checks", "backend", "transport",
-       "expect"}));
+  RETURN_IF_ERROR(r.check_object(j, "",
+                                 {"name", "description", "model", "checkpoint", "workload",
+                                  "engine", "capture_ids", "speculative", "serving", "partitions",
+                                  "faults", "checks", "backend", "transport", "expect"}));
   Scenario s;
   s.source_path = source_name;
   s.name = std::filesystem::path(source_name).stem().string();
@@ -665,6 +663,14 @@ Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& sour
 
 Status check_capabilities(const Scenario& s, const std::string& source_name) {
   const ScenarioReader r(source_name);
+  // Serving (SPEC 3.4) is built for the CPU backend over the inproc transport only: batched
+  // steps do not cross a process boundary yet, and the CUDA kernels take one request at a
+  // time.
+  if (s.serving.enabled && (s.backend != "cpu" || s.transport != "inproc"))
+    return r.error("/serving",
+                   "serving runs on backend \"cpu\" over transport \"inproc\" "
+                   "only (this scenario asks for backend \"" +
+                       s.backend + "\", transport \"" + s.transport + "\")");
   for (const auto& [kind, name] :
        {std::pair<std::string_view, const std::string&>{"backend", s.backend},
         {"transport", s.transport}}) {

@@ -340,8 +340,8 @@ TEST(ServingFaults, SensitivityTable) {
     const bool single = caught(1, 1, true);
     const bool concurrent = caught(8, 8, true);
     auto word = [](bool c) { return c ? "caught" : "invisible"; };
-    table += fmt::format("| {} | {} | {} | {} |\n", f.id, word(greedy), word(single),
-                         word(concurrent));
+    table +=
+        fmt::format("| {} | {} | {} | {} |\n", f.id, word(greedy), word(single), word(concurrent));
     EXPECT_FALSE(greedy) << f.id;
     EXPECT_TRUE(concurrent) << f.id;
     EXPECT_EQ(single, std::string(f.id) == "spec.rollback_last_stage_only") << f.id;
@@ -354,6 +354,26 @@ TEST(ServingFaults, SensitivityTable) {
 
 namespace splitcheck {
 namespace {
+
+// A rollback of a request that took no snapshot (what a stage does when it indexes its
+// state through another request's slot, batch.stale_microbatch_state) leaves that
+// request's caches whole, one per layer of the range: the stage computes from the wrong
+// state and diverges, never indexing past its caches (found as a heap corruption by the
+// fault sensitivity sweep at seed 1234).
+TEST(RequestStateTableTest, ARollbackWithoutASnapshotKeepsEveryLayerCache) {
+  const ModelConfig c = committed_scenario("serving").model;
+  RequestStateTable table(c, 4, 13);
+  table.at(3).positions = 5;
+  table.apply(StateUpdate{3, StateUpdate::Kind::kRollback});
+  EXPECT_EQ(table.at(3).caches.size(), 9u);
+  EXPECT_EQ(table.at(3).positions, 5);
+  // With a snapshot, a rollback returns to it.
+  table.snapshot(3);
+  table.at(3).positions = 12;
+  table.apply(StateUpdate{3, StateUpdate::Kind::kRollback});
+  EXPECT_EQ(table.at(3).caches.size(), 9u);
+  EXPECT_EQ(table.at(3).positions, 5);
+}
 
 Result<Scenario> serving_with(const nlohmann::json& serving) {
   nlohmann::json j = {{"workload", {{"prompts", 2}}},
@@ -376,6 +396,19 @@ TEST(ServingScenario, RefusesWhatCouldNeverBeServed) {
   EXPECT_FALSE(serving_with({{"depth", 5}}).is_ok());
   EXPECT_FALSE(serving_with({{"max_in_flight", 0}}).is_ok());
   EXPECT_FALSE(serving_with({{"chunk_size", 4}}).is_ok());
+  // Serving is built for cpu + inproc only: another transport or backend is refused
+  // naming /serving, whatever this build provides, never run half-way.
+  for (const auto& [backend, transport] :
+       {std::pair<std::string, std::string>{"cpu", "mpi"}, {"cpu", "nccl"}, {"cuda", "inproc"}}) {
+    Result<Scenario> served = serving_with({{"arrival_every", 1}});
+    ASSERT_TRUE(served.is_ok());
+    served->backend = backend;
+    served->transport = transport;
+    const Status st = check_capabilities(*served, "s.json");
+    ASSERT_FALSE(st.is_ok()) << backend << "/" << transport;
+    EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
+    EXPECT_NE(st.message().find("/serving"), std::string::npos) << st.message();
+  }
   // Only a serving scenario names the block in its resolved form (the identity of every
   // other scenario, and the default golden, stay as they were).
   Result<Scenario> plain = parse_scenario(nlohmann::json::object(), "y.json", ".");
