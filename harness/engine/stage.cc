@@ -281,10 +281,56 @@ Status Stage::run_layers(const KernelContext& ctx, ResidualState& st, const Laye
   return Status::ok();
 }
 
+Status Stage::receive_payload(int32_t forward, int64_t T, const std::vector<std::byte>& in,
+                              ResidualState& st, std::vector<std::pair<int, Tensor>>& taps) const {
+  const ModelConfig& c = cfg_.model;
+  PayloadExpectation expect{forward, T, c.hidden_size, cdiv(range_.begin, c.attn_res_block_size),
+                            incoming_tap_ids()};
+  ASSIGN_OR_RETURN(HandoffPayload p, decode_payload(in, expect),
+                   fmt::format("stage {} receiving forward {}", cfg_.index, forward));
+  // The receiver: P = hidden, the bank rows it was sent, and an explicit zero delta
+  // unless its first layer writes a block (then the layer starts a block itself).
+  st.prefix = p.hidden;
+  st.bank = Tensor::zeros(DType::kBF16, {T, c.num_blocks(), c.hidden_size});
+  const int64_t rows = p.bank.dim(1), h = c.hidden_size;
+  for (int64_t t = 0; t < T; ++t)
+    std::memcpy(st.bank.data<bf16>() + t * c.num_blocks() * h, p.bank.data<bf16>() + t * rows * h,
+                static_cast<size_t>(rows * h) * sizeof(bf16));
+  if (!c.is_block_write_layer(range_.begin) && !cfg_.faults.has("handoff.no_zero_delta")) {
+    st.delta = Tensor::zeros(DType::kBF16, {T, c.hidden_size});
+    st.has_delta = true;
+  }
+  for (size_t i = 0; i < p.aux_ids.size(); ++i) {
+    Tensor tap = Tensor::zeros(DType::kBF16, {T, h});
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(tap.data<bf16>() + t * h,
+                  p.aux.data<bf16>() + t * p.aux.dim(1) + static_cast<int64_t>(i) * h,
+                  static_cast<size_t>(h) * sizeof(bf16));
+    taps.emplace_back(p.aux_ids[i], std::move(tap));
+  }
+  return Status::ok();
+}
+
+std::vector<std::byte> Stage::send_payload(int32_t forward, int64_t T, const ResidualState& st,
+                                           const std::vector<std::pair<int, Tensor>>& taps) const {
+  const ModelConfig& c = cfg_.model;
+  HandoffPayload p;
+  p.forward = forward;
+  p.hidden = folded_hidden(st);
+  p.bank = bank_rows(st.bank, cdiv(range_.end, c.attn_res_block_size));
+  std::vector<std::pair<int, Tensor>> relayed;
+  for (const auto& [k, t] : taps) {
+    if (k == 0 && !relays_tap0()) continue;
+    p.aux_ids.push_back(k);
+    relayed.emplace_back(k, t);
+  }
+  p.aux = concat_taps(relayed, T, c.hidden_size);
+  return encode_payload(p);
+}
+
 Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std::byte>* in,
                                RunRecord* record, DispatchTrace* trace) {
   const ModelConfig& c = cfg_.model;
-  const int S = c.attn_res_block_size;
   const int64_t T = static_cast<int64_t>(req.ids.size());
   KernelContext ctx{trace, req.index, -1, Site::kEmbed, cfg_.index, -1};
   StageOutput out;
@@ -299,30 +345,7 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
   } else {
     if (in == nullptr)
       return internal_error(fmt::format("stage {} received no payload", cfg_.index));
-    PayloadExpectation expect{req.index, T, c.hidden_size, cdiv(range_.begin, S),
-                              incoming_tap_ids()};
-    ASSIGN_OR_RETURN(HandoffPayload p, decode_payload(*in, expect),
-                     fmt::format("stage {} receiving forward {}", cfg_.index, req.index));
-    // The receiver: P = hidden, the bank rows it was sent, and an explicit zero delta
-    // unless its first layer writes a block (then the layer starts a block itself).
-    st.prefix = p.hidden;
-    st.bank = Tensor::zeros(DType::kBF16, {T, c.num_blocks(), c.hidden_size});
-    const int64_t rows = p.bank.dim(1), h = c.hidden_size;
-    for (int64_t t = 0; t < T; ++t)
-      std::memcpy(st.bank.data<bf16>() + t * c.num_blocks() * h, p.bank.data<bf16>() + t * rows * h,
-                  static_cast<size_t>(rows * h) * sizeof(bf16));
-    if (!c.is_block_write_layer(range_.begin) && !cfg_.faults.has("handoff.no_zero_delta")) {
-      st.delta = Tensor::zeros(DType::kBF16, {T, c.hidden_size});
-      st.has_delta = true;
-    }
-    for (size_t i = 0; i < p.aux_ids.size(); ++i) {
-      Tensor tap = Tensor::zeros(DType::kBF16, {T, h});
-      for (int64_t t = 0; t < T; ++t)
-        std::memcpy(tap.data<bf16>() + t * h,
-                    p.aux.data<bf16>() + t * p.aux.dim(1) + static_cast<int64_t>(i) * h,
-                    static_cast<size_t>(h) * sizeof(bf16));
-      taps.emplace_back(p.aux_ids[i], std::move(tap));
-    }
+    RETURN_IF_ERROR(receive_payload(req.index, T, *in, st, taps));
     place_state(st, weights_.device());  // the received state goes where the weights are
     RETURN_IF_ERROR(run_layers(ctx, st, rec, &taps));
   }
@@ -343,18 +366,7 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     return out;
   }
-  HandoffPayload p;
-  p.forward = req.index;
-  p.hidden = folded_hidden(st);
-  p.bank = bank_rows(st.bank, cdiv(range_.end, S));
-  std::vector<std::pair<int, Tensor>> relayed;
-  for (const auto& [k, t] : taps) {
-    if (k == 0 && !relays_tap0()) continue;
-    p.aux_ids.push_back(k);
-    relayed.emplace_back(k, t);
-  }
-  p.aux = concat_taps(relayed, T, c.hidden_size);
-  out.payload = encode_payload(p);
+  out.payload = send_payload(req.index, T, st, taps);
   return out;
 }
 

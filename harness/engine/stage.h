@@ -127,6 +127,15 @@ class Stage {
 
  private:
   explicit Stage(StageConfig cfg) : cfg_(std::move(cfg)) {}
+  // The handoff receiver (SPEC 2.7): decodes forward `forward`'s payload of T rows into
+  // `st` (P = hidden, the bank rows sent, an explicit zero delta unless the first layer
+  // writes a block) and appends the taps it carries. A malformed payload is its status.
+  Status receive_payload(int32_t forward, int64_t T, const std::vector<std::byte>& in,
+                         ResidualState& st, std::vector<std::pair<int, Tensor>>& taps) const;
+  // The handoff sender: forward `forward`'s payload (folded hidden, the bank rows up to
+  // this stage's end, the relayed taps) from the state after the stage's last layer.
+  std::vector<std::byte> send_payload(int32_t forward, int64_t T, const ResidualState& st,
+                                      const std::vector<std::pair<int, Tensor>>& taps) const;
   bool captured(int k) const;
   bool owns_tap(int k) const;
   // Ids of taps that arrive in the payload: captured and owned by an earlier stage.

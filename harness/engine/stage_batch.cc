@@ -3,25 +3,10 @@
 // release). Three of SPEC 6's faults restore historical bugs of this path.
 #include <fmt/format.h>
 
-#include <cstring>
 
 #include "harness/engine/stage.h"
 
 namespace splitcheck {
-namespace {
-
-int cdiv(int a, int b) { return (a + b - 1) / b; }
-
-Tensor first_bank_rows(const Tensor& bank, int64_t rows) {
-  const int64_t t = bank.dim(0), r = bank.dim(1), h = bank.dim(2);
-  Tensor out = Tensor::zeros(DType::kBF16, {t, rows, h});
-  for (int64_t i = 0; i < t; ++i)
-    std::memcpy(out.data<bf16>() + i * rows * h, bank.data<bf16>() + i * r * h,
-                static_cast<size_t>(rows * h) * sizeof(bf16));
-  return out;
-}
-
-}  // namespace
 
 void Stage::record_request_caches(int32_t forward, int32_t request, RunRecord& record) {
   if (!requests_) return;
@@ -36,7 +21,6 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
                                                   std::vector<RunRecord>* records,
                                                   std::vector<DispatchTrace>& traces) {
   const ModelConfig& c = cfg_.model;
-  const int S = c.attn_res_block_size;
   const int pp = cfg_.partition.stages();
   if (!requests_) requests_ = std::make_unique<RequestStateTable>(c, range_.begin, range_.end);
   RequestStateTable& table = *requests_;
@@ -97,29 +81,7 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
     } else {
       if (i >= in.size())
         return internal_error(fmt::format("stage {} received no payload", cfg_.index));
-      PayloadExpectation expect{seg.index, T, c.hidden_size, cdiv(range_.begin, S),
-                                incoming_tap_ids()};
-      ASSIGN_OR_RETURN(HandoffPayload p, decode_payload(in[i], expect),
-                       fmt::format("stage {} receiving forward {}", cfg_.index, seg.index));
-      st.prefix = p.hidden;
-      st.bank = Tensor::zeros(DType::kBF16, {T, c.num_blocks(), c.hidden_size});
-      const int64_t rows = p.bank.dim(1), h = c.hidden_size;
-      for (int64_t t = 0; t < T; ++t)
-        std::memcpy(st.bank.data<bf16>() + t * c.num_blocks() * h,
-                    p.bank.data<bf16>() + t * rows * h,
-                    static_cast<size_t>(rows * h) * sizeof(bf16));
-      if (!c.is_block_write_layer(range_.begin) && !cfg_.faults.has("handoff.no_zero_delta")) {
-        st.delta = Tensor::zeros(DType::kBF16, {T, c.hidden_size});
-        st.has_delta = true;
-      }
-      for (size_t a = 0; a < p.aux_ids.size(); ++a) {
-        Tensor tap = Tensor::zeros(DType::kBF16, {T, h});
-        for (int64_t t = 0; t < T; ++t)
-          std::memcpy(tap.data<bf16>() + t * h,
-                      p.aux.data<bf16>() + t * p.aux.dim(1) + static_cast<int64_t>(a) * h,
-                      static_cast<size_t>(h) * sizeof(bf16));
-        taps.emplace_back(p.aux_ids[a], std::move(tap));
-      }
+      RETURN_IF_ERROR(receive_payload(seg.index, T, in[i], st, taps));
     }
     states.push_back(&st);
   }
@@ -156,18 +118,7 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
                        [](const auto& a, const auto& b) { return a.first < b.first; });
       continue;
     }
-    HandoffPayload p;
-    p.forward = seg.index;
-    p.hidden = folded_hidden(out.state);
-    p.bank = first_bank_rows(out.state.bank, cdiv(range_.end, S));
-    std::vector<std::pair<int, Tensor>> relayed;
-    for (const auto& [k, t] : out.taps) {
-      if (k == 0 && !relays_tap0()) continue;
-      p.aux_ids.push_back(k);
-      relayed.emplace_back(k, t);
-    }
-    p.aux = concat_taps(relayed, T, c.hidden_size);
-    out.payload = encode_payload(p);
+    out.payload = send_payload(seg.index, T, out.state, out.taps);
   }
   return outs;
 }
