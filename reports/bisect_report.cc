@@ -13,7 +13,8 @@ nlohmann::json size_json(const ScenarioSize& z) {
           {"prompts", z.prompts},
           {"max_new_tokens", z.max_new_tokens},
           {"max_prompt_tokens", z.max_prompt_tokens},
-          {"partitions", z.partitions}};
+          {"partitions", z.partitions},
+          {"max_in_flight", z.max_in_flight}};
 }
 
 }  // namespace
@@ -52,6 +53,7 @@ Result<nlohmann::json> bisect_report(const BisectResult& r, const Scenario& s,
     c["cause"] = f.cause;
     nlohmann::json where = {{"forward", f.forward}, {"layer", f.layer},     {"site", f.site},
                             {"token", f.token},     {"channel", f.channel}, {"dataset", f.dataset}};
+    if (f.request >= 0) where["request"] = f.request;
     c["location"] = where;
     cases.push_back(c);
     bisect["cause"] = f.cause;

@@ -190,6 +190,66 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
     cr.failed_checks = c.value("failed_checks", std::vector<std::string>{});
     result.cases.push_back(std::move(cr));
   }
+  // What `expect` reads besides the cases: PP=1's acceptance (equal in every shard) and,
+  // for serving, the batch invariance check.
+  if (first.contains("acceptance") && first["acceptance"].is_array() &&
+      !first["acceptance"].empty() && first["acceptance"][0].is_object()) {
+    const nlohmann::json& row = first["acceptance"][0];
+    AcceptanceFigures& a = result.pp1_acceptance;
+    a.speculative = true;
+    a.steps = row.value("steps", int64_t{0});
+    a.accepted = row.value("accepted", int64_t{0});
+    a.acceptance_rate = row.value("acceptance_rate", 0.0);
+    a.tokens_per_forward = row.value("tokens_per_forward", 0.0);
+    a.mean_accepted = row.value("mean_accepted_length", 0.0);
+    a.accepted_histogram = row.value("accepted_histogram", std::vector<int64_t>{});
+    a.strict_correct = row.value("gsm8k_strict", 0);
+    a.flexible_correct = row.value("gsm8k_flexible", 0);
+    a.prompts = row.value("prompts", 0);
+  }
+  nlohmann::json serving_matrix, serving_invariance;
+  if (first.contains("serving") && first["serving"].is_object()) {
+    // Serving (SPEC 3.4): the request x split-point matrix, one row per split point in the
+    // unsharded order; every shard checked batch invariance on its own PP=1 run, so the
+    // merged check is the worst shard's, with every shard's differences.
+    std::map<std::string, nlohmann::json> rows;
+    nlohmann::json invariance =
+        first["serving"].value("batch_invariance", nlohmann::json::object());
+    std::vector<std::string> differences;
+    for (size_t r = 0; r < reports.size(); ++r) {
+      const nlohmann::json sv = reports[r].value("serving", nlohmann::json::object());
+      if (sv.value("requests", nlohmann::json()) != first["serving"]["requests"])
+        return invalid_input(
+            fmt::format("{} and {}: different serving requests", paths[0], paths[r]));
+      for (const nlohmann::json& row : sv.value("matrix", nlohmann::json::array()))
+        if (row.is_object()) rows[row.value("split", "")] = row;
+      const nlohmann::json bi = sv.value("batch_invariance", nlohmann::json::object());
+      if (bi.value("identical", 0) < invariance.value("identical", 0) ||
+          !bi.value("checked", false))
+        invariance = {{"checked", bi.value("checked", false)},
+                      {"requests", bi.value("requests", 0)},
+                      {"identical", bi.value("identical", 0)}};
+      for (const std::string& d : bi.value("differences", std::vector<std::string>{}))
+        if (std::find(differences.begin(), differences.end(), d) == differences.end())
+          differences.push_back(d);
+    }
+    invariance["differences"] = differences;
+    result.batch_invariance.checked = invariance.value("checked", false);
+    result.batch_invariance.requests = invariance.value("requests", 0);
+    result.batch_invariance.identical = invariance.value("identical", 0);
+    result.batch_invariance.differences = differences;
+    nlohmann::json matrix = nlohmann::json::array();
+    for (const nlohmann::json& c : cases) {
+      auto it = rows.find(c["key"].get<std::string>());
+      if (it == rows.end())
+        return invalid_input(fmt::format("{}: case {} has no row in serving.matrix",
+                                         paths[key_from[c["key"].get<std::string>()]],
+                                         c["key"].get<std::string>()));
+      matrix.push_back(it->second);
+    }
+    serving_matrix = matrix;
+    serving_invariance = invariance;
+  }
   // As in run_sweep: a filtered sweep cannot meet or miss the whole sweep's `expect`.
   result.expect_failures =
       evaluate_expect(filter.empty() ? s->expect : nlohmann::json::object(), result);
@@ -217,6 +277,10 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
       if (it != rows.end()) acceptance.push_back(it->second);
     }
     merged["acceptance"] = acceptance;
+  }
+  if (!serving_matrix.is_null()) {
+    merged["serving"]["matrix"] = serving_matrix;
+    merged["serving"]["batch_invariance"] = serving_invariance;
   }
   merged["verdict"] = result.conformant() ? "conformant" : "divergent";
   merged["command"] = unsharded_command(first.value("command", ""), report_dir);

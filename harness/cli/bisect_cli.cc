@@ -60,6 +60,7 @@ int BisectCli::run() {
 
   fmt::print("bisect {}: first failing split {} ({}), verdict {}\n", s->name, f.key, f.layout,
              verdict_name(f.verdict));
+  if (f.request >= 0) fmt::print("  first diverging request: {}\n", f.request);
   if (!f.dataset.empty()) {
     fmt::print("  first divergence: forward {}, layer {}, site {}, token {}, channel {} ({})\n",
                f.forward, f.layer, f.site, f.token, f.channel, f.dataset);
@@ -72,10 +73,11 @@ int BisectCli::run() {
   for (const std::string& step : r->steps) fmt::print("  minimise: {}\n", step);
   auto size = [](const ScenarioSize& z) {
     return fmt::format(
-        "{} layers, {} prompts, {} new tokens, {} prompt tokens, {} split points", z.layers,
+        "{} layers, {} prompts, {} new tokens, {} prompt tokens, {} split points{}", z.layers,
         z.prompts, z.max_new_tokens,
         z.max_prompt_tokens == 0 ? std::string("all") : std::to_string(z.max_prompt_tokens),
-        z.partitions);
+        z.partitions,
+        z.max_in_flight > 0 ? fmt::format(", {} in flight", z.max_in_flight) : std::string());
   };
   fmt::print("  before: {}\n", size(r->before));
   fmt::print("  after:  {}\n", size(r->after));

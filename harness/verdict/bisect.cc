@@ -45,6 +45,7 @@ BisectFinding finding_of(const CaseResult& c) {
   f.verdict = c.verdict;
   f.cause = classify_cause(c);
   f.message = c.message;
+  f.request = c.first_divergence_request;
   if (c.first_divergence) {
     f.dataset = c.first_divergence->path;
     f.forward = c.first_divergence_forward;
@@ -102,6 +103,7 @@ ScenarioSize scenario_size(const Scenario& s) {
   z.prompts = s.workload.prompts;
   z.max_new_tokens = s.workload.max_new_tokens;
   z.max_prompt_tokens = s.workload.max_prompt_tokens;
+  z.max_in_flight = s.serving.enabled ? s.serving.max_in_flight : 0;
   Result<std::vector<Partition>> parts =
       enumerate_partitions(s.partitions, z.layers, FaultSet{s.faults});
   z.partitions = parts.is_ok() ? static_cast<int>(parts->size()) : -1;
@@ -219,11 +221,36 @@ Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
     best = std::move(j);
     out.steps.push_back(fmt::format("partitions: only {}: kept", first->key));
   }
-  RETURN_IF_ERROR(attempt("prompts -> 1", [](json& j) {
-    if (j["workload"]["prompts"].get<int>() <= 1) return false;
-    j["workload"]["prompts"] = 1;
-    return true;
-  }));
+  // Fewer prompts, smallest first: 1, 2, 4, ... below the current count. A serving
+  // fault may need several requests in flight to show, so one prompt is not enough to try.
+  // Explicit arrival steps keep one per remaining prompt.
+  const int prompts = s.workload.prompts;
+  for (int n = 1; n < prompts; n *= 2) {
+    const size_t steps_before = out.steps.size();
+    RETURN_IF_ERROR(attempt(fmt::format("prompts -> {}", n), [n](json& j) {
+      if (j["workload"]["prompts"].get<int>() <= n) return false;
+      j["workload"]["prompts"] = n;
+      if (j.contains("serving") && j["serving"].contains("arrival_steps") &&
+          j["serving"]["arrival_steps"].is_array() && j["serving"]["arrival_steps"].size() > 0) {
+        json& steps = j["serving"]["arrival_steps"];
+        steps.erase(steps.begin() + std::min<std::ptrdiff_t>(n, std::ssize(steps)), steps.end());
+      }
+      return true;
+    }));
+    if (out.steps.size() > steps_before && out.steps.back().ends_with(": kept")) break;
+  }
+  // Serving: lower concurrency, smallest first, while the cause still shows.
+  if (s.serving.enabled) {
+    for (int n = 1; n < s.serving.max_in_flight; n *= 2) {
+      const size_t steps_before = out.steps.size();
+      RETURN_IF_ERROR(attempt(fmt::format("serving.max_in_flight -> {}", n), [n](json& j) {
+        if (j["serving"]["max_in_flight"].get<int>() <= n) return false;
+        j["serving"]["max_in_flight"] = n;
+        return true;
+      }));
+      if (out.steps.size() > steps_before && out.steps.back().ends_with(": kept")) break;
+    }
+  }
   for (int n : {1, 2}) {
     RETURN_IF_ERROR(attempt(fmt::format("max_new_tokens -> {}", n), [n](json& j) {
       if (j["workload"]["max_new_tokens"].get<int>() <= n) return false;

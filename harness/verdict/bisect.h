@@ -37,6 +37,7 @@ struct BisectFinding {
   std::string site;
   int64_t token = -1;    // row of the first differing element
   int64_t channel = -1;  // column of the first differing element
+  int32_t request = -1;  // serving scenarios: the request that diverged first; -1 otherwise
 };
 
 // The sizes a minimisation shrinks.
@@ -45,6 +46,7 @@ struct ScenarioSize {
   int prompts = 0;
   int max_new_tokens = 0;
   int max_prompt_tokens = 0;  // 0 = whole prompt
+  int max_in_flight = 0;      // serving scenarios: the concurrency; 0 when not serving
   int partitions = 0;         // split points swept (-1 when not enumerable)
 };
 

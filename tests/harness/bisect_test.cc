@@ -100,5 +100,42 @@ TEST(BisectTest, ConformantScenarioHasNothingToBisect) {
   EXPECT_GE(r->sweeps, 1);
 }
 
+// A serving fault shows only with several requests in flight: bisect names the request
+// that diverged first and shrinks the request count (1 is too few, so it must try more)
+// while the cause stays the same, and the repro still fails that way.
+TEST(BisectTest, ServingFaultNamesTheRequestAndKeepsOnlyTheRequestsItNeeds) {
+  Result<Scenario> s = load_scenario(std::string(SPLITCHECK_SOURCE_DIR) +
+                                     "/scenarios/fault-batch-stale-microbatch-state.json");
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  // Already small in every other size, so the test spends its sweeps on the requests.
+  nlohmann::json j = resolved_scenario_json(*s);
+  j["partitions"] = {{"pp", 2}, {"splits", {{4}}}};
+  j["model"]["overrides"]["num_hidden_layers"] = 8;
+  j["capture_ids"] = {2, 4, 8};
+  j["workload"]["max_new_tokens"] = 2;
+  j["workload"]["max_prompt_tokens"] = 4;
+  Result<Scenario> small = parse_scenario(j, "stale-small", SPLITCHECK_SOURCE_DIR);
+  ASSERT_TRUE(small.is_ok()) << small.status().message();
+  ASSERT_GT(small->workload.prompts, 2);
+
+  Result<BisectResult> r = bisect(*small, BisectOptions{});
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_FALSE(r->conformant);
+  EXPECT_GE(r->finding.request, 0) << r->finding.message;
+  EXPECT_GT(r->after.prompts, 1);
+  EXPECT_LT(r->after.prompts, r->before.prompts);
+  EXPECT_GT(r->after.max_in_flight, 0);
+
+  Result<Scenario> repro = parse_scenario(r->repro, "stale-repro", SPLITCHECK_SOURCE_DIR);
+  ASSERT_TRUE(repro.is_ok()) << repro.status().message();
+  EXPECT_EQ(repro->workload.prompts, r->after.prompts);
+  Result<SweepResult> again = run_sweep(*repro, SweepOptions{});
+  ASSERT_TRUE(again.is_ok()) << again.status().message();
+  std::optional<BisectFinding> f = first_failure(*again);
+  ASSERT_TRUE(f.has_value()) << "the repro passes";
+  EXPECT_EQ(f->cause, r->finding.cause);
+  EXPECT_GE(f->request, 0);
+}
+
 }  // namespace
 }  // namespace splitcheck

@@ -140,6 +140,61 @@ TEST_F(MergeTest, CliShardsWithFilterMergeToTheUnshardedReport) {
   EXPECT_NE(partial.err.find("missing"), std::string::npos) << partial.err;
 }
 
+// A speculative serving sweep, sharded and merged: the request x split-point matrix holds
+// every shard's rows in the unsharded order, the batch-invariance check comes through,
+// and `expect` (batch_invariant, acceptance_rate_at_least: both read more than the cases)
+// is met as in the unsharded sweep.
+TEST_F(MergeTest, ServingShardsMergeToTheUnshardedReport) {
+  Result<Scenario> full =
+      load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/serving.json");
+  ASSERT_TRUE(full.is_ok()) << full.status().message();
+  nlohmann::json j = resolved_scenario_json(*full);
+  j["workload"]["prompts"] = 4;
+  j["workload"]["max_new_tokens"] = 6;
+  j["partitions"] = {{"pp", 2}, {"splits", {{8}, {13}, {24}}}};
+  j["expect"] = {
+      {"verdict", "conformant"}, {"batch_invariant", true}, {"acceptance_rate_at_least", 0.0}};
+  Result<Scenario> s = parse_scenario(j, "serving-small", SPLITCHECK_SOURCE_DIR);
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  auto report = [&](int index, int count) {
+    SweepOptions o;
+    o.threads = 2;
+    o.shard_index = index;
+    o.shard_count = count;
+    Result<SweepResult> r = run_sweep(*s, o);
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    return sweep_report(*r, ReportContext{"splitcheck sweep serving-small.json"});
+  };
+  const nlohmann::json whole = report(0, 1);
+  ASSERT_EQ(whole["exit_code"], 0) << whole["expect"].dump();
+  ASSERT_EQ(whole["serving"]["matrix"].size(), 3u);
+  const nlohmann::json s0 = report(0, 2), s1 = report(1, 2);
+  Result<nlohmann::json> merged = merge_reports({s1, s0}, {"b/report.json", "a/report.json"}, "");
+  ASSERT_TRUE(merged.is_ok()) << merged.status().message();
+  EXPECT_EQ((*merged)["exit_code"], 0) << (*merged)["expect"].dump();
+  EXPECT_EQ((*merged)["expect"], whole["expect"]);
+  EXPECT_EQ((*merged)["serving"], whole["serving"]);
+  EXPECT_EQ((*merged)["acceptance"], whole["acceptance"]);
+
+  // A shard whose invariance check found a difference fails the merged sweep.
+  nlohmann::json bad = s1;
+  bad["serving"]["batch_invariance"]["identical"] = 3;
+  bad["serving"]["batch_invariance"]["differences"] = {"request 2: differs alone"};
+  Result<nlohmann::json> failing = merge_reports({s0, bad}, {"a/report.json", "b/report.json"}, "");
+  ASSERT_TRUE(failing.is_ok()) << failing.status().message();
+  EXPECT_EQ((*failing)["exit_code"], 1);
+  EXPECT_EQ((*failing)["serving"]["batch_invariance"]["identical"], 3);
+
+  // A shard without its matrix rows is refused, naming it.
+  nlohmann::json rowless = s1;
+  rowless["serving"]["matrix"] = nlohmann::json::array();
+  Result<nlohmann::json> refused =
+      merge_reports({s0, rowless}, {"a/report.json", "b/report.json"}, "");
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("b/report.json"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST_F(MergeTest, WrongFormatVersionExits2NamingTheFile) {
   const fs::path bad =
       edited_shard1("v99.json", [](nlohmann::json& j) { j["format_version"] = 99; });
