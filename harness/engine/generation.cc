@@ -88,6 +88,29 @@ std::string histogram_text(const std::vector<int64_t>& h) {
   return out;
 }
 
+Result<std::unique_ptr<Drafter>> make_drafter(const Scenario& s, const WeightStore& own,
+                                              const DrafterBinding& binding, const MemoUse& memo,
+                                              ReuseStats* reuse) {
+  const int n_taps = static_cast<int>(s.capture_ids.size());
+  const Departure departure{s.model.seed, s.speculative.departure_rate};
+  if (s.speculative.method == "eagle3") {
+    if (n_taps != kEagle3Taps)
+      return config_rejected("the eagle3 drafter fuses " + std::to_string(kEagle3Taps) +
+                             " taps; the scenario captures " + std::to_string(n_taps));
+    ASSIGN_OR_RETURN(std::unique_ptr<Eagle3Drafter> e,
+                     Eagle3Drafter::create(s.model, own, binding));
+    e->set_departure(departure);
+    return std::unique_ptr<Drafter>(std::move(e));
+  }
+  if (s.speculative.method != "dspark")
+    return config_rejected("no drafter for speculative method " + s.speculative.method);
+  ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> d,
+                   DsparkDrafter::create(s.model, own, binding, n_taps));
+  d->set_departure(departure);
+  d->set_memo(memo, reuse);
+  return std::unique_ptr<Drafter>(std::move(d));
+}
+
 Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, const WeightStore& host,
                                          int host_stage, bool host_is_first, WeightSource& source,
                                          const PreparedWorkload& workload, RunRecord* record,
@@ -116,10 +139,6 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, cons
     return bound;
   }
   const bool producer = s.speculative.context_only_producer;
-  const int n_taps = static_cast<int>(s.capture_ids.size());
-  if (eagle3 && n_taps != kEagle3Taps)
-    return config_rejected("the eagle3 drafter fuses " + std::to_string(kEagle3Taps) +
-                           " taps; the scenario captures " + std::to_string(n_taps));
   const std::vector<std::string> names = drafter_tensor_names(s);
   ASSIGN_OR_RETURN(WeightStore own, load_weights(source, names),
                    std::string(s.speculative.method) + " drafter");
@@ -128,20 +147,7 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, cons
     // proposes nothing: prefill only, no embedding needed.
     binding.embed = binding.embed ? binding.embed : &binding.own_embedding;
   }
-  std::unique_ptr<Drafter> drafter;
-  const Departure departure{s.model.seed, s.speculative.departure_rate};
-  if (eagle3) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Eagle3Drafter> e,
-                     Eagle3Drafter::create(s.model, own, binding));
-    e->set_departure(departure);
-    drafter = std::move(e);
-  } else {
-    ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> d,
-                     DsparkDrafter::create(s.model, own, binding, n_taps));
-    d->set_departure(departure);
-    d->set_memo(memo, reuse);
-    drafter = std::move(d);
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Drafter> drafter, make_drafter(s, own, binding, memo, reuse));
   SpeculativeOptions opts{gen, s.speculative.gamma, batch_invariant(backend_device(s.backend))};
   if (producer) opts.generation.max_new_tokens = 1;
   ASSIGN_OR_RETURN(out.spec,

@@ -76,6 +76,15 @@ std::string histogram_text(const std::vector<int64_t>& histogram);
 // The checkpoint names of the scenario's drafter (empty without one).
 std::vector<std::string> drafter_tensor_names(const Scenario& scenario);
 
+// The scenario's drafter (dspark or eagle3) over its own tensors `own` and the embedding
+// `binding` bound, with the scenario's departure settings; DSpark's proposals go through
+// `memo` (`reuse` counts them). An eagle3 drafter without its three taps is
+// StatusCode::kConfigRejected.
+Result<std::unique_ptr<Drafter>> make_drafter(const Scenario& scenario, const WeightStore& own,
+                                              const DrafterBinding& binding,
+                                              const MemoUse& memo = MemoUse{},
+                                              ReuseStats* reuse = nullptr);
+
 // Runs the scenario's prompts on `engine`. `host` is the weights of the stage where the
 // drafter runs (`host_stage`; `host_is_first` when that stage also holds layer 0).
 // Records "spec" figures (including the GSM8K-style strict and flexible scores) when
@@ -94,13 +103,10 @@ Result<GenerationSummary> run_generation(const Scenario& scenario, Engine& engin
 // subset of the requests (ServingOptions), e.g. one request alone.
 struct ServingResult;
 struct ServingOptions;
-Result<GenerationSummary> run_serving_generation(const Scenario& scenario, Engine& engine,
-                                                 const WeightStore& host, int host_stage,
-                                                 bool host_is_first, WeightSource& source,
-                                                 const PreparedWorkload& workload,
-                                                 RunRecord* record,
-                                                 const ServingOptions* subset = nullptr,
-                                                 ServingResult* serving = nullptr);
+Result<GenerationSummary> run_serving_generation(
+    const Scenario& scenario, Engine& engine, const WeightStore& host, int host_stage,
+    bool host_is_first, WeightSource& source, const PreparedWorkload& workload, RunRecord* record,
+    const ServingOptions* subset = nullptr, ServingResult* serving = nullptr);
 
 // Loads the scenario's drafter on `stage` through bind_drafter, as if it ran there, and
 // returns what the loading path said: on a stage without the embedding, the clear

@@ -32,38 +32,35 @@ Result<GenerationSummary> run_serving_generation(const Scenario& s, Engine& engi
     prompts = workload.prompts;
   }
   const SpecMethodInfo* method = find_spec_method(s.speculative.method);
-  const bool dspark = method != nullptr && method->has_drafter && s.speculative.method == "dspark";
-  if (method != nullptr && method->has_drafter && !dspark)
-    return config_rejected("serving supports the dspark drafter or none, not " +
-                           s.speculative.method);
+  const bool speculative = method != nullptr && method->has_drafter;
   DrafterBinding binding;
   WeightStore own;
   DrafterFactory factory;
-  if (dspark) {
+  if (speculative) {
     const Status bound = bind_drafter(s, host, host_stage, host_is_first, binding);
     out.drafter = describe_drafter(s, binding, host, host_stage);
     if (!bound.is_ok()) {
       out.drafter.refusal = bound.message();
       return bound;
     }
-    ASSIGN_OR_RETURN(own, load_weights(source, drafter_tensor_names(s)), "dspark drafter");
+    ASSIGN_OR_RETURN(own, load_weights(source, drafter_tensor_names(s)),
+                     s.speculative.method + " drafter");
+    // One drafter per request, each with its own draft cache; refused up front when the
+    // scenario cannot have one (an eagle3 drafter without its three taps).
+    RETURN_IF_ERROR(make_drafter(s, own, binding).status());
     opt.gamma = s.speculative.gamma;
-    const int n_taps = static_cast<int>(s.capture_ids.size());
-    const Departure departure{s.model.seed, s.speculative.departure_rate};
     factory = [&](int32_t request) -> Result<std::unique_ptr<Drafter>> {
-      ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> d,
-                       DsparkDrafter::create(s.model, own, binding, n_taps));
-      d->set_departure(departure);
+      ASSIGN_OR_RETURN(std::unique_ptr<Drafter> d, make_drafter(s, own, binding));
       d->reset(request);
-      return std::unique_ptr<Drafter>(std::move(d));
+      return d;
     };
   }
   ASSIGN_OR_RETURN(ServingResult served, serve_requests(engine, prompts, factory, opt, record));
-  out.speculative = dspark;
+  out.speculative = speculative;
   out.spec = served.spec;
   out.generation = served.spec.generation;
   if (subset == nullptr) score(s, workload, out.generation, out);
-  if (record != nullptr && dspark) {
+  if (record != nullptr && speculative) {
     record->set_attr("spec", "strict_correct", int64_t{out.strict_correct});
     record->set_attr("spec", "flexible_correct", int64_t{out.flexible_correct});
     record->set_attr("spec", "prompts", static_cast<int64_t>(prompts.size()));
