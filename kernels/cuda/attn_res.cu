@@ -42,7 +42,6 @@ namespace {
 // one thread per group, rounded up to a warp, within [128, 1024], more groups a thread
 // past 1024 groups.
 constexpr int kMaxThreads = 1024;
-constexpr int kMaxWarps = kMaxThreads / 32;
 constexpr int kRegGroups = 2;
 constexpr int kRegThreads = 512;
 int threads_for(int64_t groups) {
@@ -175,16 +174,18 @@ __device__ __forceinline__ float warp_sum(float v) {
 template <bool kFallback, int VEC, int NREG>
 __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
     attn_res_kernel(Params a) {
-  constexpr int G = NREG > 0 ? kRegGroups : 1;  // groups held in registers
-  extern __shared__ float mix[];                // NREG == 0: the mixture m, [h]
+  constexpr int G = NREG > 0 ? kRegGroups : 1;                    // groups held in registers
+  constexpr int W = (NREG > 0 ? kRegThreads : kMaxThreads) / 32;  // the most warps
+  extern __shared__ float mix[];                                  // NREG == 0: the mixture m, [h]
   // The warps' partial sums of every source (padded: a lane reads a row), the output's.
-  __shared__ float red_dot[kMaxSources][kMaxWarps + 1];
-  __shared__ float red_ss[kMaxSources][kMaxWarps + 1];
-  __shared__ float red_out[kMaxWarps];
+  __shared__ float red_dot[kMaxSources][W + 1];
+  __shared__ float red_ss[kMaxSources][W + 1];
+  __shared__ float red_out[W];
   // Each warp's copy of the scores and the softmax's weights.
-  __shared__ float score_of[kMaxWarps][kMaxSources];
-  __shared__ float weight_of[kMaxWarps][kMaxSources];
-  __shared__ float rescale_of[kMaxWarps][kMaxSources];
+  __shared__ float score_of[W][kMaxSources];
+  __shared__ float weight_of[W][kMaxSources];
+  __shared__ float rescale_of[W][kMaxSources];
+  __shared__ bool starts_of[W][kMaxSources];  // fallback: source i starts a tile
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int n_warps = blockDim.x / 32;
@@ -358,6 +359,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
     float* const score = score_of[warp];
     float* const weight = weight_of[warp];    // native: a_i; fallback: e_i of its tile
     float* const rescale = rescale_of[warp];  // fallback: the rescale at a tile's start
+    bool* const starts = starts_of[warp];
     for (int i = lane; i < n_src; i += 32) {
       float dot = 0.0f, ss = 0.0f;
       if constexpr (kFallback) {  // the warps' partials by adjacent pairs, then in order
@@ -405,11 +407,12 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
         }
         weight[i] = dexp(score[i] - run_max);
         rescale[i] = dexp(prev_max - run_max);
+        starts[i] = i == start;
       }
       __syncwarp();
       if (lane == 0) {
         for (int i = 0; i < n_src; ++i) {
-          if (i % bl == 0) run_sum *= rescale[i];
+          if (starts[i]) run_sum *= rescale[i];
           run_sum += weight[i];
         }
       }
@@ -428,7 +431,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
       for (int j = 0; j < VEC; ++j) m[j] = 0.0f;
       each_source([&](int i, const Raw<VEC>(&cached)[G], bool use_cached) {
         if constexpr (kFallback) {
-          if (i % a.block_l == 0) {  // a new tile of BLOCK_L sources
+          if (starts[i]) {  // a new tile of BLOCK_L sources
             const float r = rescale[i];
 #pragma unroll
             for (int j = 0; j < VEC; ++j) m[j] *= r;
@@ -465,7 +468,16 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
     }
   };
 
-  // Output: rmsnorm with out_w (the second meeting), or m itself.
+  // Output: rmsnorm with out_w (the second meeting), or m itself. The register kernel
+  // loads out_w before the meeting, so that the load waits alongside it.
+  Raw<VEC> ow0[G]{};
+  if constexpr (NREG > 0) {
+#pragma unroll
+    for (int k = 0; k < G; ++k) {
+      const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (a.out_w != nullptr && g < a.groups) ow0[k].load(a.out_w + g * VEC);
+    }
+  }
   float r = 1.0f;
   if (a.out_w != nullptr) {
     float ss = 0.0f, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -501,7 +513,11 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
     mixture(k, c, m);
     if (a.out_w != nullptr) {
       float w[VEC];
-      load<VEC>(a.out_w + c, w);
+      if constexpr (NREG > 0) {
+        ow0[k].get(w);
+      } else {
+        load<VEC>(a.out_w + c, w);
+      }
 #pragma unroll
       for (int j = 0; j < VEC; ++j) o[j] = kFallback ? (m[j] * w[j]) * r : (m[j] * r) * w[j];
     } else {
