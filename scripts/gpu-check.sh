@@ -137,6 +137,7 @@ for tool in memcheck racecheck synccheck; do
     continue
   fi
   detail="$tool on $kernel_tests"
+  rm -f "$log/sanitizer-$tool.log"  # a log below is this run's (the step may be filtered out)
   step "sanitizer-$tool" 240 "$sanitizer" --tool "$tool" --error-exitcode 1 \
     "$build/splitcheck_tests" --gtest_filter="$kernel_tests"
   if [[ -f "$log/sanitizer-$tool.log" ]]; then
@@ -151,6 +152,7 @@ done
 
 # Properties (not PP faults): a token's logits vs its forward's row count, on the GPU.
 detail="see properties: below"
+rm -f "$log/properties.json"
 step properties-k3-tiny-cuda 120 "$build/splitcheck" properties \
   "$build/scenarios-cuda/default.json" --json "$log/properties.json"
 props=""
