@@ -2,7 +2,9 @@
 # The CUDA backend on a GPU machine, in one go (within 10 minutes on one H200):
 # configure with CUDA, build, run the CUDA tests, sweep k3-tiny on the GPU (all 31 split
 # points, layer reuse off so every stage computes), run every fault scenario on the GPU,
-# run the benchmarks, and print a results table last.
+# run compute-sanitizer (memcheck, racecheck, synccheck) on the kernel tests, measure the
+# GPU properties (decode vs prefill, verify vs decode, chunked vs whole prefill of
+# k3-tiny), run the benchmarks, and print a results table last.
 #   scripts/gpu-check.sh [--build-dir DIR] [--jobs N]   (GPU_CHECK_ONLY=REGEX: only those steps)
 # Libraries missing on the machine (xtensor, xtl, libxxhash) are taken from .xt/ when it
 # holds Debian's packages unpacked (dpkg -x). Exit 0 when every step passed, else 1.
@@ -121,6 +123,56 @@ for f in "$build"/scenarios-cuda/fault-*.json; do
   step "$n" 90 bash -c 'sweep_meets_expect "$@"' _ "$f" "$log/report-$n"
 done
 
+# compute-sanitizer on the CUDA kernel tests (the largest, 1100 tokens a call, left out):
+# memcheck, racecheck (shared memory), synccheck (barriers). Absent: "not installed",
+# never a pass.
+sanitizer=/usr/local/cuda/bin/compute-sanitizer
+[[ -x $sanitizer ]] || sanitizer="$(command -v compute-sanitizer || true)"
+kernel_tests='CudaAttnResTest.*:CudaOpsTest.*-CudaAttnResTest.ATokensBits*'
+for tool in memcheck racecheck synccheck; do
+  if [[ -z $sanitizer ]]; then
+    [[ -n "${GPU_CHECK_ONLY:-}" && ! "sanitizer-$tool" =~ $GPU_CHECK_ONLY ]] && continue
+    rows+=("$(printf '%-34s %-20s %6ss  %s' "sanitizer-$tool" "not installed" 0 \
+      "no compute-sanitizer at /usr/local/cuda/bin or on PATH")")
+    continue
+  fi
+  detail="$tool on $kernel_tests"
+  rm -f "$log/sanitizer-$tool.log"  # a log below is this run's (the step may be filtered out)
+  step "sanitizer-$tool" 240 "$sanitizer" --tool "$tool" --error-exitcode 1 \
+    "$build/splitcheck_tests" --gtest_filter="$kernel_tests"
+  if [[ -f "$log/sanitizer-$tool.log" ]]; then
+    grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$log/sanitizer-$tool.log" | tail -1
+    if grep -q "SKIPPED" "$log/sanitizer-$tool.log"; then
+      echo "   (tests skipped: no usable GPU, not a pass)"
+      rows[-1]="${rows[-1]/"$(printf '%-20s' ok)"/"$(printf '%-20s' 'SKIPPED (no GPU)')"}"
+      failed=1
+    fi
+  fi
+done
+
+# Properties (not PP faults): a token's logits vs its forward's row count, on the GPU.
+detail="see properties: below"
+rm -f "$log/properties.json"
+step properties-k3-tiny-cuda 120 "$build/splitcheck" properties \
+  "$build/scenarios-cuda/default.json" --json "$log/properties.json"
+props=""
+if [[ -s "$log/properties.json" ]]; then
+  props="$(python3 - "$log/properties.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"   {r['scenario']} on {r['backend']}: {r['prompt_tokens']} prompt tokens, "
+      f"h {r['split_at']}, gamma {r['gamma']}, chunk {r['chunk']}")
+for p in r["properties"]:
+    print(f"   {p['name']:<18} rows {p['rows_differing']}/{p['rows']} differ "
+          f"({100 * p['fraction_rows_differing']:.1f}%), elements "
+          f"{p['elements_differing']}/{p['elements']} "
+          f"({100 * p['fraction_elements_differing']:.4f}%), argmax changed in "
+          f"{p['argmax_changed']} rows, max |diff| {p['max_abs_diff']:.3g}"
+          f"{'  IDENTICAL' if p['identical'] else ''}")
+PY
+)"
+fi
+
 step benchmarks 120 "$build/cuda_benchmark" --benchmark_min_time=0.2s
 bench="$(grep -E "^BM_" "$log/benchmarks.log" || true)"
 
@@ -129,5 +181,6 @@ echo "== gpu-check results (${gpu:-no nvidia-smi})"
 printf '%-34s %-20s %7s  %s\n' "step" "result" "wall" "detail"
 printf '%s\n' "${rows[@]}"
 if [[ -s "$log/measured.txt" ]]; then echo "measured:"; cat "$log/measured.txt"; fi
+if [[ -n "$props" ]]; then echo "properties (measured, not PP faults):"; echo "$props"; fi
 if [[ -n "$bench" ]]; then echo "benchmarks:"; echo "$bench" | sed 's/^/   /'; fi
 exit $failed

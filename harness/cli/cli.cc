@@ -14,6 +14,7 @@
 #include "harness/engine/run.h"
 #include "harness/verdict/bisect.h"
 #include "harness/verdict/golden.h"
+#include "harness/verdict/properties.h"
 #include "harness/verdict/sensitivity.h"
 #include "reports/report.h"
 
@@ -168,6 +169,23 @@ int cmd_sensitivity(std::vector<std::string> scenarios, const std::vector<uint64
   return ok ? kExitOk : kExitDiverged;
 }
 
+// GPU properties (harness/verdict/properties.h): measured and printed as JSON (also
+// written to `json_out` when given). Exit 0 when measured, whatever they show: they are
+// reports, not verdicts.
+int cmd_properties(const std::string& scenario_path, const std::string& json_out) {
+  Result<Scenario> s = load_scenario(scenario_path);
+  if (!s.is_ok()) return report_status(s.status());
+  Result<PropertyReport> r = measure_properties(*s);
+  if (!r.is_ok()) return report_status(r.status());
+  const nlohmann::json j = properties_json(*r);
+  if (!json_out.empty()) {
+    Status st = write_json_atomically(json_out, j);
+    if (!st.is_ok()) return report_status(st);
+  }
+  fmt::print("{}\n", j.dump(2));
+  return kExitOk;
+}
+
 int run_cli_unguarded(int argc, char** argv) {
   CLI::App app{
       "splitcheck: proves a pipeline-parallel engine computes exactly what the single-stage "
@@ -260,6 +278,15 @@ int run_cli_unguarded(int argc, char** argv) {
       ->delimiter(',');
   sens->add_option("--threads", sens_threads, "Threads per sweep (0: one per core)");
 
+  std::string props_scenario = default_scenario();
+  std::string props_json;
+  auto* props = app.add_subcommand(
+      "properties",
+      "Measure whether a token's logits depend on its forward's row count (decode vs prefill, "
+      "verify vs decode, chunked vs whole prefill) on the scenario's backend; print JSON");
+  props->add_option("scenario", props_scenario, "Scenario JSON (default: the default scenario)");
+  props->add_option("--json", props_json, "Also write the JSON to this file");
+
   for (int i = 0; i < argc; ++i) sweep_cli.command_line += (i ? " " : "") + std::string(argv[i]);
   bisect_cli.command_line = sweep_cli.command_line;
   try {
@@ -283,6 +310,7 @@ int run_cli_unguarded(int argc, char** argv) {
   if (*verify_dump_cmd) return cmd_verify_dump(verify_path);
   if (*bisect_cli.command) return bisect_cli.run();
   if (*merge) return run_merge(merge_inputs, merge_dir);
+  if (*props) return cmd_properties(props_scenario, props_json);
   if (*sens) return cmd_sensitivity(sens_scenarios, sens_seeds, sens_threads);
   return sweep_cli.run();
 }

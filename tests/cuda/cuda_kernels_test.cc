@@ -80,13 +80,20 @@ AttnResCase to_device(const AttnResCase& c, Device d) {
 TEST(CudaAttnResTest, BothVariantsAreCloseToTheCpuAndWriteTheSameState) {
   SPLITCHECK_REQUIRE_GPU();
   for (const char* variant : {"native", "fallback"}) {
-    for (int64_t h : {256, 7168, 100}) {
+    // Every kernel shape: the register kernel (two groups a thread, bank rows in
+    // registers) at 8 channels a group (256: one warp, 7168, 8192: 512 threads) and at one
+    // (100); the general kernel (rows read again, the mixture in shared memory) at 8
+    // channels (9216) and one (1500).
+    for (int64_t h : {256, 7168, 100, 8192, 9216, 1500}) {
+      // Bank rows past the 8 held in registers (nb 10), a source the call writes first
+      // (write_idx 2 < nb 4), no delta nor out_w, no source but the prefix.
       for (auto [nb, write_idx, with_delta, with_out_w] :
            {std::tuple{4, -1, true, true}, std::tuple{3, 3, true, true},
+            std::tuple{10, -1, true, true}, std::tuple{4, 2, true, true},
             std::tuple{5, -1, false, false}, std::tuple{0, 0, false, true}}) {
         SCOPED_TRACE(std::string(variant) + " h=" + std::to_string(h) +
-                     " nb=" + std::to_string(nb));
-        AttnResCase cpu = attn_res_case(9, h, 8, 7 + h);
+                     " nb=" + std::to_string(nb) + " write_idx=" + std::to_string(write_idx));
+        AttnResCase cpu = attn_res_case(9, h, 12, 7 + h);
         AttnResCase gpu = to_device(cpu, Device::kCuda);
         AttnResArgs a = cpu.args(nb, write_idx, with_delta, with_out_w);
         AttnResArgs b = gpu.args(nb, write_idx, with_delta, with_out_w);
@@ -137,6 +144,38 @@ TEST(CudaAttnResTest, VariantsDifferOnAMeasuredFractionAndEachIsRepeatableAndRow
       static_cast<long long>(d.total), 100.0 * d.differing / d.total, d.max_rel);
   EXPECT_GT(d.differing, 0) << "the variants must sum in different orders";
   EXPECT_LE(d.max_rel, kClose);
+}
+
+// A token's output bits do not depend on how many tokens share the call: the last rows of
+// a 1100-token call against the same rows alone (64 for native; 300 for the fallback, whose
+// BLOCK_L rule changes at 256 tokens, so both of its calls are past it). Both kernel shapes.
+TEST(CudaAttnResTest, ATokensBitsDoNotDependOnTheCallsTokenCount) {
+  SPLITCHECK_REQUIRE_GPU();
+  const int64_t big = 1100;
+  for (int64_t h : {7168, 9216}) {
+    const AttnResCase base = attn_res_case(big, h, 8, 500 + h);
+    for (auto [variant, small] :
+         {std::pair{"native", int64_t{64}}, std::pair{"fallback", int64_t{300}}}) {
+      SCOPED_TRACE(std::string(variant) + " h=" + std::to_string(h));
+      AttnResCase all = to_device(base, Device::kCuda);
+      AttnResArgs a = all.args(8, -1, true, true);
+      run_variant("attn_res", variant, &a);
+      AttnResCase part;
+      part.prefix = base.prefix.rows(big - small, big).to(Device::kCuda);
+      part.delta = base.delta.rows(big - small, big).to(Device::kCuda);
+      part.bank = base.bank.rows(big - small, big).to(Device::kCuda);
+      part.norm_w = base.norm_w.to(Device::kCuda);
+      part.proj_w = base.proj_w.to(Device::kCuda);
+      part.out_w = base.out_w.to(Device::kCuda);
+      part.out = Tensor::zeros(DType::kBF16, {small, h}, Device::kCuda);
+      AttnResArgs b = part.args(8, -1, true, true);
+      run_variant("attn_res", variant, &b);
+      const Tensor whole = all.out.to(Device::kCpu);
+      EXPECT_TRUE(part.out.to(Device::kCpu).bit_equal(whole.rows(big - small, big).clone()));
+      EXPECT_TRUE(part.prefix.to(Device::kCpu)
+                      .bit_equal(all.prefix.to(Device::kCpu).rows(big - small, big).clone()));
+    }
+  }
 }
 
 TEST(CudaOpsTest, EmbedRmsNormHeadAndArgmaxMatchTheCpu) {
