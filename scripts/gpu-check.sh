@@ -139,8 +139,16 @@ if [[ -n "${GPU_CHECK_ONLY:-}" ]] && [[ "sweep-k3-shape" =~ $GPU_CHECK_ONLY || "
 fi
 if [[ $run_k3 -eq 1 ]]; then
   detail="92 split points, PP=2, summary dumps, reuse off"
+  # The GPU's memory in use, sampled every second while the sweep runs (peak printed).
+  mem_pid=""
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -i 0 -l 1 \
+      >"$log/k3-shape-memory.csv" 2>/dev/null &
+    mem_pid=$!
+  fi
   step sweep-k3-shape 480 "$build/splitcheck" sweep "$root/scenarios/gpu/k3-shape.json" \
     --reuse off --threads 4 --report "$log/report-k3-shape"
+  [[ -n "$mem_pid" ]] && kill "$mem_pid" 2>/dev/null
   grep -E "^summary:|^time:|expect" "$log/sweep-k3-shape.log" | tail -4
   if [[ -f "$log/report-k3-shape/report.json" ]]; then
     mapfile -t k3_rows < <(python3 - "$log/report-k3-shape/report.json" <<'PY'
@@ -161,6 +169,9 @@ PY
 )
   else
     k3_rows=("k3-shape: no report (see $log/sweep-k3-shape.log)")
+  fi
+  if [[ -s "$log/k3-shape-memory.csv" ]]; then
+    k3_rows+=("$(awk -F', *' '$1+0 > m {m = $1 + 0; t = $2 + 0} END {printf "k3-shape GPU memory peak       %.1f GiB of %.1f GiB (nvidia-smi, sampled each second; estimate: 79.54 GiB of weights + activations)", m / 1024, t / 1024}' "$log/k3-shape-memory.csv")")
   fi
   detail="PP=1 decode forwards: tokens/s, weight bytes/s vs HBM copy"
   step k3-shape-forward 300 "$build/k3_forward_benchmark" k3-shape 16
