@@ -257,6 +257,15 @@ size_t WeightStore::parameter_bytes() const {
   return n;
 }
 
+size_t distinct_storage_bytes(const std::vector<const WeightStore*>& stores) {
+  std::set<const std::byte*> seen;
+  size_t n = 0;
+  for (const WeightStore* store : stores)
+    for (const auto& [name, t] : store->tensors())
+      if (!t.empty() && seen.insert(t.bytes()).second) n += t.nbytes();
+  return n;
+}
+
 bool same_storage(const Tensor& a, const Tensor& b) {
   return !a.empty() && a.bytes() == b.bytes() && a.nbytes() == b.nbytes();
 }

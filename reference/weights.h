@@ -52,10 +52,10 @@ Tensor generate_model_tensor(const ModelConfig& config, const TensorSpec& spec, 
 // weights make the target predictable enough for acceptance to be meaningful).
 std::vector<int32_t> successor_permutation(const ModelConfig& config);
 
-// Name -> tensor: what an engine or a stage holds. The store owns what it holds: each
-// tensor put here should come with storage of its own (WeightSource::load gives that); a
-// borrowed tensor is copied into owned storage. Parameter bytes are measured from the
-// storage held, not derived from names or shapes.
+// Name -> tensor: what an engine or a stage holds. The store keeps what it holds alive: an
+// owned tensor (WeightSource::load) or a shared view of a source's copy (WeightSource::view)
+// is kept as it is; a borrowed tensor is copied into owned storage. Parameter bytes are
+// measured from the storage held, not derived from names or shapes.
 class WeightStore {
  public:
   void put(const std::string& name, Tensor t);
@@ -77,6 +77,10 @@ class WeightStore {
  private:
   std::map<std::string, Tensor> tensors_;
 };
+
+// The bytes of the distinct storages the stores hold together: what they occupy on their
+// device (a storage viewed by several stores counts once).
+size_t distinct_storage_bytes(const std::vector<const WeightStore*>& stores);
 
 // Whether `a` and `b` are the same object: the same storage, compared as such (SPEC 5.4).
 // A clone with equal values is not the same object.

@@ -6,6 +6,10 @@
 # GPU properties (decode vs prefill, verify vs decode, chunked vs whole prefill of
 # k3-tiny), run the benchmarks, and print a results table last.
 #   scripts/gpu-check.sh [--build-dir DIR] [--jobs N]   (GPU_CHECK_ONLY=REGEX: only those steps)
+# k3-shape (several minutes: its 92-split sweep and one PP=1 forward's speed) runs with
+# K3_SHAPE=1, or when GPU_CHECK_ONLY selects it:
+#   K3_SHAPE=1 GPU_CHECK_ONLY=k3-shape scripts/gpu-check.sh   (build + the k3-shape steps only)
+#   GPU_CHECK_ONLY=sweep-k3-shape / GPU_CHECK_ONLY=k3-shape-forward   (one of the two)
 # Libraries missing on the machine (xtensor, xtl, libxxhash) are taken from .xt/ when it
 # holds Debian's packages unpacked (dpkg -x). Exit 0 when every step passed, else 1.
 set -uo pipefail
@@ -64,6 +68,7 @@ nvcc=/usr/local/cuda/bin/nvcc
 step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DSPLITCHECK_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CXX_FLAGS=-Wno-dangling-reference || { printf '%s\n' "${rows[@]}"; exit 1; }
 step build 300 cmake --build "$build" -j"$jobs" --target splitcheck splitcheck_tests cuda_benchmark \
+  k3_forward_benchmark \
   || { printf '%s\n' "${rows[@]}"; exit 1; }
 
 gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
@@ -176,6 +181,55 @@ fi
 step benchmarks 120 "$build/cuda_benchmark" --benchmark_min_time=0.2s
 bench="$(grep -E "^BM_" "$log/benchmarks.log" || true)"
 
+# k3-shape on one GPU (issue 12): every split point at PP=2 against PP=1, the model's
+# weights held once (every stage views PP=1's copy); then one PP=1 forward's speed.
+k3_rows=()
+run_k3=0
+[[ "${K3_SHAPE:-0}" == "1" ]] && run_k3=1
+if [[ -n "${GPU_CHECK_ONLY:-}" ]] && [[ "sweep-k3-shape" =~ $GPU_CHECK_ONLY || "k3-shape-forward" =~ $GPU_CHECK_ONLY ]]; then
+  run_k3=1
+fi
+if [[ $run_k3 -eq 1 ]]; then
+  detail="92 split points, PP=2, summary dumps, reuse off"
+  # The GPU's memory in use, sampled every second while the sweep runs (peak printed).
+  mem_pid=""
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -i 0 -l 1 \
+      >"$log/k3-shape-memory.csv" 2>/dev/null &
+    mem_pid=$!
+  fi
+  step sweep-k3-shape 480 "$build/splitcheck" sweep "$root/scenarios/gpu/k3-shape.json" \
+    --reuse off --threads 4 --report "$log/report-k3-shape"
+  [[ -n "$mem_pid" ]] && kill "$mem_pid" 2>/dev/null
+  grep -E "^summary:|^time:|expect" "$log/sweep-k3-shape.log" | tail -4
+  if [[ -f "$log/report-k3-shape/report.json" ]]; then
+    mapfile -t k3_rows < <(python3 - "$log/report-k3-shape/report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+cases = r.get("cases", [])
+same = sum(1 for c in cases if c.get("verdict") == "pass")
+t = r.get("timing", {})
+pp1, total = t.get("pp1_seconds", 0), t.get("total_seconds", 0)
+print(f"k3-shape split points          {len(cases)}")
+print(f"k3-shape bit-identical         {same} of {len(cases)}  (expect 92 of 92)")
+print(f"k3-shape sweep wall time       {total:.1f} s on {t.get('threads', '?')} threads")
+print(f"k3-shape one PP=1 run          {pp1:.2f} s (includes generating the weights on the device: see 'generated in' below)")
+print(f"k3-shape sweep / PP=1          {total / pp1 if pp1 else float('nan'):.1f} PP=1 runs")
+fails = r.get("expect", {}).get("failures", [])
+print("k3-shape expect                " + ("met" if not fails else "NOT MET: " + "; ".join(fails)))
+PY
+)
+  else
+    k3_rows=("k3-shape: no report (see $log/sweep-k3-shape.log)")
+  fi
+  if [[ -s "$log/k3-shape-memory.csv" ]]; then
+    k3_rows+=("$(awk -F', *' '$1+0 > m {m = $1 + 0; t = $2 + 0} END {printf "k3-shape GPU memory peak       %.1f GiB of %.1f GiB (nvidia-smi, sampled each second; estimate: 79.54 GiB of weights + activations)", m / 1024, t / 1024}' "$log/k3-shape-memory.csv")")
+  fi
+  detail="PP=1 decode forwards: tokens/s, weight bytes/s vs HBM copy"
+  step k3-shape-forward 300 "$build/k3_forward_benchmark" k3-shape 16
+  mapfile -t -O "${#k3_rows[@]}" k3_rows < <(grep -E "^k3 forward:" "$log/k3-shape-forward.log")
+fi
+
 echo
 echo "== gpu-check results (${gpu:-no nvidia-smi})"
 printf '%-34s %-20s %7s  %s\n' "step" "result" "wall" "detail"
@@ -183,4 +237,5 @@ printf '%s\n' "${rows[@]}"
 if [[ -s "$log/measured.txt" ]]; then echo "measured:"; cat "$log/measured.txt"; fi
 if [[ -n "$props" ]]; then echo "properties (measured, not PP faults):"; echo "$props"; fi
 if [[ -n "$bench" ]]; then echo "benchmarks:"; echo "$bench" | sed 's/^/   /'; fi
+if [[ ${#k3_rows[@]} -gt 0 ]]; then echo "k3-shape:"; printf '   %s\n' "${k3_rows[@]}"; fi
 exit $failed

@@ -2,13 +2,19 @@
 # The nccl transport on a machine with two GPUs (one stage per GPU): builds splitcheck with
 # the MPI and NCCL transports, then
 #   1. the PP=2 sweep of k3-tiny (scenarios/default.json, all 31 split points) over NCCL,
-#      compared with PP=1, and the same sweep in-process (inproc) for the wall time;
-#   2. every committed fault scenario over NCCL: its expect must be met (every fault caught);
-#   3. (K3_SHAPE=1) 8 spread split points of k3-shape over NCCL against the same sweep in one
-#      process (long on the CPU backend);
+#      compared with PP=1, and the same sweep in-process (inproc) for the wall time; then
+#      the same scenario with backend cuda (stages compute on their GPUs) over NCCL;
+#   2. every committed fault scenario over NCCL: its expect must be met (every fault caught).
+#      A scenario with more stages than GPUs (partition.remainder_dropped: PP=4) cannot run
+#      over NCCL (one rank per GPU): it must be refused cleanly, exit 2 naming the problem;
+#   3. (K3_SHAPE=1) scenarios/gpu/k3-shape-nccl.json: 8 spread split points of k3-shape
+#      over NCCL, against the same sweep on one GPU (inproc);
 #   4. the payload bandwidth: the channel against a plain ncclSend/ncclRecv of the same bytes
-#      in the same run, at the payload sizes the scenarios produce (printed) and 1-256 MiB;
-# and prints a table. Exit 0 when every sweep met its scenario's expect.
+#      in the same run, at the payload sizes the scenarios produce (printed) and 1-256 MiB,
+#      with the target (90% of raw) judged per size;
+# and prints a table. Exit 0 when every sweep met its scenario's expect. Logs and reports
+# go to $OUT/nccl-check when OUT is set (the device tool's output folder), else to the
+# build directory's nccl-check/.
 #   scripts/nccl-check.sh [--build-dir DIR]
 set -euo pipefail
 
@@ -29,11 +35,18 @@ if [[ "$gpus" -lt 2 ]]; then
 fi
 
 echo "== nccl-check: build ($build)"
+# With the CUDA backend where nvcc is, so that stages can compute on their GPUs.
+nvcc=/usr/local/cuda/bin/nvcc
+[[ -x $nvcc ]] || nvcc="$(command -v nvcc || true)"
+cuda_flags=()
+[[ -n "$nvcc" ]] && cuda_flags=(-DSPLITCHECK_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc"
+  -DCMAKE_CXX_FLAGS=-Wno-dangling-reference)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPLITCHECK_MPI=ON \
-  -DSPLITCHECK_NCCL=ON -DSPLITCHECK_TESTS=OFF -DSPLITCHECK_BENCH=OFF >/dev/null
+  -DSPLITCHECK_NCCL=ON -DSPLITCHECK_TESTS=OFF -DSPLITCHECK_BENCH=OFF "${cuda_flags[@]}" >/dev/null
 cmake --build "$build" -j"$(nproc)" --target splitcheck nccl_payload_bench
 bin="$build/splitcheck"
-out="$build/nccl-check"
+out="${OUT:+$OUT/nccl-check}"
+out="${out:-$build/nccl-check}"
 rm -rf "$out" && mkdir -p "$out"
 
 rows=()
@@ -67,6 +80,35 @@ sweep() {
 echo "== nccl-check: k3-tiny PP=2, every split point"
 sweep default-nccl 2 nccl "$root/scenarios/default.json"
 sweep default-inproc 1 inproc "$root/scenarios/default.json"
+if [[ ${#cuda_flags[@]} -gt 0 ]]; then
+  # The same scenario with its stages computing on their GPUs (backend cuda).
+  python3 - "$root/scenarios/default.json" "$out/default-cuda.json" <<'PY'
+import json, os, sys
+s = json.load(open(sys.argv[1]))
+s["name"] = "default-cuda"
+s["backend"] = "cuda"
+s["workload"]["file"] = os.path.join(os.path.dirname(sys.argv[1]), s["workload"]["file"])
+json.dump(s, open(sys.argv[2], "w"), indent=2)
+PY
+  sweep default-cuda-nccl 2 nccl "$out/default-cuda.json"
+fi
+
+# refused NAME NP SCENARIO: a sweep that must be refused cleanly over NCCL (exit 2, naming
+# the problem), e.g. more stages than GPUs; its log is kept.
+refused() {
+  local name="$1" np="$2" scenario="$3" rc=0
+  "${mpirun[@]}" -np "$np" "$bin" sweep "$scenario" --transport nccl --report "$out/$name" \
+    >"$out/$name.txt" 2>&1 || rc=$?
+  local said
+  said="$(grep -m1 -o 'needs one GPU per rank[^;]*' "$out/$name.txt" || true)"
+  local verdict="refused cleanly (exit 2): ${said:-no message}"
+  if [[ $rc -ne 2 || -z "$said" ]]; then
+    verdict="NOT REFUSED CLEANLY (exit $rc; see $out/$name.txt)"
+    failed=1
+  fi
+  rows+=("$(printf '%-34s %-7s %5s %10s  %s' "$name" "nccl" "$rc" "-" "$verdict")")
+  echo "${rows[-1]}"
+}
 
 echo "== nccl-check: every fault scenario over NCCL"
 for f in "$root"/scenarios/fault-*.json; do
@@ -77,24 +119,38 @@ for f in "$root"/scenarios/fault-*.json; do
     continue
   fi
   np="$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['partitions'].get('pp', 2))" "$f")"
+  if [[ "$np" -gt "$gpus" ]]; then
+    # More stages than GPUs: NCCL forbids two ranks of one communicator on one GPU.
+    refused "$name" "$np" "$f"
+    continue
+  fi
   # A fault scenario exits 1 (a divergence found) when its expect is met; judge by expect.
   sweep "$name" "$np" nccl "$f" any-verdict
 done
 
 if [[ "${K3_SHAPE:-0}" == "1" ]]; then
-  echo "== nccl-check: k3-shape, 8 spread split points"
-  python3 - "$root/scenarios" "$out/k3-shape-sample.json" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1] + "/default.json"))
-s["name"] = "k3-shape-sample"
-s["model"] = {"preset": "k3-shape"}
-s["workload"]["file"] = sys.argv[1] + "/workloads/gsm8k_style_seed2026_n32.json"
-s["partitions"] = {"pp": 2, "splits": [[c] for c in (10, 20, 31, 41, 51, 62, 72, 82)]}
-s["expect"] = {"verdict": "conformant", "identical_splits": 8}
+  echo "== nccl-check: k3-shape, 8 spread split points (scenarios/gpu/k3-shape-nccl.json)"
+  sweep k3-shape-nccl 2 nccl "$root/scenarios/gpu/k3-shape-nccl.json"
+  # The same split points on one GPU, in one process (the scenario with transport inproc:
+  # a scenario naming nccl is refused outside mpirun).
+  python3 - "$root/scenarios/gpu/k3-shape-nccl.json" "$out/k3-shape-one-gpu.json" <<'PY'
+import json, os, sys
+s = json.load(open(sys.argv[1]))
+s["name"] = "k3-shape-one-gpu"
+s["transport"] = "inproc"
+s["workload"]["file"] = os.path.normpath(os.path.join(os.path.dirname(sys.argv[1]), s["workload"]["file"]))
 json.dump(s, open(sys.argv[2], "w"), indent=2)
 PY
-  sweep k3-shape-nccl 2 nccl "$out/k3-shape-sample.json"
-  sweep k3-shape-inproc 1 inproc "$out/k3-shape-sample.json"
+  t0=$(date +%s.%N)
+  rc=0
+  CUDA_VISIBLE_DEVICES=0 "$bin" sweep "$out/k3-shape-one-gpu.json" --reuse off --threads 1 \
+    --report "$out/k3-shape-one-gpu" >"$out/k3-shape-one-gpu.txt" 2>&1 || rc=$?
+  t1=$(date +%s.%N)
+  summary="$(grep -E '^summary:' "$out/k3-shape-one-gpu.txt" | sed 's/^summary: //' || true)"
+  [[ $rc -eq 0 ]] || failed=1
+  rows+=("$(printf '%-34s %-7s %5s %8.1f s  %s' k3-shape-one-gpu inproc "$rc" \
+    "$(awk "BEGIN{print $t1 - $t0}")" "${summary:-(no summary: see $out/k3-shape-one-gpu.txt)}")")
+  echo "${rows[-1]}"
 fi
 
 echo "== nccl-check: payload bandwidth (channel vs plain ncclSend/ncclRecv, same run)"
@@ -104,7 +160,9 @@ echo
 echo "== nccl-check: table (a fault scenario's rc is 1 when its expect is met)"
 printf '%-34s %-7s %5s %10s  %s\n' "sweep" "via" "rc" "wall" "summary"
 printf '%s\n' "${rows[@]}"
-echo "bandwidth: $out/bandwidth.txt; reports: $out/<sweep>/report.json"
+echo "bandwidth (channel vs raw; target: at least 90% of raw at every scenario payload size):"
+grep -E "^ +[0-9]+ |^target" "$out/bandwidth.txt" | sed 's/^/   /' || true
+echo "logs: $out/<sweep>.txt; bandwidth: $out/bandwidth.txt; reports: $out/<sweep>/report.json"
 if [[ $failed -ne 0 ]]; then
   echo "nccl-check: FAILED: a sweep crashed, errored or did not meet its scenario's expect" >&2
   exit 1

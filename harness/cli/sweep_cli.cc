@@ -104,15 +104,23 @@ int SweepCli::run() {
 #if SPLITCHECK_HAVE_NCCL
     if (s->transport == "nccl") {
       Result<std::unique_ptr<PayloadChannel>> nccl = make_nccl_channel(**world);
+      if (!nccl.is_ok() && nccl.status().code() == StatusCode::kInvalidInput) {
+        // Every rank refused alike (nccl_channel.h): rank 0 says why, all exit 2.
+        if ((*world)->rank() == 0)
+          fmt::print(stderr, "splitcheck: error: {}: {}\n", scenario, nccl.status().message());
+        return 2;
+      }
       if (!nccl.is_ok()) {
         fmt::print(stderr, "splitcheck: error: {}\n", nccl.status().message());
+        std::fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 3);
       }
       (*world)->channel = std::move(*nccl);
     }
 #endif
     if ((*world)->rank() != 0)
-      return serve_stage_rank(*s, **world, opts.reuse, opts.reuse_memory_bytes);
+      return serve_stage_rank(*s, **world, effective_reuse(*s, opts.reuse),
+                              opts.reuse_memory_bytes);
     MpiFactory factory(**world);
     opts.transport = &factory;
     const int code = sweep_and_report(*s, opts);

@@ -82,10 +82,31 @@ Status load_one_past_the_end(const ModelConfig& c, int b, WeightSource& source,
     const std::string suffix = t.name.substr(last.size());
     auto it = next_shapes.find(suffix);
     if (it == next_shapes.end() || it->second != t.shape) continue;
-    ASSIGN_OR_RETURN(Tensor wrong, source.load(next + suffix));
+    ASSIGN_OR_RETURN(Tensor wrong, source.view(next + suffix));
     store.put(t.name, std::move(wrong));
   }
   return Status::ok();
+}
+
+// The named tensors of stage `index` as views of the source (WeightSource::view), except
+// a non-first stage's embed_tokens: the copy held for the drafter is loaded into storage
+// of its own, so that it is never the first stage's object (SPEC 5.4).
+Result<WeightStore> load_placed(WeightSource& source, const std::vector<std::string>& names,
+                                int index) {
+  std::vector<std::string> viewed;
+  bool embedding_copy = false;
+  for (const std::string& n : names) {
+    if (index != 0 && n == "embed_tokens.weight")
+      embedding_copy = true;
+    else
+      viewed.push_back(n);
+  }
+  ASSIGN_OR_RETURN(WeightStore store, load_weights(source, viewed));
+  if (embedding_copy) {
+    ASSIGN_OR_RETURN(Tensor copy, source.load("embed_tokens.weight"));
+    store.put("embed_tokens.weight", std::move(copy));
+  }
+  return store;
 }
 
 }  // namespace
@@ -114,7 +135,7 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
     else
       names.push_back(t.name);
   }
-  ASSIGN_OR_RETURN(st->weights_, load_weights(source, names),
+  ASSIGN_OR_RETURN(st->weights_, load_placed(source, names, cfg.index),
                    fmt::format("stage {} ({}-{})", cfg.index, r.begin, r.end));
   if (cfg.faults.has("weights.stage_layer_offset") && st->is_first() && !last)
     RETURN_IF_ERROR(load_one_past_the_end(c, r.end, source, st->weights_));
@@ -124,7 +145,8 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
   }
 
   // Boundary copies (SPEC 2.6): a non-last stage that owns the tap at its end keeps its
-  // own copies of layer end's two AttnRes vectors, NaN until loaded.
+  // own copies of layer end's two AttnRes vectors, NaN until loaded (load(), not a view:
+  // storage of its own, 2 x H bf16).
   if (boundary_copies) {
     st->boundary_norm_ = nan_vector(c.hidden_size);
     st->boundary_proj_ = nan_vector(c.hidden_size);
@@ -164,7 +186,7 @@ Result<WeightStore> load_stage_head(const StageConfig& cfg, WeightSource& source
       continue;
     names.push_back(t.name);
   }
-  return load_weights(source, names);
+  return load_placed(source, names, cfg.index);
 }
 
 StageHoldings measure_holdings(const StageConfig& cfg, const WeightStore& weights) {
@@ -215,6 +237,25 @@ size_t placed_parameter_bytes(const StageConfig& cfg) {
     size_t numel = 1;
     for (int64_t d : t.shape) numel *= static_cast<size_t>(d);
     n += numel * dtype_size(DType::kBF16);
+  }
+  return n;
+}
+
+size_t one_device_weight_bytes(const std::vector<StageConfig>& stages) {
+  auto bytes = [](const Shape& shape) {
+    size_t numel = 1;
+    for (int64_t d : shape) numel *= static_cast<size_t>(d);
+    return numel * dtype_size(DType::kBF16);
+  };
+  if (stages.empty()) return 0;
+  size_t n = 0;
+  for (const TensorSpec& t : model_tensor_specs(stages.front().model)) n += bytes(t.shape);
+  for (const StageConfig& c : stages) {
+    for (const TensorSpec& t : placed_tensors(loading_placement(c))) {
+      const bool embedding_copy = c.index != 0 && t.name == "embed_tokens.weight";
+      if (embedding_copy || t.name == kBoundaryAttnResNorm || t.name == kBoundaryAttnResProj)
+        n += bytes(t.shape);
+    }
   }
   return n;
 }

@@ -57,6 +57,14 @@ std::vector<TensorSpec> placed_tensors(const StageConfig& config);
 // The bytes the placement rule allows the stage: the sum of placed_tensors' sizes (bf16).
 size_t placed_parameter_bytes(const StageConfig& config);
 
+// The target's weight bytes on one device while PP=1 and the stages of one partition
+// (`stages`, every StageConfig of it) hold their weights as views of one source
+// (WeightSource::view): the model once, however many hold it, plus what stages hold in
+// storage of their own: the boundary copies, and a non-first stage's embedding copy for
+// the drafter. What a sweep of that partition keeps resident for weights; the drafter's
+// own tensors are not counted.
+size_t one_device_weight_bytes(const std::vector<StageConfig>& stages);
+
 // The placement the loading path asks the rule for: under pd.producer_embedding a
 // context-only producer is placed as if it proposed (the historical embedding copy).
 StageConfig loading_placement(const StageConfig& config);

@@ -43,6 +43,35 @@ struct DeviceBuffer {
   }
 };
 
+// This rank's GPU: its rank among the ranks of its host (MPI_COMM_TYPE_SHARED). NCCL
+// refuses two ranks of one communicator on one GPU (ncclInvalidUsage, "Duplicate GPU
+// detected", since NCCL 2.5), so a host with more ranks than GPUs is refused here, as
+// invalid input, on every rank alike (the verdict is agreed by an MPI_Allreduce), before
+// any communicator exists.
+Result<int> rank_device(MpiWorld& world) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+  MPI_Comm host = MPI_COMM_NULL;
+  int local_rank = world.rank(), local_size = world.size();
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL,
+                          &host) == MPI_SUCCESS) {
+    MPI_Comm_rank(host, &local_rank);
+    MPI_Comm_size(host, &local_size);
+    MPI_Comm_free(&host);
+  }
+  const std::string mine = ranks_per_gpu_problem(local_size, devices);
+  // Every rank learns whether any rank's host has more ranks than GPUs.
+  const int problem = mine.empty() ? 0 : 1;
+  int any = 0;
+  if (MPI_Allreduce(&problem, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return internal_error("MPI_Allreduce of the ranks' GPU counts failed");
+  if (any == 0) return local_rank;
+  if (!mine.empty()) return invalid_input(mine);
+  return invalid_input(
+      "--transport nccl: another host of the MPI job has more ranks than GPUs; the nccl "
+      "transport needs one GPU per rank");
+}
+
 class NcclChannel : public PayloadChannel {
  public:
   ~NcclChannel() override {
@@ -50,10 +79,8 @@ class NcclChannel : public PayloadChannel {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
   Status init(MpiWorld& world) {
-    int devices = 0;
-    RETURN_IF_ERROR(cuda_status(cudaGetDeviceCount(&devices), "cudaGetDeviceCount"));
-    if (devices == 0) return internal_error("no CUDA device");
-    RETURN_IF_ERROR(cuda_status(cudaSetDevice(world.rank() % devices), "cudaSetDevice"));
+    ASSIGN_OR_RETURN(const int device, rank_device(world));
+    RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
     RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                                 "cudaStreamCreate"));
     ncclUniqueId id;
@@ -125,6 +152,15 @@ class NcclChannel : public PayloadChannel {
 
 }  // namespace
 
+std::string ranks_per_gpu_problem(int ranks_on_host, int gpus_on_host) {
+  if (ranks_on_host <= gpus_on_host) return "";
+  return fmt::format(
+      "--transport nccl: {} ranks on a host with {} visible GPU(s); the nccl transport needs "
+      "one GPU per rank (NCCL refuses two ranks of one communicator on one GPU): launch at most "
+      "one rank per GPU (mpirun -np <stages> with <stages> <= GPUs), or use --transport mpi",
+      ranks_on_host, gpus_on_host);
+}
+
 std::string nccl_device_problem() {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
@@ -136,7 +172,9 @@ std::string nccl_device_problem() {
 
 Result<std::unique_ptr<PayloadChannel>> make_nccl_channel(MpiWorld& world) {
   auto channel = std::make_unique<NcclChannel>();
-  RETURN_IF_ERROR(channel->init(world), fmt::format("rank {}: NCCL bootstrap", world.rank()));
+  Status st = channel->init(world);
+  if (st.code() == StatusCode::kInvalidInput) return st;  // every rank refuses alike
+  RETURN_IF_ERROR(st, fmt::format("rank {}: NCCL bootstrap", world.rank()));
   return std::unique_ptr<PayloadChannel>(std::move(channel));
 }
 

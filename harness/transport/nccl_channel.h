@@ -19,7 +19,14 @@ namespace splitcheck {
 // Empty when this process can use NCCL (a CUDA device is visible); otherwise why not.
 std::string nccl_device_problem();
 
-// Every rank calls it (collective): rank r uses GPU r % device count.
+// Empty when `ranks_on_host` ranks can each have one of the host's `gpus_on_host` GPUs;
+// otherwise the refusal, naming both counts.
+std::string ranks_per_gpu_problem(int ranks_on_host, int gpus_on_host);
+
+// Every rank calls it (collective): the rank with local rank r among its host's ranks uses
+// that host's GPU r. More ranks on a host than it has GPUs is refused on every rank as
+// invalid input (StatusCode::kInvalidInput, naming both counts): NCCL forbids two ranks of
+// one communicator on one GPU.
 Result<std::unique_ptr<PayloadChannel>> make_nccl_channel(MpiWorld& world);
 
 }  // namespace splitcheck

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -506,6 +506,15 @@ void run_case(const Scenario& s, const Partition& part, const EngineOptions& eng
 
 }  // namespace
 
+ReuseMode effective_reuse(const Scenario& s, ReuseMode requested, std::string* why) {
+  if (requested == ReuseMode::kOff || backend_device(s.backend) != Device::kCuda) return requested;
+  if (why != nullptr)
+    *why =
+        "backend cuda: the layer memo would keep device tensors and digest every weight on the "
+        "host";
+  return ReuseMode::kOff;
+}
+
 Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   const auto t0 = Clock::now();
   // Nothing runs on a backend or transport this build cannot provide (load_scenario
@@ -535,11 +544,12 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   // layer outcomes that the stages look their layer calls up in.
   const FaultSet faults{s.faults};
   ReuseSummary& reuse = result.reuse;
-  reuse.mode = options.reuse;
+  std::string reuse_off_because = "--reuse off";
+  reuse.mode = effective_reuse(s, options.reuse, &reuse_off_because);
   reuse.memory_bound = options.reuse_memory_bytes;
   std::unique_ptr<LayerMemo> memo;
-  if (options.reuse == ReuseMode::kOff) {
-    reuse.unused_because = "--reuse off";
+  if (reuse.mode == ReuseMode::kOff) {
+    reuse.unused_because = reuse_off_because;
   } else {
     memo = std::make_unique<LayerMemo>(options.reuse_memory_bytes, options.reuse_key);
   }

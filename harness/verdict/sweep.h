@@ -155,6 +155,12 @@ struct SweepResult {
   int exit_code() const;
 };
 
+// The layer reuse a sweep of `scenario` runs with: `requested`, except off on the cuda
+// backend, where the memo would keep device tensors and digest every weight through the
+// host (79.5 GiB per split point at k3-shape); `why` (when given) then says so.
+ReuseMode effective_reuse(const Scenario& scenario, ReuseMode requested,
+                          std::string* why = nullptr);
+
 // Runs the sweep. A Status error means the scenario or an input is invalid (or an
 // internal failure); a divergence is a result, not an error.
 Result<SweepResult> run_sweep(const Scenario& scenario, const SweepOptions& options);

@@ -84,6 +84,26 @@ TEST(ScenarioSchemaTest, EveryCommittedScenarioValidatesAndLoads) {
   for (size_t i = 0; i < ok.size(); ++i) EXPECT_TRUE(ok[i]) << committed_scenarios()[i];
 }
 
+TEST(ScenarioSchemaTest, EveryGpuScenarioValidatesAndParses) {
+  // scenarios/gpu/ (GPU only): load_scenario refuses them where no GPU is, so they are
+  // parsed without the capability check; the schema must accept them all the same.
+  if (!have_jsonschema()) GTEST_SKIP() << "python3 jsonschema is not installed";
+  std::vector<json> docs;
+  std::vector<fs::path> paths;
+  for (const auto& e : fs::directory_iterator(kSource / "scenarios" / "gpu"))
+    if (e.path().extension() == ".json") paths.push_back(e.path());
+  std::sort(paths.begin(), paths.end());
+  ASSERT_GE(paths.size(), 2u);
+  for (const fs::path& p : paths) {
+    docs.push_back(read_json(p));
+    Result<Scenario> s = parse_scenario(docs.back(), p.string(), p.parent_path().string());
+    EXPECT_TRUE(s.is_ok()) << s.status().message();
+  }
+  const std::vector<bool> ok = schema_accepts(docs);
+  ASSERT_EQ(ok.size(), docs.size());
+  for (size_t i = 0; i < ok.size(); ++i) EXPECT_TRUE(ok[i]) << paths[i];
+}
+
 // One mutation of the default scenario: `ptr` set to `value` (or removed when null and
 // `remove`), and whether both must accept it.
 struct Mutation {

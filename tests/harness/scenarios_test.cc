@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "harness/verdict/sweep.h"
 #include "reports/report.h"
@@ -85,6 +86,50 @@ TEST_P(CommittedScenario, SweepConcludesWhatExpectSays) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, CommittedScenario, ::testing::ValuesIn(committed_scenarios()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// scenarios/gpu/: scenarios that only run on a GPU (k3-shape: 79.5 GiB of weights). Each
+// must parse as written (its backend cuda) and carry an expect block; its sweep is run by
+// scripts/gpu-check.sh (inproc) or scripts/nccl-check.sh (nccl, under mpirun), minutes
+// long, so here it is skipped, saying why: where no GPU is, the capability that is missing.
+std::vector<std::string> gpu_scenarios() {
+  std::vector<std::string> names;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/gpu")) {
+    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class CommittedGpuScenario : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CommittedGpuScenario, ParsesAndIsSweptByTheGpuScripts) {
+  const std::string dir = std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/gpu";
+  const std::string path = dir + "/" + GetParam() + ".json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  const nlohmann::json j = nlohmann::json::parse(in);
+  Result<Scenario> s = parse_scenario(j, path, dir);
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  EXPECT_EQ(s->backend, "cuda") << path << ": scenarios/gpu/ holds GPU scenarios";
+  EXPECT_FALSE(s->expect.empty()) << path << " has no expect block";
+  EXPECT_EQ(s->dump_level, DumpLevel::kSummary) << path << ": large models dump summaries";
+  ASSERT_FALSE(s->workload.file.empty());
+  EXPECT_TRUE(std::filesystem::exists(s->workload.file)) << s->workload.file;
+  const Status here = check_capabilities(*s, path);
+  if (!here.is_ok()) GTEST_SKIP() << "not swept on this machine: " << here.message();
+  GTEST_SKIP() << GetParam() << " is swept by scripts/"
+               << (s->transport == "nccl" ? "nccl-check.sh (K3_SHAPE=1)" : "gpu-check.sh")
+               << " (minutes on an H200), not by the unit tests";
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, CommittedGpuScenario, ::testing::ValuesIn(gpu_scenarios()),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

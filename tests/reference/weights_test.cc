@@ -170,6 +170,25 @@ TEST(WeightSourceTest, EveryLoadOwnsItsStorageEvenFromTheMemo) {
   EXPECT_FALSE(same_storage(*a, a->clone()));
 }
 
+TEST(WeightSourceTest, ViewsShareTheSourcesOneCopy) {
+  // Holders that only read (PP=1, the stages of a sweep on one device) view one copy; a
+  // load beside them is still storage of its own.
+  const ModelConfig c = four_layer_tiny();
+  GeneratedWeights source(c);
+  Result<Tensor> a = source.view("layers.1.input_layernorm.weight");
+  Result<Tensor> b = source.view("layers.1.input_layernorm.weight");
+  Result<Tensor> own = source.load("layers.1.input_layernorm.weight");
+  ASSERT_TRUE(a.is_ok() && b.is_ok() && own.is_ok());
+  EXPECT_TRUE(same_storage(*a, *b));
+  EXPECT_FALSE(same_storage(*a, *own));
+  EXPECT_TRUE(a->bit_equal(*own));
+  Result<WeightStore> one = load_weights(source, {"embed_tokens.weight", "norm.weight"});
+  Result<WeightStore> two = load_weights(source, {"embed_tokens.weight"});
+  ASSERT_TRUE(one.is_ok() && two.is_ok());
+  EXPECT_EQ(distinct_storage_bytes({&*one, &*two}), one->parameter_bytes());
+  EXPECT_FALSE(source.view("no.such.tensor").is_ok());
+}
+
 TEST(WeightStoreTest, ParameterBytesAreTheDistinctStoragesHeld) {
   const ModelConfig c = four_layer_tiny();
   GeneratedWeights source(c);
@@ -190,6 +209,19 @@ TEST(WeightStoreTest, ParameterBytesAreTheDistinctStoragesHeld) {
   more.put("borrowed", view);
   EXPECT_TRUE(more.get("borrowed").is_owned());
   EXPECT_FALSE(same_storage(more.get("borrowed"), view));
+}
+
+TEST_F(CheckpointTest, ViewsOfACheckpointShareOneReadCopy) {
+  const ModelConfig c = four_layer_tiny();
+  ASSERT_TRUE(write_checkpoint(path("ckpt.h5"), c, whole_model()).is_ok());
+  CheckpointWeights source(path("ckpt.h5"), c);
+  Result<Tensor> a = source.view("norm.weight");
+  Result<Tensor> b = source.view("norm.weight");
+  Result<Tensor> own = source.load("norm.weight");
+  ASSERT_TRUE(a.is_ok() && b.is_ok() && own.is_ok());
+  EXPECT_TRUE(same_storage(*a, *b));
+  EXPECT_FALSE(same_storage(*a, *own));
+  EXPECT_TRUE(a->bit_equal(whole_model().get("norm.weight")));
 }
 
 TEST_F(CheckpointTest, RoundTripIsBitIdentical) {

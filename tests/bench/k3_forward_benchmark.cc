@@ -1,0 +1,150 @@
+// A PP=1 forward of k3-shape on the GPU (issue 12): decode forwards (one token each) in
+// tokens per second, and the weight bytes they read per second against a device-to-device
+// copy measured in the same run (the copy's bandwidth counts read and written bytes, as
+// HBM bandwidth is quoted). The weights are generated on the device and held once.
+//
+// Bytes a decode forward reads: every weight except embed_tokens (one row gathered) and
+// the routed experts a token does not choose (top-k of n routed per MoE layer); the same
+// figure over every weight is printed beside it.
+//
+//   ./k3_forward_benchmark [preset] [decode forwards]   (default: k3-shape 16)
+// Without a CUDA build or device it says so and exits 0.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "reference/engine.h"
+#include "reference/weight_source.h"
+#include "reference/weights.h"
+#ifdef SPLITCHECK_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace splitcheck {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+size_t spec_bytes(const TensorSpec& t) {
+  size_t n = 2;
+  for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+// Bytes one decode forward reads (see the file comment) and the bytes of every weight.
+std::pair<double, double> decode_bytes(const ModelConfig& c) {
+  double all = 0, read = 0;
+  const double chosen = c.n_routed_experts > 0 ? static_cast<double>(c.num_experts_per_tok) /
+                                                     static_cast<double>(c.n_routed_experts)
+                                               : 1.0;
+  for (const TensorSpec& t : model_tensor_specs(c)) {
+    const double b = static_cast<double>(spec_bytes(t));
+    all += b;
+    if (t.name == "embed_tokens.weight") continue;
+    read += t.name.find(".mlp.experts.") != std::string::npos ? b * chosen : b;
+  }
+  return {read, all};
+}
+
+int run(int argc, char** argv) {
+#ifndef SPLITCHECK_HAVE_CUDA
+  (void)argc;
+  (void)argv;
+  fmt::print("k3 forward: skipped: this build has no CUDA backend\n");
+  return 0;
+#else
+  if (const std::string why = cuda::unavailable_reason(); !why.empty()) {
+    fmt::print("k3 forward: skipped: {}\n", why);
+    return 0;
+  }
+  const std::string preset = argc > 1 ? argv[1] : "k3-shape";
+  const int decodes = argc > 2 ? std::max(1, std::atoi(argv[2])) : 16;
+  const std::optional<ModelConfig> c = model_preset(preset);
+  if (!c) {
+    fmt::print(stderr, "k3 forward: unknown preset {}\n", preset);
+    return 2;
+  }
+  // HBM: a 2 GiB device-to-device copy, read + written bytes per second.
+  const size_t copy_bytes = size_t{2} << 30;
+  Tensor src = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(copy_bytes / 2)}, Device::kCuda);
+  Tensor dst = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(copy_bytes / 2)}, Device::kCuda);
+  cuda::copy(dst.data<void>(), src.data<void>(), copy_bytes);
+  auto t0 = Clock::now();
+  for (int i = 0; i < 5; ++i) cuda::copy(dst.data<void>(), src.data<void>(), copy_bytes);
+  const double copy_bps = 2.0 * static_cast<double>(copy_bytes) * 5 / seconds_since(t0);
+  src = Tensor();
+  dst = Tensor();
+
+  t0 = Clock::now();
+  GeneratedWeights source(*c, Device::kCuda);
+  std::vector<std::string> names;
+  for (const TensorSpec& t : model_tensor_specs(*c)) names.push_back(t.name);
+  Result<WeightStore> weights = load_weights(source, names);
+  if (!weights.is_ok()) {
+    fmt::print(stderr, "k3 forward: {}\n", weights.status().message());
+    return 3;
+  }
+  const double gen_s = seconds_since(t0);
+  const size_t held = weights->parameter_bytes();
+  Result<std::unique_ptr<ReferenceEngine> > engine = ReferenceEngine::create(
+      *c, std::move(*weights), EngineOptions{{}, DumpLevel::kSummary, "none", false});
+  if (!engine.is_ok()) {
+    fmt::print(stderr, "k3 forward: {}\n", engine.status().message());
+    return 3;
+  }
+  const int prompt = 16;
+  ForwardRequest req;
+  for (int i = 0; i < prompt; ++i) req.ids.push_back((i * 37 + 11) % c->vocab_size);
+  t0 = Clock::now();
+  Result<ForwardResult> r = (*engine)->forward(req, nullptr);
+  const double prefill_s = seconds_since(t0);
+  if (!r.is_ok()) {
+    fmt::print(stderr, "k3 forward: prefill: {}\n", r.status().message());
+    return 3;
+  }
+  std::vector<double> times;
+  for (int i = 0; i < decodes; ++i) {
+    ForwardRequest d;
+    d.ids = {(i * 53 + 7) % c->vocab_size};
+    d.kind = ForwardKind::kDecode;
+    d.first_position = prompt + i;
+    d.index = 1 + i;
+    t0 = Clock::now();
+    Result<ForwardResult> o = (*engine)->forward(d, nullptr);
+    times.push_back(seconds_since(t0));
+    if (!o.is_ok()) {
+      fmt::print(stderr, "k3 forward: decode {}: {}\n", i, o.status().message());
+      return 3;
+    }
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  const auto [read, all] = decode_bytes(*c);
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  fmt::print("k3 forward: {} on the GPU: weights {:.2f} GiB held once (generated in {:.1f} s)\n",
+             preset, static_cast<double>(held) / gib, gen_s);
+  fmt::print("k3 forward: HBM copy {:.2f} TB/s (device-to-device, read + written)\n",
+             copy_bps / 1e12);
+  fmt::print("k3 forward: prefill {} tokens {:.1f} ms = {:.1f} tokens/s\n", prompt, prefill_s * 1e3,
+             prompt / prefill_s);
+  fmt::print(
+      "k3 forward: decode (1 token) median of {} {:.2f} ms = {:.1f} tokens/s; weights read {:.2f} "
+      "GB/forward -> {:.3f} TB/s = {:.1f}% of the copy (every weight: {:.2f} GB -> {:.3f} TB/s)\n",
+      decodes, median * 1e3, 1.0 / median, read / 1e9, read / median / 1e12,
+      100.0 * read / median / copy_bps, all / 1e9, all / median / 1e12);
+  return 0;
+#endif
+}
+
+}  // namespace
+}  // namespace splitcheck
+
+int main(int argc, char** argv) { return splitcheck::run(argc, argv); }
