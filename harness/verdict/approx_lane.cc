@@ -177,6 +177,32 @@ ApproxLaneResult judge_approx_lane(const std::vector<OpCase>& cases, bool cpu, b
       r.exact_elements += static_cast<int64_t>(n);
     }
   }
+  // Whole decoder layers: each backend chains its own ops from the layer's inputs.
+  const std::vector<LayerCalls> layers = layer_calls(cases);
+  if (!layers.empty()) {
+    RowJudgement r;
+    r.row = kDecoderLayerRow;
+    for (const LayerCalls& l : layers) {
+      const f64::Matrix ref = reference_layer_chain(l);
+      Tensor cpu_out, cuda_out;
+      if (cpu) {
+        cpu_out = run_layer_chain(l, Device::kCpu);
+        accumulate_errors(r.cpu, ref, cpu_out);
+        r.has_cpu = true;
+      }
+      if (cuda) {
+        cuda_out = run_layer_chain(l, Device::kCuda);
+        accumulate_errors(r.cuda, ref, cuda_out);
+        r.has_cuda = true;
+      }
+      if (cpu && cuda) {
+        for (int64_t i = 0; i < cpu_out.numel(); ++i)
+          r.exact_differing += cpu_out.data<bf16>()[i].bits != cuda_out.data<bf16>()[i].bits;
+        r.exact_elements += cpu_out.numel();
+      }
+    }
+    result.rows.push_back(r);
+  }
   for (RowJudgement& r : result.rows) {
     r.cpu_within = r.has_cpu && within_lane(r.cpu, r.out_dtype);
     r.cuda_within = r.has_cuda && within_lane(r.cuda, r.out_dtype);

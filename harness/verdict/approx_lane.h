@@ -58,6 +58,11 @@ struct RowJudgement {
   int64_t exact_differing = 0;  // of which differ
 };
 
+// The row of whole decoder layers (SPEC 2.3, op_cases.h's layer chain): each backend runs
+// the four ops of a layer one after the other from the layer's captured inputs, against
+// the same chain in float64; judged with the bf16 thresholds.
+inline constexpr const char* kDecoderLayerRow = "decoder_layer.chain";
+
 // The lane over every row of the captured cases.
 struct ApproxLaneResult {
   std::vector<RowJudgement> rows;

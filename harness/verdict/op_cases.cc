@@ -200,7 +200,7 @@ Result<std::vector<OpCase>> capture_op_cases(const Scenario& scenario,
   return std::move(cap.cases);
 }
 
-Tensor run_op_case(const OpCase& c, Device device) {
+Tensor run_op_case(const OpCase& c, Device device, std::map<std::string, Tensor>* updated) {
   std::map<std::string, Tensor> t;
   for (const auto& [role, tensor] : c.tensors) t[role] = tensor.to(device);
   Tensor out = Tensor::zeros(c.out_dtype, c.out_shape, device);
@@ -278,6 +278,10 @@ Tensor run_op_case(const OpCase& c, Device device) {
   } else {
     throw std::logic_error("no replay for op " + op);
   }
+  if (updated != nullptr) {
+    for (const char* role : {"prefix", "bank"})
+      if (t.count(role)) (*updated)[role] = t.at(role).to(Device::kCpu);
+  }
   return out.to(Device::kCpu);
 }
 
@@ -340,6 +344,90 @@ f64::Matrix reference_op_case(const OpCase& c) {
     return f64::dense_attention(f64_of(c, "q"), f64_of(c, "k"), f64_of(c, "v"), param(c, "heads"),
                                 param(c, "head_dim"));
   throw std::logic_error("no float64 reference for op " + op);
+}
+
+std::vector<LayerCalls> layer_calls(const std::vector<OpCase>& cases) {
+  std::map<std::pair<int32_t, int32_t>, LayerCalls> by_layer;
+  std::vector<std::pair<int32_t, int32_t>> order;
+  for (const OpCase& c : cases) {
+    if (c.layer < 0) continue;
+    const auto key = std::make_pair(c.forward, c.layer);
+    auto [it, inserted] = by_layer.try_emplace(key);
+    if (inserted) order.push_back(key);
+    LayerCalls& l = it->second;
+    if (c.site == Site::kPreAttn && c.op == "attn_res") l.pre_attn = &c;
+    if (c.site == Site::kAttn && (c.op == "mla" || c.op == "kda")) l.attn = &c;
+    if (c.site == Site::kPreMlp && c.op == "attn_res") l.pre_mlp = &c;
+    if (c.site == Site::kMlp && (c.op == "moe" || c.op == "dense_mlp")) l.mlp = &c;
+  }
+  std::vector<LayerCalls> out;
+  for (const auto& key : order) {
+    const LayerCalls& l = by_layer[key];
+    if (l.pre_attn && l.attn && l.pre_mlp && l.mlp) out.push_back(l);
+  }
+  return out;
+}
+
+namespace {
+
+// SPEC 2.3 steps 3-4's inputs: after a block-write layer P = a and no delta; otherwise the
+// prefix as attn_res left it and D = a.
+OpCase pre_mlp_case(const LayerCalls& l, const Tensor& prefix, const Tensor& bank,
+                    const Tensor& a) {
+  OpCase c = *l.pre_mlp;
+  if (l.pre_attn->params.at("write_idx") >= 0) {
+    c.tensors["prefix"] = a;
+    c.tensors.erase("delta");
+  } else {
+    c.tensors["prefix"] = prefix;
+    c.tensors["delta"] = a;
+  }
+  c.tensors["bank"] = bank;
+  return c;
+}
+
+Tensor bf16_tensor(const f64::Matrix& m, const Shape& shape) {
+  Tensor t = Tensor::zeros(DType::kBF16, shape);
+  bf16* out = t.data<bf16>();
+  for (size_t i = 0; i < m.size(); ++i)
+    out[i] = to_bf16(static_cast<float>(f64::round_to_bf16(m.data()[i])));
+  return t;
+}
+
+}  // namespace
+
+Tensor run_layer_chain(const LayerCalls& l, Device device) {
+  std::map<std::string, Tensor> state;
+  const Tensor x = run_op_case(*l.pre_attn, device, &state);
+  OpCase attn = *l.attn;
+  attn.tensors["x"] = x;
+  const Tensor a = run_op_case(attn, device);
+  OpCase mlp = *l.mlp;
+  mlp.tensors["x"] = run_op_case(pre_mlp_case(l, state.at("prefix"), state.at("bank"), a), device);
+  return run_op_case(mlp, device);
+}
+
+f64::Matrix reference_layer_chain(const LayerCalls& l) {
+  const OpCase& pre = *l.pre_attn;
+  const Tensor& prefix = need(pre.tensors, "prefix");
+  // SPEC 2.2 steps 1-2: p = bf16(P + D); bank[write_idx] = p.
+  f64::Matrix p = f64::widen(prefix);
+  if (pre.tensors.count("delta")) p += f64_of(pre, "delta");
+  const Tensor p_t = bf16_tensor(p, prefix.shape());
+  Tensor bank = need(pre.tensors, "bank").clone();
+  const int write_idx = param(pre, "write_idx");
+  if (write_idx >= 0) {
+    const int64_t rows = bank.dim(1), h = bank.dim(2);
+    for (int64_t t = 0; t < prefix.dim(0); ++t)
+      std::copy_n(p_t.data<bf16>() + t * h, h, bank.data<bf16>() + (t * rows + write_idx) * h);
+  }
+  OpCase attn = *l.attn;
+  attn.tensors["x"] = bf16_tensor(reference_op_case(pre), pre.out_shape);
+  const Tensor a = bf16_tensor(reference_op_case(attn), attn.out_shape);
+  const OpCase mid = pre_mlp_case(l, p_t, bank, a);
+  OpCase mlp = *l.mlp;
+  mlp.tensors["x"] = bf16_tensor(reference_op_case(mid), mid.out_shape);
+  return reference_op_case(mlp);
 }
 
 }  // namespace splitcheck

@@ -55,11 +55,34 @@ Result<std::vector<OpCase>> capture_op_cases(const Scenario& scenario,
                                              const CaptureOptions& options = {});
 
 // Runs the case's registry row on `device` with copies of its inputs; the output on the
-// host. Throws std::runtime_error where the device is unavailable.
-Tensor run_op_case(const OpCase& c, Device device);
+// host. With `updated`, also the inputs an op writes in place (attn_res's prefix and bank)
+// as they are after the call, on the host. Throws std::runtime_error where the device is
+// unavailable.
+Tensor run_op_case(const OpCase& c, Device device,
+                   std::map<std::string, Tensor>* updated = nullptr);
 
 // The case in float64 (float64_reference.h): the unrounded output, [rows, cols] as
 // f64::widen lays the output tensor out.
 f64::Matrix reference_op_case(const OpCase& c);
+
+// The four calls of one decoder layer in one forward (SPEC 2.3): attn_res at pre_attn, the
+// attention, attn_res at pre_mlp, the MLP.
+struct LayerCalls {
+  const OpCase* pre_attn = nullptr;
+  const OpCase* attn = nullptr;
+  const OpCase* pre_mlp = nullptr;
+  const OpCase* mlp = nullptr;
+};
+// Every layer whose four calls were all captured, in call order (pointers into `cases`).
+std::vector<LayerCalls> layer_calls(const std::vector<OpCase>& cases);
+
+// The whole layer on `device`, from the inputs of its pre_attn call: each op runs on what
+// the previous one produced on that device (the prefix and bank as attn_res left them,
+// SPEC 2.3 step 3 for the delta); returns the MLP's output, the delta leaving the layer.
+Tensor run_layer_chain(const LayerCalls& layer, Device device);
+// The same chain in float64: each op's output rounded to bf16 where it leaves the op (SPEC
+// 1), the folded prefix and the bank row written as SPEC 2.2 steps 1-2 say; the MLP's
+// output unrounded.
+f64::Matrix reference_layer_chain(const LayerCalls& layer);
 
 }  // namespace splitcheck

@@ -39,10 +39,10 @@ TEST(ApproxLaneTest, CpuIsWithinTheLaneOnTheDefaultScenario) {
                               << j.cpu.beyond_fraction();
   }
   // Every op of SPEC 2 the engine runs on this scenario is judged.
-  for (const char* want :
-       {"attn_res.native", "attn_res.fallback", "embed.gather", "rms_norm.rows",
-        "lm_head.matmul_nt", "argmax.lowest_index", "mla.latent_cache", "kda.recurrent",
-        "dense_mlp.swiglu", "moe.grouped", "linear.matmul", "dense_attention.softmax"})
+  for (const char* want : {"attn_res.native", "attn_res.fallback", "embed.gather", "rms_norm.rows",
+                           "lm_head.matmul_nt", "argmax.lowest_index", "mla.latent_cache",
+                           "kda.recurrent", "dense_mlp.swiglu", "moe.grouped", "linear.matmul",
+                           "dense_attention.softmax", kDecoderLayerRow})
     EXPECT_TRUE(rows.count(want)) << want << " was not captured";
   EXPECT_TRUE(r.within()) << approx_lane_text(r);
   // And the kernels are not trivially exact: something is not correctly rounded.
