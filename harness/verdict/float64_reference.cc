@@ -168,7 +168,7 @@ Matrix mla(const Matrix& x, const MlaWeights& w, const Matrix& cache, int heads,
   Matrix all_c = xt::zeros<double>({n_prev + t_count, r});
   if (n_prev > 0) xt::view(all_c, xt::range(0, n_prev), xt::all()) = cache;
   xt::view(all_c, xt::range(n_prev, n_prev + t_count), xt::all()) = c;
-  const Matrix cn = rms_rows(all_c, &w.kv_norm, eps);
+  const Matrix cn = rounded(rms_rows(all_c, &w.kv_norm, eps));
   const Matrix k = rounded(matmul(cn, w.w_uk));
   const Matrix v = rounded(matmul(cn, w.w_uv));
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
@@ -186,7 +186,7 @@ Matrix mla(const Matrix& x, const MlaWeights& w, const Matrix& cache, int heads,
       xt::view(og, t, cols) = o * xt::vectorize(sigmoid)(xt::view(g, t, cols));
     }
   }
-  return matmul(og, w.w_o);
+  return matmul(rounded(og), w.w_o);
 }
 
 Matrix kda(const Matrix& x, const KdaWeights& w, const Matrix& state, int heads, int head_dim,
@@ -221,7 +221,7 @@ Matrix kda(const Matrix& x, const KdaWeights& w, const Matrix& state, int heads,
           o * r * xt::row(w.o_norm, 0) * xt::vectorize(sigmoid)(xt::view(g, t, cols));
     }
   }
-  return matmul(og, w.w_o);
+  return matmul(rounded(og), w.w_o);
 }
 
 Matrix swiglu(const Matrix& x, const SwiGlu& w) {
