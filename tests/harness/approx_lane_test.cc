@@ -8,6 +8,8 @@
 #include <cmath>
 #include <set>
 
+#include "harness/verdict/environment.h"
+#include "tests/cli_fixture.h"
 #include "tests/scenario_fixture.h"
 
 namespace splitcheck {
@@ -135,6 +137,38 @@ TEST(ApproxLaneTest, ThresholdsAndFiguresAreInTheJson) {
   ASSERT_FALSE(j["rows"].empty());
   EXPECT_TRUE(j["rows"][0]["cpu"].contains("beyond_rounding_fraction"));
   EXPECT_EQ(j["within"], r.within());
+}
+
+}  // namespace
+}  // namespace splitcheck
+
+namespace splitcheck {
+namespace {
+
+class ApproxCliTest : public cli_test::CliFixture {
+ protected:
+  ApproxCliTest() : CliFixture("splitcheck-approx-cli-test-") {}
+};
+
+TEST_F(ApproxCliTest, CpuLaneExitsZeroAndWritesItsFigures) {
+  const cli_test::CliResult r =
+      cli("approx --backend cpu --max-calls 4 --json " + cli_test::quote(path("a.json").string()));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("every op within the approximate lane"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("thresholds bfloat16"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(cli_test::file_text(path("a.json")));
+  EXPECT_EQ(j["within"], true);
+  EXPECT_EQ(j["backends"]["cuda"], false);
+}
+
+TEST_F(ApproxCliTest, ABackendThisMachineCannotRunIsRefused) {
+  if (environment_fingerprint("cuda").value("device", "") == "cuda")
+    GTEST_SKIP() << "a CUDA device is usable here";
+  for (const char* backend : {"cuda", "both"}) {
+    const cli_test::CliResult r = cli(std::string("approx --backend ") + backend);
+    EXPECT_EQ(r.code, 2) << backend << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("cuda"), std::string::npos) << r.err;
+  }
 }
 
 }  // namespace
