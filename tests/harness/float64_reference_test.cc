@@ -85,9 +85,8 @@ TEST(Float64ReferenceTest, KdaAndMlaOnOneChannel) {
   const f64::KdaWeights k{Matrix{{1}}, Matrix{{1}}, Matrix{{2}}, Matrix{{0}},
                           Matrix{{0}}, Matrix{{0}}, Matrix{{1}}, Matrix{{2}}};
   EXPECT_DOUBLE_EQ(f64::kda(Matrix{{1}}, k, Matrix{{0}}, 1, 1, 0)(0, 0), 1.0);
-  // A second token continues from the state: St = 0.5 * 1 = 0.5, u = 0.5,
-  // St = 0.5 + 0.5 * (2 - 0.5) = 1.25; o = 1.25 -> rmsnorm 1 -> 0.5 * 2 = 1 again; with
-  // state 1 entering, the first token sees St = 0.5 + 0.5 * (2 - 0.5) = 1.25 too.
+  // With state 1 entering: St = 0.5 * 1 = 0.5 (decay), u = kᵀSt = 0.5,
+  // St = 0.5 + 0.5 * (2 - 0.5) = 1.25; o = 1.25, rmsnorm(o) = 1: the output is 1 again.
   EXPECT_DOUBLE_EQ(f64::kda(Matrix{{1}}, k, Matrix{{1}}, 1, 1, 0)(0, 0), 1.0);
   // MLA, r = 1, one head of width 1: c = 2 -> c' = 1 (kv_norm 1); K = 3, V = 4; the only
   // visible position has weight 1: O = 4; gate 0.5; W_o 1: 2.
