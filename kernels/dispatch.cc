@@ -48,6 +48,9 @@ Device dense_mlp_device(const void* args) {
 std::atomic<bool> g_nondeterminism_armed{false};
 std::atomic<bool> g_pending_flip{false};
 
+std::atomic<KernelObserver> g_observer{nullptr};
+std::atomic<void*> g_observer_user{nullptr};
+
 bool rows_eligible(const void*) { return !g_nondeterminism_armed.load(); }
 bool nondeterministic_eligible(const void*) { return g_nondeterminism_armed.load(); }
 
@@ -137,6 +140,9 @@ int32_t run_kernel(const KernelContext& ctx, std::string_view op, void* args) {
       ctx.trace->events.push_back(DispatchEvent{ctx.forward, ctx.layer, ctx.site,
                                                 static_cast<int32_t>(i), ctx.stage, ctx.aux});
     }
+    if (KernelObserver observe = g_observer.load()) {
+      observe(g_observer_user.load(), ctx, static_cast<int32_t>(i), args);
+    }
     run_row(row, args);
     return static_cast<int32_t>(i);
   }
@@ -146,6 +152,11 @@ int32_t run_kernel(const KernelContext& ctx, std::string_view op, void* args) {
 void arm_nondeterministic_kernel_for_test(bool armed) {
   g_pending_flip.store(armed);
   g_nondeterminism_armed.store(armed);
+}
+
+void set_kernel_observer(KernelObserver observer, void* user) {
+  g_observer_user.store(user);
+  g_observer.store(observer);
 }
 
 void run_variant(std::string_view op, std::string_view variant, void* args) {

@@ -4,7 +4,9 @@
 # points, layer reuse off so every stage computes), run every fault scenario on the GPU,
 # run compute-sanitizer (memcheck, racecheck, synccheck) on the kernel tests, measure the
 # GPU properties (decode vs prefill, verify vs decode, chunked vs whole prefill of
-# k3-tiny), run the benchmarks, and print a results table last.
+# k3-tiny), run the approximate lane (CPU and CUDA against the float64 judge), write and
+# verify the GPU golden of the default scenario (into $OUT/golden/ when OUT is set), run
+# the benchmarks, and print a results table last.
 #   scripts/gpu-check.sh [--build-dir DIR] [--jobs N]   (GPU_CHECK_ONLY=REGEX: only those steps)
 # k3-shape (several minutes: its 92-split sweep and one PP=1 forward's speed) runs with
 # K3_SHAPE=1, or when GPU_CHECK_ONLY selects it:
@@ -177,6 +179,39 @@ for p in r["properties"]:
 PY
 )"
 fi
+# The approximate lane: every op of the default scenario on the inputs the PP=1 engine
+# feeds it, CPU and CUDA each against the float64 judge, and CPU against CUDA bit for bit
+# (the exact lane, expected to differ). Per-op figures go to the final table.
+detail="CPU and CUDA vs float64, default scenario"
+step approx-lane 240 "$build/splitcheck" approx "$root/scenarios/default.json" --backend both \
+  --json "$log/approx.json"
+python3 - "$log/approx.json" >"$log/approx.txt" 2>/dev/null <<'PY' || true
+import json, sys
+r = json.load(open(sys.argv[1]))
+for d, t in r["thresholds"].items():
+    print(f"   threshold {d}: max_rel {t['max_rel_error']:.4g}, beyond-rounding <= {100 * t['max_beyond_rounding_fraction']:.0f}%")
+print(f"   {'row':<26} {'cpu max_rel':>11} {'cpu beyond':>10} {'cuda max_rel':>12} {'cuda beyond':>11} {'exact differ':>16}  closer")
+for row in r["rows"]:
+    c, g, x = row.get("cpu", {}), row.get("cuda", {}), row.get("exact_lane", {})
+    mark = "" if c.get("within_lane", True) and g.get("within_lane", True) else "  OUTSIDE"
+    print(f"   {row['row']:<26} {c.get('max_rel_error', float('nan')):>11.3g} "
+          f"{100 * c.get('beyond_rounding_fraction', float('nan')):>9.2f}% "
+          f"{g.get('max_rel_error', float('nan')):>12.3g} "
+          f"{100 * g.get('beyond_rounding_fraction', float('nan')):>10.2f}% "
+          f"{x.get('differing', -1):>7}/{x.get('elements', -1):<8}  {row.get('closer', '')}{mark}")
+print(f"   within the lane: {r['within']}")
+PY
+
+# GPU goldens: the default scenario (k3-tiny, PP=1) on cuda, written with the GPU's
+# fingerprint into $OUT/golden/ (or the log dir) for the lead to commit under
+# golden/cuda/, then verified on the spot (a second run, compared bit for bit).
+golden_out="${OUT:-$log}/golden"
+detail="default on cuda, PP=1 -> $golden_out"
+step golden-cuda-update 240 "$build/splitcheck" golden --dir "$golden_out" update --backend cuda \
+  --reason "GPU golden of the default scenario (k3-tiny, PP=1) on ${gpu:-the GPU}" \
+  "$root/scenarios/default.json"
+detail="recomputed on this GPU, bit for bit"
+step golden-cuda-verify 240 "$build/splitcheck" golden --dir "$golden_out" verify
 
 step benchmarks 120 "$build/cuda_benchmark" --benchmark_min_time=0.2s
 bench="$(grep -E "^BM_" "$log/benchmarks.log" || true)"
@@ -236,6 +271,11 @@ printf '%-34s %-20s %7s  %s\n' "step" "result" "wall" "detail"
 printf '%s\n' "${rows[@]}"
 if [[ -s "$log/measured.txt" ]]; then echo "measured:"; cat "$log/measured.txt"; fi
 if [[ -n "$props" ]]; then echo "properties (measured, not PP faults):"; echo "$props"; fi
+if [[ -s "$log/approx.txt" ]]; then echo "approximate lane (float64 judge):"; cat "$log/approx.txt"; fi
+if [[ -f "$golden_out/MANIFEST.json" ]]; then
+  echo "GPU golden: $golden_out"
+  python3 -c 'import json,sys; [print("  ", g["file"], g["sha256"][:16], json.dumps(g["env"])) for g in json.load(open(sys.argv[1]))["goldens"]]' "$golden_out/MANIFEST.json" || true
+fi
 if [[ -n "$bench" ]]; then echo "benchmarks:"; echo "$bench" | sed 's/^/   /'; fi
 if [[ ${#k3_rows[@]} -gt 0 ]]; then echo "k3-shape:"; printf '   %s\n' "${k3_rows[@]}"; fi
 exit $failed

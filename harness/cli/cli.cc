@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 
+#include "harness/cli/approx_cli.h"
 #include "harness/cli/bisect_cli.h"
 #include "harness/cli/merge_cli.h"
 #include "harness/cli/sweep_cli.h"
@@ -224,6 +225,13 @@ int run_cli_unguarded(int argc, char** argv) {
       "update", "Regenerate goldens; the reason is recorded in MANIFEST.json");
   update->add_option("--reason", reason, "Why the golden changes")->required();
   update->add_option("scenarios", update_scenarios, "Scenario files (default: every golden's)");
+  std::string update_backend;
+  update
+      ->add_option("--backend", update_backend,
+                   "Run the scenarios on this backend and record it in the manifest (cuda: a "
+                   "GPU golden, fingerprinted with the GPU, SM count, driver, CUDA and cuBLASLt "
+                   "versions); default: each scenario's own")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
 
   std::string cmp_a, cmp_b;
   bool approximate = false, full = false, trust_digests = false;
@@ -257,6 +265,8 @@ int run_cli_unguarded(int argc, char** argv) {
   sweep_cli.add_to(app);
   BisectCli bisect_cli;
   bisect_cli.add_to(app);
+  ApproxCli approx_cli;
+  approx_cli.add_to(app, default_scenario());
 
   std::vector<std::string> merge_inputs;
   std::string merge_dir;
@@ -299,7 +309,8 @@ int run_cli_unguarded(int argc, char** argv) {
   if (*ckpt) return cmd_checkpoint(ckpt_scenario, ckpt_out);
   if (*verify) return cmd_golden_verify(golden_dir);
   if (*update) {
-    Status st = update_goldens(SPLITCHECK_SOURCE_DIR, golden_dir, update_scenarios, reason);
+    Status st =
+        update_goldens(SPLITCHECK_SOURCE_DIR, golden_dir, update_scenarios, reason, update_backend);
     if (!st.is_ok()) return report_status(st);
     fmt::print("goldens updated: {}\n", reason);
     return kExitOk;
@@ -309,6 +320,7 @@ int run_cli_unguarded(int argc, char** argv) {
                        sweep_cli.command_line);
   if (*verify_dump_cmd) return cmd_verify_dump(verify_path);
   if (*bisect_cli.command) return bisect_cli.run();
+  if (*approx_cli.command) return approx_cli.run();
   if (*merge) return run_merge(merge_inputs, merge_dir);
   if (*props) return cmd_properties(props_scenario, props_json);
   if (*sens) return cmd_sensitivity(sens_scenarios, sens_seeds, sens_threads);

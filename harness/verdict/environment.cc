@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include "harness/build_info.h"
+#include "harness/engine/run.h"
+#ifdef SPLITCHECK_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
 
 namespace splitcheck {
 namespace {
@@ -70,6 +74,29 @@ nlohmann::json environment_fingerprint() {
           {"flags", SPLITCHECK_CXX_FLAGS},
           {"isa", compiled_isa()},
           {"device", "cpu"}};
+}
+
+nlohmann::json environment_fingerprint(const std::string& backend) {
+  nlohmann::json env = environment_fingerprint();
+  if (backend_device(backend) != Device::kCuda) return env;
+#ifdef SPLITCHECK_HAVE_CUDA
+  const std::string why = cuda::unavailable_reason();
+#else
+  const std::string why = "this build has no CUDA backend";
+#endif
+  if (!why.empty()) {
+    env["device"] = "cuda unavailable: " + why;
+    return env;
+  }
+  // The device part of a dump's env (backend_provenance), less the matrix-product
+  // algorithms, which depend on the shapes a run happened to use.
+  const nlohmann::json d = backend_provenance(backend);
+  env["device"] = "cuda";
+  env["gpu"] = d.value("device", "");
+  for (const char* key : {"compute_capability", "sm_count", "driver_version",
+                          "cuda_runtime_version", "cublaslt_version"})
+    if (d.contains(key)) env[key] = d[key];
+  return env;
 }
 
 FingerprintDiff diff_fingerprints(const nlohmann::json& golden, const nlohmann::json& here) {

@@ -14,6 +14,14 @@ namespace splitcheck {
 // "-O3 -fno-fast-math -ffp-contract=off", "x86-64 sse sse2", "cpu"}.
 nlohmann::json environment_fingerprint();
 
+// The fingerprint of a run on `backend` ("cpu" or "cuda"). On CUDA it adds what cuBLAS's
+// bitwise promise depends on, as the dump's env.device records it (harness/engine/run.h):
+// {"device": "cuda", "gpu": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132,
+// "driver_version": ..., "cuda_runtime_version": ..., "cublaslt_version": ...}. Where no
+// CUDA device can run, "device" says why ("cuda unavailable: ...") and the GPU fields are
+// absent, so a GPU golden's fingerprint differs from it field by field.
+nlohmann::json environment_fingerprint(const std::string& backend);
+
 // How a golden's recorded fingerprint differs from this build's.
 struct FingerprintDiff {
   // One line per differing field: "flags: golden '-O3 ...', this build '-O1 ...'".

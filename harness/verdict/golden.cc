@@ -79,6 +79,13 @@ RunRecord golden_record(const RunRecord& full) {
   return g;
 }
 
+// The scenario a golden runs: on the entry's backend (empty: its own), at summary level
+// where the entry says so.
+void apply_golden_settings(Scenario& s, const std::string& backend, const std::string& level) {
+  if (!backend.empty()) s.backend = backend;
+  if (level == "summary") s.dump_level = DumpLevel::kSummary;
+}
+
 }  // namespace
 
 Result<std::vector<GoldenCheck>> verify_goldens(const std::string& source_dir,
@@ -99,12 +106,26 @@ Result<std::vector<GoldenCheck>> verify_goldens(const std::string& source_dir,
     ASSIGN_OR_RETURN(std::string want_sha, string_field(g, "sha256", i));
     ASSIGN_OR_RETURN(std::string want_scenario_sha, string_field(g, "scenario_sha256", i));
     GoldenCheck check{file, false, "", {}, {}, false};
-    const FingerprintDiff env = diff_fingerprints(g.contains("env") ? g["env"] : nlohmann::json(),
-                                                  environment_fingerprint());
+    const std::string backend = g.value("backend", "");
+    const nlohmann::json here = environment_fingerprint(backend.empty() ? "cpu" : backend);
+    const FingerprintDiff env =
+        diff_fingerprints(g.contains("env") ? g["env"] : nlohmann::json(), here);
     check.environment_differences = env.differences;
     check.unrecorded_fields = env.unrecorded;
     const std::string golden_path = golden_dir + "/" + file;
+    if (backend_device(backend) == Device::kCuda && here.value("device", "") != "cuda") {
+      // A GPU golden where no GPU runs: nothing can be recomputed, so nothing is judged.
+      check.not_judged = true;
+      check.message = fmt::format(
+          "not judged: a golden of the {} backend ({}), and {}: verify it on its GPU "
+          "(scripts/gpu-check.sh)",
+          backend, g.contains("env") ? g["env"].value("gpu", "no GPU recorded") : "no env",
+          here.value("device", ""));
+      checks.push_back(check);
+      continue;
+    }
     ASSIGN_OR_RETURN(Scenario s, load_scenario(source_dir + "/" + scenario_rel));
+    apply_golden_settings(s, backend, g.value("level", ""));
     ASSIGN_OR_RETURN(std::string scenario_sha, scenario_identity_sha256(s));
     if (scenario_sha != want_scenario_sha) {
       check.message = "scenario " + scenario_rel + " changed since the golden was made " +
@@ -152,21 +173,30 @@ Result<std::vector<GoldenCheck>> verify_goldens(const std::string& source_dir,
 }
 
 Status update_goldens(const std::string& source_dir, const std::string& golden_dir,
-                      const std::vector<std::string>& scenario_paths, const std::string& reason) {
+                      const std::vector<std::string>& scenario_paths, const std::string& reason,
+                      const std::string& backend) {
   if (reason.empty()) return invalid_input("golden update needs --reason");
   const std::string manifest_path = golden_dir + "/MANIFEST.json";
   ASSIGN_OR_RETURN(nlohmann::json manifest, read_manifest(manifest_path));
-  std::vector<std::string> paths = scenario_paths;
+  // (scenario path, backend): every manifest entry keeps its own backend when none is named.
+  std::vector<std::pair<std::string, std::string>> paths;
+  for (const std::string& p : scenario_paths) paths.emplace_back(p, backend);
   if (paths.empty()) {
-    for (const auto& g : manifest["goldens"]) paths.push_back(g.value("scenario", ""));
+    for (const auto& g : manifest["goldens"])
+      paths.emplace_back(g.value("scenario", ""),
+                         backend.empty() ? g.value("backend", "") : backend);
   }
   fs::create_directories(golden_dir);
-  for (const std::string& given : paths) {
+  for (const auto& [given, run_backend] : paths) {
     // Scenario paths are stored relative to the source tree.
     fs::path abs = fs::absolute(fs::path(given).is_absolute() ? fs::path(given)
                                                               : fs::path(source_dir) / given);
     const std::string rel = fs::relative(abs, source_dir).generic_string();
     ASSIGN_OR_RETURN(Scenario s, load_scenario(abs.string()));
+    apply_golden_settings(s, run_backend,
+                          s.model.hidden_size >= kGoldenSummaryHiddenSize ? "summary" : "");
+    if (!run_backend.empty())
+      RETURN_IF_ERROR(check_capabilities(s, abs.string() + " (golden update)"));
     ASSIGN_OR_RETURN(ReferenceRun run, run_reference(s));
     ASSIGN_OR_RETURN(DumpHeader header,
                      make_dump_header(s, fmt::format("0-{}", s.model.num_hidden_layers)));
@@ -181,9 +211,11 @@ Status update_goldens(const std::string& source_dir, const std::string& golden_d
                          {"scenario_sha256", header.scenario_sha256},
                          {"model_sha256", header.model_sha256},
                          {"producer", nlohmann::json::parse(header.producer_json)},
-                         {"env", environment_fingerprint()},
+                         {"env", environment_fingerprint(s.backend)},
                          {"level", header.level},
                          {"reason", reason}};
+    // Recorded only off the default, so CPU goldens' entries keep their form.
+    if (s.backend != "cpu") entry["backend"] = s.backend;
     auto& goldens = manifest["goldens"];
     bool replaced = false;
     for (auto& g : goldens) {

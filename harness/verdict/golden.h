@@ -27,15 +27,27 @@ struct GoldenCheck {
 };
 
 // Verifies every golden of `golden_dir`/MANIFEST.json. Scenario paths in the manifest are
-// relative to `source_dir`. A Status error means the manifest or a file is unusable, or
-// that it lists no golden (nothing verified is never a pass).
+// relative to `source_dir`. A golden made on a backend this machine cannot run (a GPU
+// golden where no CUDA device is usable) is not run: it is not judged, and its
+// environment differences say what differs (never a divergence). A Status error means the manifest
+// or a file is unusable, or that it lists no golden (nothing verified is never a pass).
 Result<std::vector<GoldenCheck>> verify_goldens(const std::string& source_dir,
                                                 const std::string& golden_dir);
 
 // Regenerates the golden of each named scenario file (all manifest entries when empty)
 // and records `reason` (required, non-empty) and this build's environment fingerprint in
-// the manifest.
+// the manifest. `backend` ("cpu", "cuda"; empty: the scenario's own) runs the scenario on
+// that backend and is recorded in the entry ("backend"), so that verify runs it there
+// too: a GPU golden is the committed scenario run on "cuda", fingerprinted with the GPU
+// model, SM count, driver, CUDA runtime and cuBLASLt versions (environment.h). A model
+// with hidden size kGoldenSummaryHiddenSize or more gets a summary-level golden (logits,
+// taps, tokens, dispatch; "level": "summary" in the entry).
 Status update_goldens(const std::string& source_dir, const std::string& golden_dir,
-                      const std::vector<std::string>& scenario_paths, const std::string& reason);
+                      const std::vector<std::string>& scenario_paths, const std::string& reason,
+                      const std::string& backend = "");
+
+// From this hidden size up, goldens are written at summary level: k3-shape's per-layer
+// tensors of one prefill are hundreds of MB; k3-tiny's and k3-small's stay a few MB.
+inline constexpr int kGoldenSummaryHiddenSize = 4096;
 
 }  // namespace splitcheck
