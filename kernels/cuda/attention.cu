@@ -27,7 +27,9 @@ __global__ void attention_kernel(const uint16_t* q, const uint16_t* k, const uin
   const int64_t t = blockIdx.x;
   const int head = blockIdx.y;
   const int64_t qd = static_cast<int64_t>(heads) * hd;
-  const int64_t visible = first_pos < 0 ? tk : first_pos + t + 1;
+  // Causal: query t sees keys 0..first_pos + t, never more than the tk keys there are.
+  const int64_t causal = first_pos + t + 1;
+  const int64_t visible = first_pos < 0 || causal > tk ? tk : causal;
   const uint16_t* qv = q + t * qd + head * hd;
   for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) {
     const uint16_t* kv = k + j * qd + head * hd;
@@ -63,7 +65,10 @@ __global__ void attention_kernel(const uint16_t* q, const uint16_t* k, const uin
 void attention(const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* gate,
                int64_t tq, int64_t tk, int64_t first_pos, int heads, int hd, uint16_t* out) {
   if (tq == 0 || tk == 0) return;
-  const size_t smem = static_cast<size_t>(tk) * sizeof(float);
+  // The scores of tk keys, padded to whole 16-byte words: compute-sanitizer's memcheck
+  // flagged a 12-byte shared read just past tk floats (T 5, the last query row), so the
+  // array ends on a word boundary with room for the widest load the compiler may issue.
+  const size_t smem = static_cast<size_t>((tk + 7) / 4 * 4) * sizeof(float);
   if (smem > 48 * 1024) throw std::runtime_error("attention on CUDA sees at most 12288 positions");
   const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(hd));
   attention_kernel<<<dim3(static_cast<unsigned>(tq), static_cast<unsigned>(heads)), kThreads, smem,

@@ -97,6 +97,22 @@ TEST_F(GpuGoldenTest, AGoldenOfAGpuIsNotJudgedHereAndNeverADivergence) {
   EXPECT_NE(r.out.find("0 passed, 0 failed, 1 not judged"), std::string::npos) << r.out;
 }
 
+// The committed GPU golden (golden/cuda/, made on an H200 by scripts/gpu-check.sh): not
+// judged without a GPU, never failed; with one, it must reproduce bit for bit (on another
+// GPU or library version, the fingerprint's differences make it not judged, exit 2).
+TEST_F(GpuGoldenTest, TheCommittedGpuGoldenIsJudgedOnlyOnItsGpu) {
+  const std::string dir = std::string(SPLITCHECK_SOURCE_DIR) + "/golden/cuda";
+  const CliResult r = cli("golden --dir " + quote(dir) + " verify");
+  EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out << r.err;
+  if (!gpu_here()) {
+    EXPECT_EQ(r.code, 2) << r.out << r.err;
+    EXPECT_NE(r.out.find("0 passed, 0 failed, 1 not judged"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("gpu: golden 'NVIDIA H200'"), std::string::npos) << r.out;
+  } else {
+    EXPECT_TRUE(r.code == 0 || r.code == 2) << r.out << r.err;
+  }
+}
+
 TEST_F(GpuGoldenTest, MakingAGpuGoldenWithoutAGpuIsRefused) {
   if (gpu_here()) GTEST_SKIP() << "a CUDA device is usable here";
   const CliResult r =
