@@ -73,8 +73,11 @@ Result<std::vector<Waiver>> load_waivers(const std::string& path) {
         {"scenario", &w.scenario}, {"split", &w.split}, {"check", &w.check},
         {"reason", &w.reason},     {"link", &w.link},   {"expires", &w.expires}};
     for (const auto& [key, value] : e.items()) {
+      // (A lambda does not capture a structured binding under clang 14, the sanitizer
+      // builds' compiler.)
+      const std::string& name = key;
       auto f = std::find_if(std::begin(fields), std::end(fields),
-                            [&](const auto& p) { return key == p.first; });
+                            [&](const auto& p) { return name == p.first; });
       if (f == std::end(fields)) return invalid_input(at + "/" + key + ": unknown key");
       if (!value.is_string() || value.get<std::string>().empty())
         return invalid_input(at + "/" + key + ": expected a non-empty string");
