@@ -66,7 +66,7 @@ TEST_P(CommittedScenario, SweepConcludesWhatExpectSays) {
 // The scenario the three reuse modes sweep: the committed one, except that a serving
 // scenario serves its first 8 requests (of 16) at 4 split points (one per stage-1 start
 // region, aligned and not), which keeps micro-batches, chunked prefill and rollbacks
-// (asserted below; ServingFaults shows each serving fault within 8) at a fifth of the cost.
+// (asserted below; ServingFaults shows each serving fault within 8) at less cost.
 Scenario modes_scenario(const Scenario& committed) {
   Scenario s = committed;
   if (!s.serving.enabled) return s;
