@@ -72,14 +72,19 @@ esac
 mpi=(-DSPLITCHECK_MPI=OFF)
 [[ "$kind" == asan ]] && command -v mpirun >/dev/null && mpi=(-DSPLITCHECK_MPI=ON)
 
-cpu_seconds() {  # user+sys of this shell's finished children ("times": 1m2.5s 0m3.1s)
-  times | tail -n 1 | awk '{ for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]);
-    t += a[1] * 60 + a[2] } print t }'
+cpu=0
+read_cpu() {  # sets cpu: user+sys seconds of this shell's finished children ("1m2.5s 0m3.1s")
+  local f
+  f="$(mktemp)"
+  times >"$f"  # in this shell (a command substitution would be a subshell without children)
+  cpu="$(tail -n 1 "$f" | awk '{ for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]);
+    t += a[1] * 60 + a[2] } print t }')"
+  rm -f "$f"
 }
 
 echo "== sanitize ($kind): configure and build $build_dir"
 start=$SECONDS
-cpu0=$(cpu_seconds)
+read_cpu; cpu0=$cpu
 # -O1 with line tables: a fifth faster to build than -O3, readable reports; the float
 # flags (SPEC 1) are the same as Release's, so the numbers are too.
 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize \
@@ -88,7 +93,7 @@ cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize \
   -DSPLITCHECK_NCCL=OFF -DSPLITCHECK_BENCH=OFF -DCMAKE_UNITY_BUILD=ON \
   -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 >/dev/null
 cmake --build "$build_dir" -j"$jobs" --target splitcheck splitcheck_tests
-cpu1=$(cpu_seconds)
+read_cpu; cpu1=$cpu
 echo "== sanitize ($kind): built in $((SECONDS - start)) s wall, $(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { printf "%.0f", b - a }') s CPU"
 
 # libhdf5 leaks blocks of its own free lists on some error paths; those are its own, not
@@ -102,7 +107,7 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:${TSAN_OPTIONS:-}"
 
 echo "== sanitize ($kind): tests"
 start=$SECONDS
-cpu0=$(cpu_seconds)
+read_cpu; cpu0=$cpu
 if [[ $all -eq 1 ]]; then
   ctest --test-dir "$build_dir" --output-on-failure -j"$jobs"
 else
@@ -126,5 +131,5 @@ else
   grep -h -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$build_dir"/tests-shard*.log || true
   [[ $fail -eq 0 ]] || exit 1
 fi
-cpu1=$(cpu_seconds)
+read_cpu; cpu1=$cpu
 echo "== sanitize ($kind): tests passed in $((SECONDS - start)) s wall, $(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { printf "%.0f", b - a }') s CPU"
