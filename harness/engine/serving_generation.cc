@@ -50,7 +50,9 @@ Result<GenerationSummary> run_serving_generation(const Scenario& s, Engine& engi
     opt.gamma = s.speculative.gamma;
     const int n_taps = static_cast<int>(s.capture_ids.size());
     const Departure departure{s.model.seed, s.speculative.departure_rate};
-    factory = [&](int32_t request) -> Result<std::unique_ptr<Drafter>> {
+    // n_taps and departure by value: the factory is called after this block ends (a
+    // reference to them was a stack-use-after-scope, found by AddressSanitizer).
+    factory = [&, n_taps, departure](int32_t request) -> Result<std::unique_ptr<Drafter>> {
       ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> d,
                        DsparkDrafter::create(s.model, own, binding, n_taps));
       d->set_departure(departure);
