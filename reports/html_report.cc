@@ -313,10 +313,11 @@ std::string serving_table(const nlohmann::json& sv) {
   }
   out += "</tbody></table>\n";
   const nlohmann::json& bi = sv.value("batch_invariance", nlohmann::json::object());
-  out += fmt::format("<p id=\"batch-invariance\">Each request served alone at PP=1: {} of {} "
-                     "identical to the same request in the batch.</p>\n",
-                     esc(text_of(bi.value("identical", nlohmann::json(0)))),
-                     esc(text_of(bi.value("requests", nlohmann::json(0)))));
+  out += fmt::format(
+      "<p id=\"batch-invariance\">Each request served alone at PP=1: {} of {} "
+      "identical to the same request in the batch.</p>\n",
+      esc(text_of(bi.value("identical", nlohmann::json(0)))),
+      esc(text_of(bi.value("requests", nlohmann::json(0)))));
   for (const auto& d : bi.value("differences", nlohmann::json::array()))
     out += "<p class=\"diverged\">" + esc(text_of(d)) + "</p>\n";
   return out;
@@ -343,8 +344,9 @@ std::string render_html(const nlohmann::json& r) {
       esc(str_field(r, "kind", "sweep")), esc(name),
       esc(r.value("exit_code", 0) != 0 ? std::string("divergent") : verdict), esc(verdict),
       text_of(r.value("exit_code", nlohmann::json())),
-      esc(verdict != "conformant" ? "DIVERGENT"
-          : kind == "compare"     ? "CONFORMANT: the dumps are bit-identical"
+      esc(verdict == "refused" ? "REFUSED: PP=1 does not reproduce itself; no split point judged"
+          : verdict != "conformant" ? "DIVERGENT"
+          : kind == "compare"       ? "CONFORMANT: the dumps are bit-identical"
           : r.value("exit_code", 0) != 0 && !waiver_failures(r).empty()
               ? "FAILED: a waiver of this scenario has expired"
           : r.value("exit_code", 0) != 0
@@ -360,6 +362,15 @@ std::string render_html(const nlohmann::json& r) {
        {"pass", "diverged", "config_rejected", "error", "skipped", "waived", "total"})
     out += fmt::format("<td class=\"num\" data-count=\"{}\">{}</td>", k, counts.value(k, 0));
   out += "</tr></tbody></table>\n";
+  if (verdict == "refused") {
+    const nlohmann::json& sc = obj_field(r, "self_check");
+    out += fmt::format(
+        "<p id=\"self-check\" class=\"diverged\" data-reproduced=\"false\">Self-check: PP=1 run "
+        "twice gave different bits ({} of {} datasets differ), so no split point was judged. "
+        "First difference: <code>{}</code></p>\n",
+        sc.value("datasets_differing", 0), sc.value("datasets_compared", 0),
+        esc(str_field(sc, "first_difference")));
+  }
   if (r.contains("expect") && r["expect"].contains("failures")) {
     const nlohmann::json& fails = r["expect"]["failures"];
     out += fmt::format("<p id=\"expect\" data-met=\"{}\">Scenario expectations: <b>{}</b></p>\n",

@@ -2,7 +2,8 @@
 // counts the datasets compared; bisect: the first failing split); diverged and config-rejected
 // cases are failures (type "diverged" / "config-rejected"), errors are <error>, skipped <skipped/>.
 // A sweep whose scenario `expect` is not met has one more test case, "expect", failing
-// (type "expect-not-met") with every unmet expectation: the gate failed on it.
+// (type "expect-not-met") with every unmet expectation: the gate failed on it. A sweep
+// refused by --self-check has one test case, "self-check", in error with the first difference.
 #include <fmt/format.h>
 
 #include "reports/writers.h"
@@ -14,10 +15,12 @@ std::string render_junit(const nlohmann::json& r) {
   const nlohmann::json& expect = obj_field(r, "expect");
   const bool expect_unmet =
       expect.contains("met") && expect["met"].is_boolean() && !expect["met"].get<bool>();
-  const int64_t total = counts.value("total", 0) + (expect_unmet ? 1 : 0);
+  // A sweep refused by --self-check judged nothing: one test case, "self-check", in error.
+  const bool refused = str_field(r, "verdict") == "refused";
+  const int64_t total = counts.value("total", 0) + (expect_unmet ? 1 : 0) + (refused ? 1 : 0);
   const int64_t failures =
       counts.value("diverged", 0) + counts.value("config_rejected", 0) + (expect_unmet ? 1 : 0);
-  const int64_t errors = counts.value("error", 0);
+  const int64_t errors = counts.value("error", 0) + (refused ? 1 : 0);
   const int64_t skipped = counts.value("skipped", 0);
   const double seconds = r.contains("timing") ? r["timing"].value("total_seconds", 0.0) : 0.0;
   const std::string suite =
@@ -79,6 +82,16 @@ std::string render_junit(const nlohmann::json& r) {
   if (str_field(r, "digests") == "trusted")
     out += fmt::format("    <system-out>UNVERIFIED: {}</system-out>\n",
                        xml_escape(str_field(r, "digests_rule")));
+  if (refused) {
+    const nlohmann::json& sc = obj_field(r, "self_check");
+    out += fmt::format(
+        "    <testcase classname=\"{}\" name=\"self-check\" time=\"0.000\">\n      <error "
+        "type=\"not-reproducible\" message=\"PP=1 does not reproduce itself: no split point "
+        "judged\">{} of {} datasets differ between two PP=1 runs; first difference: "
+        "{}</error>\n    </testcase>\n",
+        suite, sc.value("datasets_differing", 0), sc.value("datasets_compared", 0),
+        xml_escape(str_field(sc, "first_difference")));
+  }
   if (expect_unmet) {
     std::string fails;
     for (const auto& f : expect.value("failures", nlohmann::json::array()))

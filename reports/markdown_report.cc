@@ -33,9 +33,11 @@ std::string render_markdown(const nlohmann::json& r) {
   // Every split point identical is not a pass when the gate failed on something else
   // (an unmet expect): the headline says so.
   const bool gate_ok = r.value("exit_code", ok ? 0 : 1) == 0;
+  const bool refused = verdict == "refused";
   std::string out = fmt::format(
       "## splitcheck {}: **{}** {}\n\n", cell(str_field(r, "kind", "sweep")),
-      !ok                           ? "DIVERGENT"
+      refused                       ? "REFUSED: PP=1 DOES NOT REPRODUCE ITSELF"
+      : !ok                         ? "DIVERGENT"
       : gate_ok                     ? "CONFORMANT"
       : !waiver_failures(r).empty() ? "FAILED: A WAIVER HAS EXPIRED"
                                     : "CONFORMANT, BUT THE SCENARIO'S EXPECT IS NOT MET",
@@ -55,6 +57,14 @@ std::string render_markdown(const nlohmann::json& r) {
         fmt::format("Scenario `{}` (sha256 `{}`), {} split points, exit code {}.\n\n",
                     cell(str_field(scenario, "name")), str_field(scenario, "sha256").substr(0, 12),
                     counts.value("total", 0), r.value("exit_code", 0));
+  }
+  if (refused) {
+    const nlohmann::json& sc = obj_field(r, "self_check");
+    out += fmt::format(
+        "PP=1 run twice gave different bits ({} of {} datasets differ), so no split point was "
+        "judged (exit code 4). First difference: `{}`.\n\n",
+        sc.value("datasets_differing", 0), sc.value("datasets_compared", 0),
+        cell(str_field(sc, "first_difference")));
   }
   // Waived (known divergences under a waiver) is a column of its own, never in pass.
   out += "| pass | diverged | config-rejected | error | skipped | total | waived |\n";

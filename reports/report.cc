@@ -141,8 +141,16 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   j["format"] = "splitcheck.report";
   j["format_version"] = 1;
   j["kind"] = "sweep";
-  j["verdict"] = r.conformant() ? "conformant" : "divergent";
+  // A sweep whose PP=1 did not reproduce itself judged nothing (--self-check): "refused".
+  const bool refused = r.refused_to_judge();
+  j["verdict"] = refused ? "refused" : r.conformant() ? "conformant" : "divergent";
   j["exit_code"] = r.exit_code();
+  if (r.self_check.ran)
+    j["self_check"] = {{"reproduced", r.self_check.reproduced},
+                       {"datasets_compared", r.self_check.datasets_compared},
+                       {"datasets_differing", r.self_check.datasets_differing},
+                       {"first_difference", r.self_check.first_difference},
+                       {"seconds", r.self_check.seconds}};
   j["checks"] = r.checks;
   j["scenario"] = {{"name", r.scenario_name},
                    {"sha256", r.scenario_sha256},
@@ -245,7 +253,7 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
     cases.push_back(cj);
   }
   j["cases"] = cases;
-  if (r.pp1_acceptance.speculative) {
+  if (r.pp1_acceptance.speculative && !refused) {
     // SPEC 5.5: the speculative figures of every split point against PP=1's.
     auto row = [](const std::string& split, const AcceptanceFigures& a,
                   const AcceptanceFigures& ref) {
@@ -270,7 +278,7 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                     {"pp1_embedding_source", r.pp1_drafter.embedding_source},
                     {"pp1_same_object_as_target", r.pp1_drafter.same_object_as_target}};
   }
-  if (!r.requests.empty()) {
+  if (!r.requests.empty() && !refused) {
     // SPEC 3.4: the request x split-point view, and every request against itself alone.
     nlohmann::json matrix = nlohmann::json::array();
     for (const CaseResult& c : r.cases) {

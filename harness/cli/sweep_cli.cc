@@ -139,13 +139,21 @@ int SweepCli::sweep_and_report(const Scenario& scenario_in, SweepOptions& opts) 
     return r.status().code() == StatusCode::kInvalidInput ? 2 : 3;
   }
   if (r->refused_to_judge()) {
-    // Exit 4: the reference is not reproducible here, so no split point can be judged.
+    // Exit 4: the reference is not reproducible here, so no split point can be judged. The
+    // report (verdict "refused", no cases) says so and names the first difference.
     fmt::print(stderr,
                "splitcheck: error: self-check: PP=1 of {} does not reproduce itself ({} of {} "
-               "datasets differ between two runs); first difference: {}; no split point judged, "
-               "no report written\n",
+               "datasets differ between two runs); first difference: {}; no split point judged\n",
                scenario, r->self_check.datasets_differing, r->self_check.datasets_compared,
                r->self_check.first_difference);
+    if (!report_dir.empty()) {
+      const Status st = write_reports(report_dir, sweep_report(*r, ReportContext{command_line}));
+      if (!st.is_ok()) {
+        fmt::print(stderr, "splitcheck: error: {}\n", st.message());
+        return 3;
+      }
+      fmt::print("report: {}/report.json (refused: nothing judged)\n", report_dir);
+    }
     return r->exit_code();
   }
   apply_waivers(waiver_list_, utc_today(), *r);

@@ -95,27 +95,6 @@ constexpr uintmax_t kMaxScenarioBytes = uintmax_t{16} << 20;
 // text is refused before the JSON library, whose recursion a hostile file could exhaust.
 constexpr int kMaxScenarioDepth = 64;
 
-// The byte offset where `text` first nests deeper than kMaxScenarioDepth, or npos.
-size_t too_deep_at(const std::string& text) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxScenarioDepth) return i;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return std::string::npos;
-}
 constexpr std::string_view kMethods[] = {"none", "dspark", "eagle3"};
 constexpr std::string_view kSplitModes[] = {"all", "pairwise", "every-layer", "balanced",
                                             "exhaustive"};
@@ -684,6 +663,31 @@ Status check_capabilities(const Scenario& s, const std::string& source_name) {
   return Status::ok();
 }
 
+std::string json_nesting_error(const std::string& text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth <= max_depth) continue;
+      const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + i, '\n'));
+      const size_t newline = text.rfind('\n', i);
+      const size_t column = i - (newline == std::string::npos ? 0 : newline + 1) + 1;
+      return fmt::format("{}:{}: JSON nested deeper than {} levels", line, column, max_depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return "";
+}
+
 Result<Scenario> load_scenario(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in || std::filesystem::is_directory(path)) return invalid_input(path + ": cannot open");
@@ -697,13 +701,8 @@ Result<Scenario> load_scenario(const std::string& path) {
   std::stringstream buf;
   buf << in.rdbuf();
   const std::string text = buf.str();
-  if (const size_t at = too_deep_at(text); at != std::string::npos) {
-    const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + at, '\n'));
-    const size_t line_start =
-        text.rfind('\n', at) == std::string::npos ? 0 : text.rfind('\n', at) + 1;
-    return invalid_input(fmt::format("{}:{}:{}: JSON nested deeper than {} levels", path, line,
-                                     at - line_start + 1, kMaxScenarioDepth));
-  }
+  if (const std::string deep = json_nesting_error(text, kMaxScenarioDepth); !deep.empty())
+    return invalid_input(path + ":" + deep);
   json j;
   try {
     j = json::parse(text);

@@ -23,20 +23,20 @@ namespace splitcheck {
 // anything is allocated. scenarios/scenario.schema.json states the same bounds, and the
 // README lists them. The partition bound is kMaxPartitions (harness/engine/partition.h).
 namespace scenario_bounds {
-inline constexpr int kLayers = 256;          // /model/overrides/num_hidden_layers
-inline constexpr int kHiddenSize = 16384;    // hidden_size, native_attn_res_hidden_sizes
-inline constexpr int kVocabSize = 262144;    // vocab_size
-inline constexpr int kHeads = 256;           // num_attention_heads
-inline constexpr int kHeadDim = 1024;        // head_dim
-inline constexpr int kExperts = 1024;        // n_routed_experts, num_experts_per_tok
-inline constexpr int kSharedExperts = 64;    // n_shared_experts
-inline constexpr int kIntermediate = 65536;  // intermediate_size, moe_intermediate_size
-inline constexpr int kLoraRank = 8192;       // kv_lora_rank
-inline constexpr int kPrompts = 1024;        // /workload/prompts
-inline constexpr int kNewTokens = 4096;      // /workload/max_new_tokens
-inline constexpr int kPromptTokens = 8192;   // /workload/max_prompt_tokens, each prompt
-inline constexpr int kPrefillChunk = 8192;   // /engine/prefill_chunk
-inline constexpr int kGamma = 16;            // /speculative/gamma
+inline constexpr int kLayers = 256;           // /model/overrides/num_hidden_layers
+inline constexpr int kHiddenSize = 16384;     // hidden_size, native_attn_res_hidden_sizes
+inline constexpr int kVocabSize = 262144;     // vocab_size
+inline constexpr int kHeads = 256;            // num_attention_heads
+inline constexpr int kHeadDim = 1024;         // head_dim
+inline constexpr int kExperts = 1024;         // n_routed_experts, num_experts_per_tok
+inline constexpr int kSharedExperts = 64;     // n_shared_experts
+inline constexpr int kIntermediate = 65536;   // intermediate_size, moe_intermediate_size
+inline constexpr int kLoraRank = 8192;        // kv_lora_rank
+inline constexpr int kPrompts = 1024;         // /workload/prompts
+inline constexpr int kNewTokens = 4096;       // /workload/max_new_tokens
+inline constexpr int kPromptTokens = 8192;    // /workload/max_prompt_tokens, each prompt
+inline constexpr int kPrefillChunk = 8192;    // /engine/prefill_chunk
+inline constexpr int kGamma = 16;             // /speculative/gamma
 inline constexpr int kServingSteps = 100000;  // /serving/arrival_steps, arrival_every
 inline constexpr int kServingTokens = 8192;   // /serving/token_budget, chunk
 inline constexpr int kServingDepth = 4;       // /serving/depth
@@ -133,5 +133,11 @@ nlohmann::json resolved_scenario_json(const Scenario& s);
 // Refuses (invalid input, naming `source_name` and /backend or /transport) a backend or
 // transport that this build or machine cannot provide.
 Status check_capabilities(const Scenario& scenario, const std::string& source_name);
+
+// Where JSON `text` first nests arrays and objects deeper than `max_depth`, as
+// "<line>:<column>: JSON nested deeper than <max_depth> levels"; empty when it does not.
+// Every reader of a JSON file (scenarios, waivers) refuses such text before the JSON
+// library, whose recursion a hostile file could exhaust, sees it.
+std::string json_nesting_error(const std::string& text, int max_depth);
 
 }  // namespace splitcheck

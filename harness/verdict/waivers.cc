@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "harness/verdict/checks.h"
+#include "harness/verdict/scenario.h"
 #include "harness/verdict/sweep.h"
 
 namespace splitcheck {
@@ -17,6 +18,9 @@ namespace {
 
 // A waiver file is a short list; anything larger is refused unread.
 constexpr uintmax_t kMaxWaiverFileBytes = uintmax_t{1} << 20;
+// A waiver file nests three levels (object, list, entry); deeper text is refused before the
+// JSON library parses it.
+constexpr int kMaxWaiverDepth = 16;
 
 bool valid_date(const std::string& s) {
   if (s.size() != 10 || s[4] != '-' || s[7] != '-') return false;
@@ -44,9 +48,12 @@ Result<std::vector<Waiver>> load_waivers(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream buf;
   buf << in.rdbuf();
+  const std::string text = buf.str();
+  if (const std::string deep = json_nesting_error(text, kMaxWaiverDepth); !deep.empty())
+    return invalid_input(path + ":" + deep);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(buf.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     return invalid_input(path + ": malformed JSON: " + e.what());
   }
@@ -66,8 +73,11 @@ Result<std::vector<Waiver>> load_waivers(const std::string& path) {
         {"scenario", &w.scenario}, {"split", &w.split}, {"check", &w.check},
         {"reason", &w.reason},     {"link", &w.link},   {"expires", &w.expires}};
     for (const auto& [key, value] : e.items()) {
+      // (A lambda does not capture a structured binding under clang 14, the sanitizer
+      // builds' compiler.)
+      const std::string& name = key;
       auto f = std::find_if(std::begin(fields), std::end(fields),
-                            [&](const auto& p) { return key == p.first; });
+                            [&](const auto& p) { return name == p.first; });
       if (f == std::end(fields)) return invalid_input(at + "/" + key + ": unknown key");
       if (!value.is_string() || value.get<std::string>().empty())
         return invalid_input(at + "/" + key + ": expected a non-empty string");

@@ -1,15 +1,23 @@
 // Every committed scenario is a regression test: the sweep must conclude what its
-// `expect` block says (the must-pass list of the project). The sweep runs with its
-// default stage-0 prefix reuse, then again in verify mode (everything computed, and
-// every reused prefix checked equal to what the first stage computes): the two reports
-// must say the same of every split point, so reuse catches every fault that computing
-// everything catches.
+// `expect` block says (the must-pass list of the project). A second test sweeps it with
+// layer reuse on, then in verify mode (everything computed, and every reused layer call
+// checked equal to what the stage computes) and with reuse off: the three reports must
+// say the same of every split point, so reuse catches every fault that computing
+// everything catches. A serving scenario runs the three modes on fewer requests and split
+// points (modes_scenario below), with the same features: micro-batches, chunked
+// prefill, speculation with rollbacks, each asserted present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <numeric>
 
+#include "harness/engine/generation.h"
+#include "harness/engine/run.h"
 #include "harness/verdict/sweep.h"
+#include "reference/engine.h"
 #include "reports/report.h"
 
 namespace splitcheck {
@@ -54,16 +62,66 @@ TEST_P(CommittedScenario, SweepConcludesWhatExpectSays) {
   } else {
     EXPECT_FALSE(r->conformant()) << "fault not caught in " << GetParam();
   }
+}
+
+// The scenario the three reuse modes sweep: the committed one, except that a serving
+// scenario serves its first 8 requests (of 16) at 4 split points (one per stage-1 start
+// region, aligned and not), which keeps micro-batches, chunked prefill and rollbacks
+// (asserted below; ServingFaults shows each serving fault within 8) at less cost.
+Scenario modes_scenario(const Scenario& committed) {
+  Scenario s = committed;
+  if (!s.serving.enabled) return s;
+  s.workload.prompts = std::min(s.workload.prompts, 8);
+  if (s.partitions.mode != "list" || s.partitions.cuts.size() > 4) {
+    s.partitions.mode = "list";
+    s.partitions.cuts = {{1}, {4}, {13}, {24}};
+  }
+  s.expect = nlohmann::json::object();
+  return s;
+}
+
+TEST_P(CommittedScenario, ReuseOnVerifyAndOffSayTheSame) {
+  const std::string path =
+      std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/" + GetParam() + ".json";
+  Result<Scenario> committed = load_scenario(path);
+  ASSERT_TRUE(committed.is_ok()) << committed.status().message();
+  const Scenario s = modes_scenario(*committed);
+  if (s.serving.enabled) {
+    // The smaller schedule keeps what serving is about: two micro-batches in flight, a
+    // prompt prefilled in more than one chunk, and a rejected draft (a rollback).
+    EXPECT_GE(s.serving.depth, 2);
+    Result<ReferenceRun> pp1 = run_reference(s);
+    ASSERT_TRUE(pp1.is_ok()) << pp1.status().message();
+    const Tensor* sched = pp1->record.find("serving/schedule");
+    ASSERT_NE(sched, nullptr);
+    std::map<int32_t, int> prefill_segments;
+    for (int64_t i = 0; i < sched->dim(0); ++i) {
+      const int32_t* row = sched->data<int32_t>() + i * 6;  // step, request, kind, ...
+      if (row[2] == static_cast<int32_t>(ForwardKind::kPrefill)) ++prefill_segments[row[1]];
+    }
+    EXPECT_TRUE(std::any_of(prefill_segments.begin(), prefill_segments.end(), [](const auto& p) {
+      return p.second >= 2;
+    })) << "no chunked prefill";
+    const AcceptanceFigures a = acceptance_figures(pp1->summary);
+    const auto& h = a.accepted_histogram;
+    ASSERT_FALSE(h.empty());
+    EXPECT_GT(std::accumulate(h.begin(), h.end() - 1, int64_t{0}), 0) << "no rejected draft";
+  }
+  Result<SweepResult> r = run_sweep(s, SweepOptions{});
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  if (!s.faults.empty() && r->count(Verdict::kConfigRejected) == 0) {
+    EXPECT_FALSE(r->conformant()) << "fault not caught in " << GetParam();
+  }
 
   SweepOptions verify;
   verify.reuse = ReuseMode::kVerify;
-  Result<SweepResult> v = run_sweep(*s, verify);
+  Result<SweepResult> v = run_sweep(s, verify);
   ASSERT_TRUE(v.is_ok()) << v.status().message();
   EXPECT_EQ(v->reuse.calls.verified, r->reuse.calls.hits);
   EXPECT_EQ(v->reuse.calls.misses, r->reuse.calls.misses);
   SweepOptions off;
   off.reuse = ReuseMode::kOff;
-  Result<SweepResult> o = run_sweep(*s, off);
+  Result<SweepResult> o = run_sweep(s, off);
   ASSERT_TRUE(o.is_ok()) << o.status().message();
   EXPECT_EQ(o->reuse.calls.hits + o->reuse.calls.verified + o->reuse.calls.misses, 0);
   // Everything but what reuse itself and the clock change.

@@ -204,5 +204,23 @@ TEST_F(WaiverCliTest, AMalformedWaiverFileExitsTwoNamingFileAndPointer) {
   }
 }
 
+// A waiver file nested 10,000 deep (arrays, and objects under an unknown key) is refused
+// before the JSON library parses it, exit 2 naming the file, line and column, as a
+// scenario file is.
+TEST_F(WaiverCliTest, ADeeplyNestedWaiverFileExitsTwoNamingFileLineAndColumn) {
+  const int depth = 10000;
+  std::string objects;
+  for (int i = 0; i < depth; ++i) objects += "{\"a\":";
+  objects += "1" + std::string(depth, '}');
+  for (const std::string& deep :
+       {"{\"waivers\": " + std::string(depth, '[') + std::string(depth, ']') + "}",
+        "{\"waivers\": [], \"deep\": " + objects + "}"}) {
+    write_text(path("deep.json"), deep);
+    expect_one_line_refusal(cli("sweep " + quote(path("s.json").string()) + " --waivers " +
+                                quote(path("deep.json").string())),
+                            {path("deep.json").string() + ":1:", "nested deeper than 16 levels"});
+  }
+}
+
 }  // namespace
 }  // namespace splitcheck
