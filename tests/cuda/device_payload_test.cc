@@ -31,7 +31,7 @@ std::unique_ptr<Stage> make_stage(const Scenario& s, WeightSource& source, int c
   return st.is_ok() ? std::move(*st) : nullptr;
 }
 
-TEST(DevicePayload, ABodyBuiltOnTheGpuIsTheHostPathsBytesAndReadsTheSame) {
+TEST(CudaDevicePayload, ABodyBuiltOnTheGpuIsTheHostPathsBytesAndReadsTheSame) {
   SPLITCHECK_REQUIRE_GPU();
   Scenario s = committed_scenario("default");
   s.backend = "cuda";
