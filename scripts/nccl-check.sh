@@ -9,9 +9,11 @@
 #      over NCCL (one rank per GPU): it must be refused cleanly, exit 2 naming the problem;
 #   3. (K3_SHAPE=1) scenarios/gpu/k3-shape-nccl.json: 8 spread split points of k3-shape
 #      over NCCL, against the same sweep on one GPU (inproc);
-#   4. the payload bandwidth: the channel against a plain ncclSend/ncclRecv of the same bytes
-#      in the same run, at the payload sizes the scenarios produce (printed) and 1-256 MiB,
-#      with the target (90% of raw) judged per size;
+#   4. the payload bandwidth: the channel's device path (the split payload's body sent from
+#      and received into device memory, as stages on their GPUs send it) against a plain
+#      ncclSend/ncclRecv of the same bytes in the same run, at the payload sizes the
+#      scenarios produce (printed) and 1-256 MiB, with the target (90% of raw) judged per
+#      size and every size's bytes checked as received;
 # and prints a table. Exit 0 when every sweep met its scenario's expect. Logs and reports
 # go to $OUT/nccl-check when OUT is set (the device tool's output folder), else to the
 # build directory's nccl-check/.
@@ -72,6 +74,19 @@ sweep() {
     failed=1
   fi
   if [[ $rc -ne 0 && ! ( -n "$any" && $rc -eq 1 ) ]]; then failed=1; fi
+  # Which payload path the stages used over NCCL: device bodies (backend cuda: the body
+  # sent from and received into device memory) or host bytes (backend cpu).
+  if [[ "$transport" == "nccl" ]]; then
+    if grep -q 'payload bodies travel from device memory' "$out/$name.txt"; then
+      summary="$summary; payloads: device bodies"
+    else
+      summary="$summary; payloads: host bytes"
+      if [[ "$name" == *cuda* ]]; then
+        summary="$summary; DEVICE PATH NOT USED"
+        failed=1
+      fi
+    fi
+  fi
   rows+=("$(printf '%-34s %-7s %5s %8.1f s  %s' "$name" "$transport" "$rc" \
     "$(awk "BEGIN{print $t1 - $t0}")" "$summary")")
   echo "${rows[-1]}"
@@ -154,14 +169,20 @@ PY
 fi
 
 echo "== nccl-check: payload bandwidth (channel vs plain ncclSend/ncclRecv, same run)"
-"${mpirun[@]}" -np 2 "$build/nccl_payload_bench" "$root"/scenarios/*.json | tee "$out/bandwidth.txt"
+rc=0
+"${mpirun[@]}" -np 2 "$build/nccl_payload_bench" "$root"/scenarios/*.json "$root"/scenarios/gpu/*.json \
+  2>&1 | tee "$out/bandwidth.txt" || rc=$?
+if [[ $rc -ne 0 ]] || ! grep -q '^bytes: every size received as sent' "$out/bandwidth.txt"; then
+  echo "nccl-check: the payload benchmark failed or received other bytes than sent" >&2
+  failed=1
+fi
 
 echo
 echo "== nccl-check: table (a fault scenario's rc is 1 when its expect is met)"
 printf '%-34s %-7s %5s %10s  %s\n' "sweep" "via" "rc" "wall" "summary"
 printf '%s\n' "${rows[@]}"
 echo "bandwidth (channel vs raw; target: at least 90% of raw at every scenario payload size):"
-grep -E "^ +[0-9]+ |^target" "$out/bandwidth.txt" | sed 's/^/   /' || true
+grep -E "^ +bytes |^ +[0-9]+ |^target|^path|^bytes:" "$out/bandwidth.txt" | sed 's/^/   /' || true
 echo "logs: $out/<sweep>.txt; bandwidth: $out/bandwidth.txt; reports: $out/<sweep>/report.json"
 if [[ $failed -ne 0 ]]; then
   echo "nccl-check: FAILED: a sweep crashed, errored or did not meet its scenario's expect" >&2

@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 
+#include "kernels/tensor_copy.h"
 #include "reference/spec_methods.h"
 
 namespace splitcheck {
@@ -323,30 +324,34 @@ Status Stage::run_layers(const KernelContext& ctx, ResidualState& st, const Laye
 }
 
 Status Stage::receive_payload(int32_t forward, int64_t T, const std::vector<std::byte>& in,
-                              ResidualState& st, std::vector<std::pair<int, Tensor>>& taps) const {
+                              const Tensor* body, ResidualState& st,
+                              std::vector<std::pair<int, Tensor>>& taps) const {
   const ModelConfig& c = cfg_.model;
   PayloadExpectation expect{forward, T, c.hidden_size, cdiv(range_.begin, c.attn_res_block_size),
                             incoming_tap_ids()};
-  ASSIGN_OR_RETURN(HandoffPayload p, decode_payload(in, expect),
+  const bool split = body != nullptr && !body->empty();
+  ASSIGN_OR_RETURN(HandoffPayload p,
+                   split ? decode_payload(in, *body, expect) : decode_payload(in, expect),
                    fmt::format("stage {} receiving forward {}", cfg_.index, forward));
   // The receiver: P = hidden, the bank rows it was sent, and an explicit zero delta
-  // unless its first layer writes a block (then the layer starts a block itself).
-  st.prefix = p.hidden;
-  st.bank = Tensor::zeros(DType::kBF16, {T, c.num_blocks(), c.hidden_size});
+  // unless its first layer writes a block (then the layer starts a block itself). The
+  // state is built where the payload's tensors are (the device, for a split payload), by
+  // byte copies there.
+  const Device d = p.hidden.device();
   const int64_t rows = p.bank.dim(1), h = c.hidden_size;
-  for (int64_t t = 0; t < T; ++t)
-    std::memcpy(st.bank.data<bf16>() + t * c.num_blocks() * h, p.bank.data<bf16>() + t * rows * h,
-                static_cast<size_t>(rows * h) * sizeof(bf16));
+  const size_t row = static_cast<size_t>(h) * sizeof(bf16);
+  st.prefix = p.hidden;
+  st.bank = Tensor::zeros(DType::kBF16, {T, c.num_blocks(), c.hidden_size}, d);
+  copy_tensor_runs(st.bank, 0, c.num_blocks() * row, p.bank, 0, rows * row, rows * row,
+                   static_cast<size_t>(T));
   if (!c.is_block_write_layer(range_.begin) && !cfg_.faults.has("handoff.no_zero_delta")) {
-    st.delta = Tensor::zeros(DType::kBF16, {T, c.hidden_size});
+    st.delta = Tensor::zeros(DType::kBF16, {T, c.hidden_size}, d);
     st.has_delta = true;
   }
+  const size_t aux_row = static_cast<size_t>(p.aux.dim(1)) * sizeof(bf16);
   for (size_t i = 0; i < p.aux_ids.size(); ++i) {
-    Tensor tap = Tensor::zeros(DType::kBF16, {T, h});
-    for (int64_t t = 0; t < T; ++t)
-      std::memcpy(tap.data<bf16>() + t * h,
-                  p.aux.data<bf16>() + t * p.aux.dim(1) + static_cast<int64_t>(i) * h,
-                  static_cast<size_t>(h) * sizeof(bf16));
+    Tensor tap = Tensor::zeros(DType::kBF16, {T, h}, d);
+    copy_tensor_runs(tap, 0, row, p.aux, i * row, aux_row, row, static_cast<size_t>(T));
     taps.emplace_back(p.aux_ids[i], std::move(tap));
   }
   return Status::ok();
@@ -369,8 +374,38 @@ std::vector<std::byte> Stage::send_payload(int32_t forward, int64_t T, const Res
   return encode_payload(p);
 }
 
+void Stage::send_device_payload(int32_t forward, int64_t T, const ResidualState& st,
+                                const std::vector<std::pair<int, Tensor>>& taps,
+                                StageOutput& out) const {
+  const ModelConfig& c = cfg_.model;
+  const int64_t rows = cdiv(range_.end, c.attn_res_block_size), h = c.hidden_size;
+  std::vector<int32_t> ids;
+  std::vector<const Tensor*> relayed;
+  for (const auto& [k, t] : taps) {
+    if (k == 0 && !relays_tap0()) continue;
+    ids.push_back(k);
+    relayed.push_back(&t);
+  }
+  out.payload = encode_payload_header(forward, T, h, rows, ids);
+  // The body: hidden [T, H], bank rows [T, rows, H], taps [T, n*H], as send_payload lays
+  // them out, each placed by one device copy.
+  const size_t row = static_cast<size_t>(h) * sizeof(bf16), runs = static_cast<size_t>(T);
+  const size_t n = relayed.size();
+  const size_t hidden_bytes = runs * row, bank_bytes = runs * rows * row;
+  const Tensor hidden = folded_hidden(st);
+  out.body = Tensor::zeros(DType::kBF16,
+                           {static_cast<int64_t>(payload_body_bytes(T, h, rows, n) / sizeof(bf16))},
+                           weights_.device());
+  copy_tensor_runs(out.body, 0, hidden_bytes, hidden, 0, hidden_bytes, hidden_bytes, 1);
+  copy_tensor_runs(out.body, hidden_bytes, rows * row, st.bank, 0, st.bank.dim(1) * row, rows * row,
+                   runs);
+  for (size_t i = 0; i < n; ++i)
+    copy_tensor_runs(out.body, hidden_bytes + bank_bytes + i * row, n * row, *relayed[i], 0, row,
+                     row, runs);
+}
+
 Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std::byte>* in,
-                               RunRecord* record, DispatchTrace* trace) {
+                               RunRecord* record, DispatchTrace* trace, const Tensor* in_body) {
   const ModelConfig& c = cfg_.model;
   const int64_t T = static_cast<int64_t>(req.ids.size());
   KernelContext ctx{trace, req.index, -1, Site::kEmbed, cfg_.index, -1};
@@ -386,7 +421,7 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
   } else {
     if (in == nullptr)
       return internal_error(fmt::format("stage {} received no payload", cfg_.index));
-    RETURN_IF_ERROR(receive_payload(req.index, T, *in, st, taps));
+    RETURN_IF_ERROR(receive_payload(req.index, T, *in, in_body, st, taps));
     place_state(st, weights_.device());  // the received state goes where the weights are
     RETURN_IF_ERROR(run_layers(ctx, st, rec, &taps));
   }
@@ -407,7 +442,10 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     return out;
   }
-  out.payload = send_payload(req.index, T, st, taps);
+  if (sends_device_payloads())
+    send_device_payload(req.index, T, st, taps, out);
+  else
+    out.payload = send_payload(req.index, T, st, taps);
   return out;
 }
 

@@ -76,7 +76,8 @@ Result<WeightStore> load_stage_head(const StageConfig& config, WeightSource& sou
 // The result of one stage's forward: a payload for the next stage, or (last stage) the
 // head's output, the final state and every tap in id order.
 struct StageOutput {
-  std::vector<std::byte> payload;
+  std::vector<std::byte> payload;  // the whole payload; on the device path only its header
+  Tensor body;                     // the device path: the payload's body (handoff.h)
   HeadOutput head;
   ResidualState state;
   std::vector<std::pair<int, Tensor>> taps;
@@ -88,9 +89,19 @@ class Stage {
   // (StatusCode::kConfigRejected), e.g. a boundary copy that was never loaded.
   static Result<std::unique_ptr<Stage>> create(const StageConfig& config, WeightSource& source);
 
-  // One forward over [begin, end). `in` is the previous stage's payload (null on the first).
+  // One forward over [begin, end). `in` is the previous stage's payload (null on the first);
+  // when `in_body` is given and not empty, `in` is only the header of a split payload and
+  // `in_body` its body (handoff.h), wherever it lives.
   Result<StageOutput> run(const ForwardRequest& request, const std::vector<std::byte>* in,
-                          RunRecord* record, DispatchTrace* trace);
+                          RunRecord* record, DispatchTrace* trace, const Tensor* in_body = nullptr);
+  // Whether the payloads this stage sends are split, the body built on the stage's device
+  // (StageOutput::body), when its weights are on the device (backend cuda). Set by a
+  // transport whose channel sends bodies from device memory (nccl); off by default, and
+  // without effect on a stage that computes on the host.
+  void set_device_payloads(bool on) { device_payloads_ = on; }
+  bool sends_device_payloads() const {
+    return device_payloads_ && weights_.device() != Device::kCpu;
+  }
   void reset_sequence();
   void save_state();
   void restore_state();
@@ -138,12 +149,18 @@ class Stage {
   // The handoff receiver (SPEC 2.7): decodes forward `forward`'s payload of T rows into
   // `st` (P = hidden, the bank rows sent, an explicit zero delta unless the first layer
   // writes a block) and appends the taps it carries. A malformed payload is its status.
+  // `body`, when not null, is a split payload's body and `in` its header.
   Status receive_payload(int32_t forward, int64_t T, const std::vector<std::byte>& in,
-                         ResidualState& st, std::vector<std::pair<int, Tensor>>& taps) const;
+                         const Tensor* body, ResidualState& st,
+                         std::vector<std::pair<int, Tensor>>& taps) const;
   // The handoff sender: forward `forward`'s payload (folded hidden, the bank rows up to
   // this stage's end, the relayed taps) from the state after the stage's last layer.
   std::vector<std::byte> send_payload(int32_t forward, int64_t T, const ResidualState& st,
                                       const std::vector<std::pair<int, Tensor>>& taps) const;
+  // The same payload split (sends_device_payloads): its header into `out.payload`, its body
+  // built on the stage's device by device copies into `out.body`.
+  void send_device_payload(int32_t forward, int64_t T, const ResidualState& st,
+                           const std::vector<std::pair<int, Tensor>>& taps, StageOutput& out) const;
   bool captured(int k) const;
   bool owns_tap(int k) const;
   // Ids of taps that arrive in the payload: captured and owned by an earlier stage.
@@ -168,6 +185,7 @@ class Stage {
   Tensor boundary_norm_, boundary_proj_;  // layer end's AttnRes vectors, for the boundary tap
   StageHoldings holdings_;
   bool tap0_relayed_ = true;
+  bool device_payloads_ = false;
   const LayerMemo* memo_ = nullptr;
   ReuseMode memo_mode_ = ReuseMode::kOff;
   std::vector<Digest128> layer_digests_;  // of layers_, as loaded, while a memo is set

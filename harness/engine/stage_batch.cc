@@ -3,7 +3,6 @@
 // release). Three of SPEC 6's faults restore historical bugs of this path.
 #include <fmt/format.h>
 
-
 #include "harness/engine/stage.h"
 
 namespace splitcheck {
@@ -81,7 +80,7 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
     } else {
       if (i >= in.size())
         return internal_error(fmt::format("stage {} received no payload", cfg_.index));
-      RETURN_IF_ERROR(receive_payload(seg.index, T, in[i], st, taps));
+      RETURN_IF_ERROR(receive_payload(seg.index, T, in[i], nullptr, st, taps));
     }
     states.push_back(&st);
   }

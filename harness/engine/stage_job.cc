@@ -52,8 +52,8 @@ void run_stage_job(Stage& stage, DumpLevel level, StageJob& job) {
       break;
     case JobKind::kForward: {
       const std::vector<std::byte>* in = stage.is_first() ? nullptr : &job.payload;
-      Result<StageOutput> out =
-          stage.run(job.request, in, job.wants_record ? &job.record : nullptr, &job.trace);
+      Result<StageOutput> out = stage.run(job.request, in, job.wants_record ? &job.record : nullptr,
+                                          &job.trace, &job.body);
       if (!out.is_ok()) {
         job.status = out.status();
         break;
@@ -63,8 +63,10 @@ void run_stage_job(Stage& stage, DumpLevel level, StageJob& job) {
       if (stage.is_last()) {
         job.last = std::move(*out);
         job.payload.clear();
+        job.body = Tensor();
       } else {
         job.payload = std::move(out->payload);
+        job.body = std::move(out->body);
       }
       break;
     }

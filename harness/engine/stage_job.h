@@ -19,8 +19,11 @@ struct StageJob {
   JobKind kind = JobKind::kForward;
   ForwardRequest request;
   std::vector<std::byte> payload;  // the handoff payload (handoff.h) for the next stage
-  RunRecord record;                // per-layer tensors, appended stage by stage
-  RunRecord caches;                // full dump level: every layer's cache after the forward
+  // A split payload's body (the device path, Stage::set_device_payloads): `payload` then
+  // holds only its header. Empty otherwise. Travels beside the envelope, like `payload`.
+  Tensor body;
+  RunRecord record;  // per-layer tensors, appended stage by stage
+  RunRecord caches;  // full dump level: every layer's cache after the forward
   DispatchTrace trace;
   bool wants_record = false;
   Status status;     // the first stage's failure; later stages pass it on
@@ -41,7 +44,7 @@ void run_stage_job(Stage& stage, DumpLevel level, StageJob& job);
 // Runs `job` on `stage`, turning an exception into job.status naming the stage.
 void run_stage_job_guarded(Stage& stage, DumpLevel level, StageJob& job);
 
-// The envelope: every field but `payload`, as little-endian bytes (magic "SCJE").
+// The envelope: every field but `payload` and `body`, as little-endian bytes (magic "SCJE").
 std::vector<std::byte> encode_job_envelope(const StageJob& job);
 // Reads an envelope; a truncated, oversized or otherwise malformed one is refused
 // (internal error naming what is wrong), never read past its end.

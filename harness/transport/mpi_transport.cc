@@ -214,6 +214,7 @@ Status MpiTransport::build(WeightSource& source, const LayerMemo* memo, ReuseMod
   if (s0.is_ok()) {
     stage0_ = std::move(*s0);
     stage0_->set_memo(memo, reuse);
+    stage0_->set_device_payloads(f_.world().channel->carries_device_bodies());
     holdings_.push_back(stage0_->holdings());
   } else {
     first = s0.status();
@@ -276,7 +277,7 @@ void MpiTransport::submit(StageJob job) {
   job.caches = RunRecord();
   job.trace = DispatchTrace();
   Status st = send_bytes(1, kEnvelope, encode_job_envelope(job), timeout());
-  if (st.is_ok()) st = f_.world().channel->send(1, job.payload, timeout());
+  if (st.is_ok()) st = f_.world().channel->send(1, job.payload, job.body, timeout());
   if (!st.is_ok()) {
     job.status = lose(fmt::format("{}: {}", stage_name(1, configs_[1]), st.message()));
     pending_.push_back(finished(std::move(job)));
@@ -430,6 +431,7 @@ Status StageRank::build(WireReader& rd) {
   if (stage.is_ok()) {
     stage_ = std::move(*stage);
     stage_->set_memo(memo_.get(), reuse_);
+    stage_->set_device_payloads(world_.channel->carries_device_bodies());
   }
   w.put(static_cast<int32_t>(stage.status().code()));
   w.put_string(stage.status().message());
@@ -455,7 +457,7 @@ Status StageRank::start_before_jobs() {
 Status StageRank::serve_job(const Message& envelope) {
   const int rank = world_.rank();
   StageJob job;
-  Result<std::vector<std::byte>> payload = world_.channel->receive(envelope.source, timeout());
+  Result<ChannelPayload> payload = world_.channel->receive(envelope.source, timeout());
   Result<StageJob> decoded = decode_job_envelope(envelope.bytes);
   if (!payload.is_ok()) {
     job.status = internal_error(fmt::format("{}: no payload from rank {}: {}", name(),
@@ -469,7 +471,8 @@ Status StageRank::serve_job(const Message& envelope) {
       job.status = internal_error(fmt::format("{}: a job arrived but no stage is built", name()));
   } else {
     job = std::move(*decoded);
-    job.payload = std::move(*payload);
+    job.payload = std::move(payload->bytes);
+    job.body = std::move(payload->body);
     Status started = start_before_jobs();
     if (!started.is_ok() && job.status.is_ok()) job.status = started;
     run_stage_job_guarded(*stage_, config_->level, job);
@@ -479,7 +482,7 @@ Status StageRank::serve_job(const Message& envelope) {
   const bool last = config_ && stage_ && stage_->is_last();
   if (last || !config_) return send_bytes(0, kResult, encode_job_envelope(job), timeout());
   RETURN_IF_ERROR(send_bytes(rank + 1, kEnvelope, encode_job_envelope(job), timeout()));
-  return world_.channel->send(rank + 1, job.payload, timeout());
+  return world_.channel->send(rank + 1, job.payload, job.body, timeout());
 }
 
 int StageRank::serve() {
@@ -542,18 +545,29 @@ int StageRank::serve() {
   }
 }
 
-// Payloads as MPI messages.
+// Payloads as MPI messages: one message of the whole payload's bytes.
 class MpiChannel : public PayloadChannel {
  public:
-  Status send(int to, const std::vector<std::byte>& payload, double timeout_s) override {
-    return send_bytes(to, kPayload, payload, timeout_s);
+  Status send(int to, const std::vector<std::byte>& payload, const Tensor& body,
+              double timeout_s) override {
+    if (body.empty()) return send_bytes(to, kPayload, payload, timeout_s);
+    return send_bytes(to, kPayload, join_payload(payload, body), timeout_s);
   }
-  Result<std::vector<std::byte>> receive(int from, double timeout_s) override {
-    return mpi_receive_bytes(from, kPayload, timeout_s);
+  Result<ChannelPayload> receive(int from, double timeout_s) override {
+    ASSIGN_OR_RETURN(std::vector<std::byte> bytes, mpi_receive_bytes(from, kPayload, timeout_s));
+    return ChannelPayload{std::move(bytes), Tensor()};
   }
 };
 
 }  // namespace
+
+std::vector<std::byte> join_payload(const std::vector<std::byte>& header, const Tensor& body) {
+  std::vector<std::byte> bytes = header;
+  if (body.empty()) return bytes;
+  const Tensor host = body.device() == Device::kCpu ? body : body.to(Device::kCpu);
+  bytes.insert(bytes.end(), host.bytes(), host.bytes() + host.nbytes());
+  return bytes;
+}
 
 Status mpi_send_bytes(int to, int tag, const std::vector<std::byte>& bytes, double timeout_s) {
   return send_bytes(to, tag, bytes, timeout_s);

@@ -20,17 +20,36 @@
 
 namespace splitcheck {
 
+// A payload as a channel delivers it: the whole payload's bytes, or, on the device path,
+// only its header with the body beside it (handoff.h's split form).
+struct ChannelPayload {
+  std::vector<std::byte> bytes;
+  Tensor body;  // empty unless split
+};
+
 // How the handoff payload travels between consecutive stage ranks: as an MPI message
 // (`mpi`), or by NCCL send/recv between the ranks' GPUs (`nccl`, nccl_channel.h). The
 // bytes are the same either way; the receiving stage checks them.
 class PayloadChannel {
  public:
   virtual ~PayloadChannel() = default;
-  // Sends `payload` to rank `to`; fails once `timeout_s` has passed.
-  virtual Status send(int to, const std::vector<std::byte>& payload, double timeout_s) = 0;
-  // The next payload from rank `from`; fails once `timeout_s` has passed.
-  virtual Result<std::vector<std::byte>> receive(int from, double timeout_s) = 0;
+  // Sends `payload` to rank `to` (with `body`, when not empty: `payload` is then the
+  // header of a split payload); fails once `timeout_s` has passed. A channel that does
+  // not carry device bodies sends header and body as one message of the whole payload's
+  // bytes (the body copied to the host).
+  virtual Status send(int to, const std::vector<std::byte>& payload, const Tensor& body,
+                      double timeout_s) = 0;
+  // The next payload from rank `from`; fails once `timeout_s` has passed. A body received
+  // is valid until the next receive (the channel may reuse its buffer).
+  virtual Result<ChannelPayload> receive(int from, double timeout_s) = 0;
+  // Whether bodies travel from and to device memory (the stages then split their payloads,
+  // Stage::set_device_payloads).
+  virtual bool carries_device_bodies() const { return false; }
 };
+
+// A split payload's header and body joined into the whole payload's bytes (the body copied
+// to the host when it is on the device).
+std::vector<std::byte> join_payload(const std::vector<std::byte>& header, const Tensor& body);
 
 // Bytes to rank `to` under `tag`, polled with MPI_Test until the deadline.
 Status mpi_send_bytes(int to, int tag, const std::vector<std::byte>& bytes, double timeout_s);

@@ -91,37 +91,84 @@ class NcclChannel : public PayloadChannel {
                        "ncclCommInitRank");
   }
 
-  Status send(int to, const std::vector<std::byte>& payload, double timeout_s) override {
-    WireWriter size;
-    size.put(static_cast<uint64_t>(payload.size()));
-    RETURN_IF_ERROR(mpi_send_bytes(to, kPayloadTag, size.out, timeout_s));
-    if (payload.empty()) return Status::ok();
-    RETURN_IF_ERROR(out_.reserve(payload.size()));
-    RETURN_IF_ERROR(cuda_status(
-        cudaMemcpyAsync(out_.data, payload.data(), payload.size(), cudaMemcpyHostToDevice, stream_),
-        "cudaMemcpyAsync to the device"));
-    RETURN_IF_ERROR(nccl_status(ncclSend(out_.data, payload.size(), ncclUint8, to, comm_, stream_),
-                                "ncclSend"));
-    return wait(timeout_s, fmt::format("ncclSend of {} bytes to rank {}", payload.size(), to));
+  bool carries_device_bodies() const override { return true; }
+
+  // The size message: u64 bytes that follow by NCCL, u8 form (0: the whole payload, staged
+  // through out_; 1: a split payload's body, sent from the device tensor itself), then, in
+  // form 1, the header's bytes.
+  Status send(int to, const std::vector<std::byte>& payload, const Tensor& body,
+              double timeout_s) override {
+    if (!body.empty() && body.device() == Device::kCpu)
+      return send(to, join_payload(payload, body), Tensor(), timeout_s);
+    const bool split = !body.empty();
+    const size_t n = split ? body.nbytes() : payload.size();
+    WireWriter head;
+    head.put(static_cast<uint64_t>(n));
+    head.put(static_cast<uint8_t>(split));
+    if (split) head.out.insert(head.out.end(), payload.begin(), payload.end());
+    RETURN_IF_ERROR(mpi_send_bytes(to, kPayloadTag, head.out, timeout_s));
+    if (n == 0) return Status::ok();
+    const void* from = body.data<void>();
+    if (split && !said_device_) {
+      // Once per process, for the logs (scripts/nccl-check.sh looks for it).
+      said_device_ = true;
+      fmt::print(stderr, "splitcheck: nccl: payload bodies travel from device memory ({} bytes)\n",
+                 n);
+    }
+    if (!split) {
+      RETURN_IF_ERROR(out_.reserve(n));
+      RETURN_IF_ERROR(cuda_status(
+          cudaMemcpyAsync(out_.data, payload.data(), n, cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync to the device"));
+      from = out_.data;
+    }
+    RETURN_IF_ERROR(nccl_status(ncclSend(from, n, ncclUint8, to, comm_, stream_), "ncclSend"));
+    return wait(timeout_s, fmt::format("ncclSend of {} bytes to rank {}", n, to));
   }
 
-  Result<std::vector<std::byte>> receive(int from, double timeout_s) override {
-    ASSIGN_OR_RETURN(std::vector<std::byte> size_bytes,
+  Result<ChannelPayload> receive(int from, double timeout_s) override {
+    ASSIGN_OR_RETURN(std::vector<std::byte> head_bytes,
                      mpi_receive_bytes(from, kPayloadTag, timeout_s));
-    WireReader rd(size_bytes);
+    WireReader rd(head_bytes);
     uint64_t n = 0;
-    if (!rd.get(n) || rd.remaining() != 0 || n > (uint64_t{1} << 40))
-      return internal_error(fmt::format("malformed payload size from rank {}", from));
-    std::vector<std::byte> payload(n);
-    if (n == 0) return payload;
+    uint8_t split = 0;
+    if (!rd.get(n) || !rd.get(split) || split > 1 || (split == 0 && rd.remaining() != 0) ||
+        n > (uint64_t{1} << 40) || (split == 1 && n % sizeof(bf16) != 0))
+      return internal_error(fmt::format("malformed payload size message of {} bytes from rank {}",
+                                        head_bytes.size(), from));
+    ChannelPayload got;
+    if (split == 1) {
+      got.bytes.assign(head_bytes.end() - static_cast<std::ptrdiff_t>(rd.remaining()),
+                       head_bytes.end());
+      if (n == 0) return internal_error(fmt::format("empty payload body from rank {}", from));
+      // Received into a reused device tensor, grown only when a larger body comes; the
+      // body handed on is a view of its first n bytes.
+      const int64_t elements = static_cast<int64_t>(n / sizeof(bf16));
+      if (body_in_.empty() || body_in_.numel() < elements) {
+        body_in_ = Tensor();
+        try {
+          body_in_ = Tensor::zeros(DType::kBF16, {elements}, Device::kCuda);
+        } catch (const std::exception& e) {
+          return internal_error(fmt::format("receive buffer of {} bytes: {}", n, e.what()));
+        }
+      }
+      RETURN_IF_ERROR(nccl_status(
+          ncclRecv(body_in_.data<void>(), n, ncclUint8, from, comm_, stream_), "ncclRecv"));
+      RETURN_IF_ERROR(
+          wait(timeout_s, fmt::format("ncclRecv of a {}-byte body from rank {}", n, from)));
+      got.body = body_in_.rows(0, elements);
+      return got;
+    }
+    got.bytes.resize(n);
+    if (n == 0) return got;
     RETURN_IF_ERROR(in_.reserve(n));
     RETURN_IF_ERROR(
         nccl_status(ncclRecv(in_.data, n, ncclUint8, from, comm_, stream_), "ncclRecv"));
     RETURN_IF_ERROR(
-        cuda_status(cudaMemcpyAsync(payload.data(), in_.data, n, cudaMemcpyDeviceToHost, stream_),
+        cuda_status(cudaMemcpyAsync(got.bytes.data(), in_.data, n, cudaMemcpyDeviceToHost, stream_),
                     "cudaMemcpyAsync to the host"));
     RETURN_IF_ERROR(wait(timeout_s, fmt::format("ncclRecv of {} bytes from rank {}", n, from)));
-    return payload;
+    return got;
   }
 
  private:
@@ -147,7 +194,9 @@ class NcclChannel : public PayloadChannel {
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  DeviceBuffer out_, in_;
+  DeviceBuffer out_, in_;  // the whole payload's bytes, staged (host payloads)
+  Tensor body_in_;         // split payloads' bodies, received in place (managed memory)
+  bool said_device_ = false;
 };
 
 }  // namespace

@@ -1,11 +1,17 @@
 // The `nccl` transport's payload channel: the mpi transport's ranks and messages, with the
 // handoff payload sent by ncclSend/ncclRecv between the ranks' GPUs (one GPU per rank).
 // The communicator is bootstrapped through MPI (ncclGetUniqueId on rank 0, MPI_Bcast).
-// Each rank keeps one device buffer per direction, reused across forwards and grown only
-// when a larger payload comes; the stages compute on the CPU today, so the bytes are
-// copied to the device before the send and back to the host after the receive. The size
-// of each payload travels first as a small MPI message, so the receiver posts a matching
-// ncclRecv. Every wait polls (cudaStreamQuery) with a deadline; a timeout aborts the
+// Two paths, chosen by the sender:
+//  - device bodies (stages computing on their GPUs, backend cuda): the stage splits its
+//    payload (handoff.h) into a host header and a body built on the device; the header and
+//    the body's size travel as one small MPI message, the body by ncclSend straight from
+//    the stage's device tensor, and the receiver ncclRecv's it into a device tensor it
+//    reuses (grown only when a larger body comes), which the receiving stage slices on the
+//    device. Nothing goes through the host but the header.
+//  - host payloads (stages computing on the CPU): the whole payload's size travels first
+//    as a small MPI message, the bytes are copied to a reused device buffer, sent, and
+//    copied back to the host after the receive. Every wait polls (cudaStreamQuery) with a deadline;
+//    a timeout aborts the
 // communicator, and the rank is reported lost like any other.
 #pragma once
 

@@ -50,6 +50,14 @@ void copy(void* dst, const void* src, size_t bytes) {
   SPLITCHECK_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
+void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+             size_t runs) {
+  if (width == 0 || runs == 0) return;
+  SPLITCHECK_CUDA_CHECK(
+      cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, runs, cudaMemcpyDefault, stream()));
+  SPLITCHECK_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
 std::string unavailable_reason() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);

@@ -16,6 +16,11 @@ std::shared_ptr<void> managed_zeros(size_t bytes);
 // Copies `bytes` between host memory and managed memory in any direction; returns when
 // the copy has finished. Throws std::runtime_error on a CUDA error.
 void copy(void* dst, const void* src, size_t bytes);
+// Copies `runs` runs of `width` bytes, run i from src + i * src_pitch to dst + i * dst_pitch
+// (cudaMemcpy2D, any direction; pitches at least `width`); returns when it has finished.
+// Throws std::runtime_error on a CUDA error.
+void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+             size_t runs);
 
 // Empty when a CUDA device can run kernels here; otherwise why not, in one phrase.
 std::string unavailable_reason();

@@ -1,8 +1,12 @@
-// Payload bandwidth of the nccl transport between two GPUs: the channel's path (host bytes
-// copied to a reused device buffer, ncclSend/ncclRecv, copied back to the host, plus the
-// size message over MPI) against a plain ncclSend/ncclRecv of the same bytes between
-// device buffers, in the same run. The sizes are those the given scenarios' payloads
-// have (every cut, one token, a verify block, a whole prompt), then powers of two.
+// Payload bandwidth of the nccl transport between two GPUs: the channel's device path, as
+// the stages use it with backend cuda (the split payload's header and body size in one
+// MPI message, the body by ncclSend straight from a device tensor, ncclRecv into the
+// receiver's reused device buffer: PayloadChannel::send/receive, what MpiTransport and
+// the stage ranks call) against a plain ncclSend/ncclRecv of the same byte count between
+// device buffers, in the same run. Before timing each size, the received header and body
+// are compared byte for byte with what was sent. The sizes are those the given scenarios'
+// payloads have (every cut, one token, a verify block, a whole prompt), then 1, 4, 16, 64
+// and 256 MiB.
 //   mpirun -np 2 nccl_payload_bench scenarios/default.json ...
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -11,7 +15,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
+#include <span>
 
 #include "harness/engine/handoff.h"
 #include "harness/transport/nccl_channel.h"
@@ -21,16 +27,17 @@ namespace {
 
 int cdiv(int a, int b) { return (a + b - 1) / b; }
 
-// The encoded size of the payload sent at cut `cut` for `tokens` tokens.
-size_t payload_bytes(const Scenario& s, int cut, int64_t tokens) {
-  HandoffPayload p;
-  const int64_t h = s.model.hidden_size;
+// The payload sent at cut `cut` for `tokens` tokens: its header's bytes and its body's.
+struct Split {
+  size_t header = 0, body = 0;
+};
+Split payload_split(const Scenario& s, int cut, int64_t tokens) {
+  std::vector<int32_t> ids;
+  const int64_t h = s.model.hidden_size, rows = cdiv(cut, s.model.attn_res_block_size);
   for (int k : s.capture_ids)
-    if (k <= cut) p.aux_ids.push_back(k);
-  p.hidden = Tensor::zeros(DType::kBF16, {tokens, h});
-  p.bank = Tensor::zeros(DType::kBF16, {tokens, cdiv(cut, s.model.attn_res_block_size), h});
-  p.aux = Tensor::zeros(DType::kBF16, {tokens, static_cast<int64_t>(p.aux_ids.size()) * h});
-  return encode_payload(p).size();
+    if (k <= cut) ids.push_back(k);
+  return Split{encode_payload_header(0, tokens, h, rows, ids).size(),
+               payload_body_bytes(tokens, h, rows, ids.size())};
 }
 
 double seconds(std::chrono::steady_clock::time_point t0) {
@@ -64,7 +71,8 @@ int run(int argc, char** argv) {
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
 
-  std::set<size_t> sizes, scenario_sizes;
+  std::map<size_t, Split> sizes;  // by the whole payload's bytes
+  std::set<size_t> scenario_sizes;
   for (int i = 1; i < argc; ++i) {
     Result<Scenario> s = load_scenario(argv[i]);
     if (!s.is_ok()) {
@@ -72,32 +80,62 @@ int run(int argc, char** argv) {
       continue;
     }
     const int64_t prompt = s->workload.max_prompt_tokens > 0 ? s->workload.max_prompt_tokens : 256;
-    std::set<size_t> mine;
+    std::map<size_t, Split> mine;
     for (int cut = 1; cut < s->model.num_hidden_layers; ++cut)
-      for (int64_t t : {int64_t{1}, int64_t{s->speculative.gamma + 1}, prompt})
-        mine.insert(payload_bytes(*s, cut, t));
+      for (int64_t t : {int64_t{1}, int64_t{s->speculative.gamma + 1}, prompt}) {
+        const Split sp = payload_split(*s, cut, t);
+        mine[sp.header + sp.body] = sp;
+      }
     if (rank == 0)
-      fmt::print("{}: {} payload sizes, {} to {} bytes\n", argv[i], mine.size(), *mine.begin(),
-                 *mine.rbegin());
+      fmt::print("{}: {} payload sizes, {} to {} bytes\n", argv[i], mine.size(),
+                 mine.begin()->first, mine.rbegin()->first);
     // A spread of them: smallest, largest and every fourth in between.
     size_t n = 0;
-    for (size_t b : mine)
-      if (n++ % 4 == 0 || b == *mine.rbegin()) sizes.insert(b);
-    scenario_sizes.insert(mine.begin(), mine.end());
+    for (const auto& [b, sp] : mine) {
+      if (n++ % 4 == 0 || b == mine.rbegin()->first) sizes[b] = sp;
+      scenario_sizes.insert(b);
+    }
   }
-  for (size_t b = size_t{1} << 20; b <= (size_t{256} << 20); b <<= 2) sizes.insert(b);
+  // The fixed sizes: a payload of no taps (a 44-byte header) and an even body.
+  for (size_t b = size_t{1} << 20; b <= (size_t{256} << 20); b <<= 2)
+    if (!sizes.count(b)) sizes[b] = Split{44, b - 44};
   // The target: the channel at 90% of raw or more at every payload size a scenario makes.
   constexpr double kTarget = 0.90;
-  int scenario_rows = 0, scenario_met = 0;
+  int scenario_rows = 0, scenario_met = 0, fixed_rows = 0, fixed_met = 0;
 
   void* dev = nullptr;
-  cudaMalloc(&dev, *sizes.rbegin());
+  cudaMalloc(&dev, sizes.rbegin()->first);
+  // The sender's body: a device tensor as a stage builds it (managed memory, on the GPU).
+  const size_t largest_body = [&] {
+    size_t m = 0;
+    for (const auto& [b, sp] : sizes) m = std::max(m, sp.body);
+    return m;
+  }();
+  Tensor body_buffer;
+  try {
+    body_buffer =
+        Tensor::zeros(DType::kBF16, {static_cast<int64_t>(largest_body / 2)}, Device::kCuda);
+  } catch (const std::exception& e) {
+    fmt::print(stderr,
+               "nccl_payload_bench: rank {}: no device tensors ({}); build with "
+               "-DSPLITCHECK_CUDA=ON\n",
+               rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
   if (rank == 0)
-    fmt::print("{:>12}  {:>12}  {:>14}  {:>8}  {}\n", "bytes", "raw GB/s", "channel GB/s", "ratio",
-               "size from / target 90%");
-  for (size_t bytes : sizes) {
+    fmt::print("{:>12}  {:>10}  {:>12}  {:>14}  {:>8}  {}\n", "bytes", "header", "raw GB/s",
+               "channel GB/s", "ratio", "size from / target 90% / bytes");
+  bool all_checked = true;
+  for (const auto& [bytes, split] : sizes) {
     const int iters = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / bytes, 5, 200));
-    std::vector<std::byte> host(bytes, std::byte{0x5a});
+    const Tensor body = body_buffer.rows(0, static_cast<int64_t>(split.body / 2));
+    std::vector<std::byte> header(split.header);
+    for (size_t i = 0; i < header.size(); ++i) header[i] = std::byte(i * 7 + bytes);
+    const int pattern = static_cast<int>((bytes * 31 + 1) & 0xff);
+    if (rank == 0) {
+      cudaMemset(body_buffer.data<void>(), pattern, split.body);
+      cudaDeviceSynchronize();
+    }
     auto raw_once = [&] {
       if (rank == 0)
         ncclSend(dev, bytes, ncclUint8, 1, raw, stream);
@@ -105,20 +143,41 @@ int run(int argc, char** argv) {
         ncclRecv(dev, bytes, ncclUint8, 0, raw, stream);
       cudaStreamSynchronize(stream);
     };
-    auto channel_once = [&] {
+    // Returns the received payload on rank 1 (the body a view of the channel's buffer).
+    auto channel_once = [&]() -> ChannelPayload {
       if (rank == 0) {
-        (void)(*channel)->send(1, host, w.timeout_s);
-      } else {
-        Result<std::vector<std::byte>> got = (*channel)->receive(0, w.timeout_s);
-        if (!got.is_ok() || got->size() != bytes) MPI_Abort(MPI_COMM_WORLD, 3);
+        if (!(*channel)->send(1, header, body, w.timeout_s).is_ok()) MPI_Abort(MPI_COMM_WORLD, 3);
+        return {};
       }
+      Result<ChannelPayload> got = (*channel)->receive(0, w.timeout_s);
+      if (!got.is_ok() || got->bytes.size() != split.header || got->body.nbytes() != split.body)
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      return std::move(*got);
     };
+    // The bytes, once, before timing: the header and every body byte as sent.
+    bool checked = true;
+    {
+      ChannelPayload got = channel_once();
+      if (rank == 1) {
+        const Tensor host = got.body.to(Device::kCpu);
+        checked = got.bytes == header;
+        for (std::byte v : std::span<const std::byte>(host.bytes(), host.nbytes()))
+          checked = checked && v == std::byte(pattern);
+        if (!checked)
+          fmt::print(stderr, "nccl_payload_bench: {} bytes: received bytes differ from sent\n",
+                     bytes);
+      }
+      int ok = checked ? 1 : 0, all = 0;
+      MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      checked = all == 1;
+      all_checked = all_checked && checked;
+    }
     double t[2] = {0, 0};
     for (int mode = 0; mode < 2; ++mode) {
-      for (int i = 0; i < 3; ++i) mode == 0 ? raw_once() : channel_once();
+      for (int i = 0; i < 3; ++i) mode == 0 ? raw_once() : (void)channel_once();
       MPI_Barrier(MPI_COMM_WORLD);
       const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) mode == 0 ? raw_once() : channel_once();
+      for (int i = 0; i < iters; ++i) mode == 0 ? raw_once() : (void)channel_once();
       MPI_Barrier(MPI_COMM_WORLD);
       t[mode] = seconds(t0);
     }
@@ -128,17 +187,29 @@ int run(int argc, char** argv) {
     const bool met = ch_gbs >= kTarget * raw_gbs;
     scenario_rows += from_scenario;
     scenario_met += from_scenario && met;
+    fixed_rows += !from_scenario;
+    fixed_met += !from_scenario && met;
     if (rank == 0)
-      fmt::print("{:>12}  {:>12.2f}  {:>14.2f}  {:>7.1f}%  {} {}\n", bytes, raw_gbs, ch_gbs,
-                 100 * ch_gbs / raw_gbs, from_scenario ? "scenario" : "fixed   ",
-                 met ? "met" : "NOT MET");
+      fmt::print("{:>12}  {:>10}  {:>12.2f}  {:>14.2f}  {:>7.1f}%  {} {} {}\n", bytes, split.header,
+                 raw_gbs, ch_gbs, 100 * ch_gbs / raw_gbs, from_scenario ? "scenario" : "fixed   ",
+                 met ? "met    " : "NOT MET", checked ? "bytes-equal" : "BYTES-DIFFER");
+  }
+  if (rank == 0) {
+    fmt::print(
+        "path: device bodies (the split payload's body sent from and received into "
+        "device memory)\n");
+    fmt::print("target (channel >= 90% of raw) met at {} of {} fixed sizes (1-256 MiB)\n",
+               fixed_met, fixed_rows);
+    fmt::print("bytes: {}\n", all_checked ? "every size received as sent"
+                                          : "SOME SIZE RECEIVED OTHER BYTES THAN SENT");
   }
   if (rank == 0)
     fmt::print("target (channel >= 90% of raw) met at {} of {} scenario payload sizes measured\n",
                scenario_met, scenario_rows);
   cudaFree(dev);
   ncclCommDestroy(raw);
-  return 0;  // the channel, then MPI (MpiWorld), are finalised on the way out
+  body_buffer = Tensor();
+  return all_checked ? 0 : 1;  // the channel, then MPI (MpiWorld), are finalised on the way out
 }
 
 }  // namespace

@@ -1,0 +1,41 @@
+#include "kernels/tensor_copy.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#ifdef SPLITCHECK_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace splitcheck {
+namespace {
+
+// Whether runs of `width` bytes at offset + i * pitch, i < runs, lie inside `total` bytes.
+bool fits(size_t offset, size_t pitch, size_t width, size_t runs, size_t total) {
+  if (offset > total || width > total - offset) return false;
+  if (runs == 1) return true;
+  if (pitch < width) return false;
+  return (runs - 1) <= (total - offset - width) / pitch;
+}
+
+}  // namespace
+
+void copy_tensor_runs(Tensor& dst, size_t dst_offset, size_t dst_pitch, const Tensor& src,
+                      size_t src_offset, size_t src_pitch, size_t width, size_t runs) {
+  if (width == 0 || runs == 0) return;
+  if (!fits(src_offset, src_pitch, width, runs, src.nbytes()) ||
+      !fits(dst_offset, dst_pitch, width, runs, dst.nbytes()))
+    throw std::out_of_range("copy_tensor_runs: a run falls outside a tensor");
+  std::byte* to = dst.data<std::byte>() + dst_offset;
+  const std::byte* from = src.data<std::byte>() + src_offset;
+  if (runs == 1) dst_pitch = src_pitch = width;
+#ifdef SPLITCHECK_HAVE_CUDA
+  if (dst.device() == Device::kCuda || src.device() == Device::kCuda) {
+    cuda::copy_2d(to, dst_pitch, from, src_pitch, width, runs);
+    return;
+  }
+#endif
+  for (size_t i = 0; i < runs; ++i) std::memcpy(to + i * dst_pitch, from + i * src_pitch, width);
+}
+
+}  // namespace splitcheck
