@@ -212,6 +212,10 @@ step golden-cuda-update 240 "$build/splitcheck" golden --dir "$golden_out" updat
   "$root/scenarios/default.json"
 detail="recomputed on this GPU, bit for bit"
 step golden-cuda-verify 240 "$build/splitcheck" golden --dir "$golden_out" verify
+# The committed GPU golden (golden/cuda/): bit for bit on its own GPU and libraries; on
+# another fingerprint, not judged (exit 2) with the differences named, never a FAIL.
+detail="golden/cuda, committed"
+step golden-cuda-committed 240 "$build/splitcheck" golden --dir "$root/golden/cuda" verify
 
 step benchmarks 120 "$build/cuda_benchmark" --benchmark_min_time=0.2s
 bench="$(grep -E "^BM_" "$log/benchmarks.log" || true)"

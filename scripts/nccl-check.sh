@@ -170,7 +170,11 @@ fi
 
 echo "== nccl-check: payload bandwidth (channel vs plain ncclSend/ncclRecv, same run)"
 rc=0
-"${mpirun[@]}" -np 2 "$build/nccl_payload_bench" "$root"/scenarios/*.json "$root"/scenarios/gpu/*.json \
+scenario_files=()
+for f in "$root"/scenarios/*.json "$root"/scenarios/gpu/*.json; do
+  [[ "$(basename "$f")" == scenario.schema.json ]] || scenario_files+=("$f")
+done
+"${mpirun[@]}" -np 2 "$build/nccl_payload_bench" "${scenario_files[@]}" \
   2>&1 | tee "$out/bandwidth.txt" || rc=$?
 if [[ $rc -ne 0 ]] || ! grep -q '^bytes: every size received as sent' "$out/bandwidth.txt"; then
   echo "nccl-check: the payload benchmark failed or received other bytes than sent" >&2
