@@ -17,4 +17,19 @@ inline Scenario committed_scenario(const std::string& name) {
   return s.is_ok() ? std::move(*s) : Scenario{};
 }
 
+// A GoogleTest parameter name made from any text (a scenario name, a fault id): every
+// character that is not a letter or a digit becomes '_'.
+inline std::string param_test_name(std::string n) {
+  for (char& ch : n)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+// The name generator of a suite instantiated over strings: param_test_name of each.
+struct ParamTestName {
+  std::string operator()(const ::testing::TestParamInfo<std::string>& info) const {
+    return param_test_name(info.param);
+  }
+};
+
 }  // namespace splitcheck

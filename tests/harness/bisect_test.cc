@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <map>
 
+#include "tests/scenario_fixture.h"
+
 namespace splitcheck {
 namespace {
 
@@ -77,10 +79,7 @@ TEST_P(BisectFaultTest, NamesTheCauseAndWritesASmallerReproThatFailsTheSameWay) 
 
 INSTANTIATE_TEST_SUITE_P(FaultScenarios, BisectFaultTest, ::testing::ValuesIn(fault_scenarios()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string n = fs::path(info.param).stem().string();
-                           for (char& ch : n)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
+                           return param_test_name(fs::path(info.param).stem().string());
                          });
 
 TEST(BisectTest, ConformantScenarioHasNothingToBisect) {

@@ -18,6 +18,7 @@
 #include "reports/merge.h"
 #include "reports/report.h"
 #include "tests/cli_fixture.h"
+#include "tests/scenario_fixture.h"
 
 namespace splitcheck {
 namespace {
@@ -281,12 +282,7 @@ std::vector<std::string> committed_scenarios() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, EveryDumpLevel, ::testing::ValuesIn(committed_scenarios()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+                         ParamTestName());
 
 // The scenario's real weights, except that the `nth` load of `name` is hostile: it throws
 // (`kThrow`) or returns a tensor of rank 0 (`kRankZero`), which a kernel's shape read

@@ -19,6 +19,7 @@
 #include "harness/verdict/sweep.h"
 #include "reference/engine.h"
 #include "reports/report.h"
+#include "tests/scenario_fixture.h"
 
 namespace splitcheck {
 namespace {
@@ -144,12 +145,7 @@ TEST_P(CommittedScenario, ReuseOnVerifyAndOffSayTheSame) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, CommittedScenario, ::testing::ValuesIn(committed_scenarios()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+                         ParamTestName());
 
 // scenarios/gpu/: scenarios that only run on a GPU (k3-shape: 79.5 GiB of weights). Each
 // must parse as written (its backend cuda) and carry an expect block; its sweep is run by
@@ -188,12 +184,7 @@ TEST_P(CommittedGpuScenario, ParsesAndIsSweptByTheGpuScripts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, CommittedGpuScenario, ::testing::ValuesIn(gpu_scenarios()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+                         ParamTestName());
 
 }  // namespace
 }  // namespace splitcheck

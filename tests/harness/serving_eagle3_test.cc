@@ -47,12 +47,7 @@ INSTANTIATE_TEST_SUITE_P(Faults, ServingEagle3Fault,
                                            "batch.stale_microbatch_state",
                                            "prefill.chunk_token_dropped",
                                            "tap.boundary_uses_prefix"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+                         ParamTestName());
 
 }  // namespace
 }  // namespace splitcheck
