@@ -50,6 +50,10 @@ Result<SensitivityTable> fault_sensitivity(const std::vector<std::string>& scena
                                            const SweepOptions& options) {
   SensitivityTable table;
   table.seeds = seeds;
+  // The table reads the split points' verdicts only; serving each request alone at PP=1
+  // (a serving sweep's costliest part) tells it nothing.
+  SweepOptions sweep_options = options;
+  sweep_options.requests_alone = false;
   // Fixed-protocol sweeps already run, by the resolved scenario without its name,
   // description and expect: several fault scenarios share one fixed protocol.
   std::map<std::string, std::pair<int, int>> fixed_runs;
@@ -68,7 +72,7 @@ Result<SensitivityTable> fault_sensitivity(const std::vector<std::string>& scena
       Scenario faulty = base;
       faulty.model.seed = seed;
       faulty.expect = nlohmann::json::object();
-      ASSIGN_OR_RETURN(SweepResult r, run_sweep(faulty, options),
+      ASSIGN_OR_RETURN(SweepResult r, run_sweep(faulty, sweep_options),
                        fmt::format("{} at seed {}", path, seed));
       row.split_points = static_cast<int>(r.cases.size());
       const int block = faulty.model.attn_res_block_size;
@@ -102,7 +106,7 @@ Result<SensitivityTable> fault_sensitivity(const std::vector<std::string>& scena
       for (const char* k : {"name", "description", "expect"}) identity.erase(k);
       auto [it, fresh] = fixed_runs.try_emplace(identity.dump());
       if (fresh) {
-        ASSIGN_OR_RETURN(SweepResult f, run_sweep(fixed, options),
+        ASSIGN_OR_RETURN(SweepResult f, run_sweep(fixed, sweep_options),
                          fmt::format("{} without its fault at seed {}", path, seed));
         it->second.first = static_cast<int>(f.cases.size());
         for (const CaseResult& c : f.cases) it->second.second += c.verdict != Verdict::kPass;

@@ -586,8 +586,10 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   const EngineOptions engine_options{s.capture_ids, s.dump_level, s.speculative.method,
                                      s.speculative.context_only_producer};
   if (s.serving.enabled) {
-    ASSIGN_OR_RETURN(result.batch_invariance, check_requests_alone(s, source, ref),
-                     "serving each request alone at PP=1");
+    if (options.requests_alone) {
+      ASSIGN_OR_RETURN(result.batch_invariance, check_requests_alone(s, source, ref),
+                       "serving each request alone at PP=1");
+    }
     for (size_t r = 0; r < workload.prompts.size(); ++r)
       result.requests.push_back(static_cast<int32_t>(r));
   }

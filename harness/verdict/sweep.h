@@ -105,6 +105,12 @@ struct SweepOptions {
   // Run PP=1 twice before judging any split point (harness/verdict/self_check.h); when
   // the two runs differ, no split point is judged and the exit code is 4.
   bool self_check = false;
+  // Serving scenarios: serve every request alone at PP=1 and compare it with the batched
+  // run (SPEC 3.4, the batch invariance), about a PP=1 run and one run per request. Off
+  // for what judges split points only (the fault sensitivity table; tests that sweep one
+  // scenario several times); a scenario whose expect block asks for batch_invariant
+  // then fails its expect ("not checked"), never passes it.
+  bool requests_alone = true;
   // Where PP=1 and every stage load their weights from; null: the scenario's own
   // (generated from its seed, or its checkpoint). Must outlive the sweep.
   WeightSource* weights = nullptr;

@@ -120,21 +120,27 @@ void kda_attention(KdaArgs& a) {
       l2_normalize(kv, hd, a.eps);
       const float beta = fmath::sigmoid(b[t * a.heads + head]);
       float* s = st.data() + static_cast<int64_t>(head) * hd * hd;  // [d_k][d_v]
-      for (int i = 0; i < hd; ++i) {
-        const float alpha = fmath::decay_from_logit(al[base + i]);  // exp(-softplus(.))
-        for (int j = 0; j < hd; ++j) s[i * hd + j] *= alpha;
-      }
+      // Two passes over the state, each row i finished before the next: decay the row
+      // and add its term to u (u sums over i ascending), then update the row and add its
+      // term to o (likewise). The same operations, in the same order per element, as one
+      // pass per step.
       for (int j = 0; j < hd; ++j) u[j] = 0.0f;
       for (int i = 0; i < hd; ++i) {
-        for (int j = 0; j < hd; ++j) u[j] += kv[i] * s[i * hd + j];
-      }
-      for (int i = 0; i < hd; ++i) {
-        const float bk = beta * kv[i];
-        for (int j = 0; j < hd; ++j) s[i * hd + j] = (s[i * hd + j] - bk * u[j]) + bk * vv[j];
+        const float alpha = fmath::decay_from_logit(al[base + i]);  // exp(-softplus(.))
+        float* row = s + i * hd;
+        for (int j = 0; j < hd; ++j) {
+          row[j] *= alpha;
+          u[j] += kv[i] * row[j];
+        }
       }
       for (int j = 0; j < hd; ++j) o[j] = 0.0f;
       for (int i = 0; i < hd; ++i) {
-        for (int j = 0; j < hd; ++j) o[j] += s[i * hd + j] * qv[i];
+        const float bk = beta * kv[i];
+        float* row = s + i * hd;
+        for (int j = 0; j < hd; ++j) {
+          row[j] = (row[j] - bk * u[j]) + bk * vv[j];
+          o[j] += row[j] * qv[i];
+        }
       }
       const float rs = rms_scale(o.data(), hd, a.eps);
       for (int j = 0; j < hd; ++j) {

@@ -7,20 +7,48 @@
 
 namespace splitcheck::cpu {
 
-void matmul(const float* x, int64_t rows, int64_t k_dim, const bf16* w, int64_t n_dim, float* out) {
-  // k outer: each weight row is widened once and applied to every row of x; every
-  // output still sums its k terms in ascending order.
-  std::vector<float> wk(static_cast<size_t>(n_dim));
-  for (int64_t i = 0; i < rows * n_dim; ++i) out[i] = 0.0f;
+namespace {
+
+// One tile of out[t0 .. t0+R) x [n0 .. n0+C): the accumulators stay in registers while k
+// runs 0..k_dim-1, so every output sums its k terms in ascending order, each product
+// rounded before its add (no contraction), exactly as a plain k loop would.
+template <int64_t R, int64_t C>
+void matmul_tile(const float* x, int64_t t0, int64_t k_dim, const bf16* w, int64_t n_dim,
+                 int64_t n0, float* out) {
+  float acc[R][C] = {};
   for (int64_t k = 0; k < k_dim; ++k) {
-    widen(w + k * n_dim, n_dim, wk.data());
-    const float* wr = wk.data();
-    for (int64_t t = 0; t < rows; ++t) {
-      const float xv = x[t * k_dim + k];
-      float* acc = out + t * n_dim;
-      for (int64_t n = 0; n < n_dim; ++n) acc[n] += xv * wr[n];
+    float wv[C];
+    const bf16* wr = w + k * n_dim + n0;
+    for (int64_t j = 0; j < C; ++j) wv[j] = to_f32(wr[j]);
+    for (int64_t r = 0; r < R; ++r) {
+      const float xv = x[(t0 + r) * k_dim + k];
+      for (int64_t j = 0; j < C; ++j) acc[r][j] += xv * wv[j];
     }
   }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < C; ++j) out[(t0 + r) * n_dim + n0 + j] = acc[r][j];
+}
+
+// The same sum for the columns past the last whole tile, one output at a time.
+void matmul_column(const float* x, int64_t t, int64_t k_dim, const bf16* w, int64_t n_dim,
+                   int64_t n, float* out) {
+  float acc = 0.0f;
+  for (int64_t k = 0; k < k_dim; ++k) acc += x[t * k_dim + k] * to_f32(w[k * n_dim + n]);
+  out[t * n_dim + n] = acc;
+}
+
+}  // namespace
+
+void matmul(const float* x, int64_t rows, int64_t k_dim, const bf16* w, int64_t n_dim, float* out) {
+  constexpr int64_t kRows = 4, kCols = 16;
+  const int64_t whole_cols = n_dim - n_dim % kCols;
+  for (int64_t n0 = 0; n0 < whole_cols; n0 += kCols) {
+    int64_t t = 0;
+    for (; t + kRows <= rows; t += kRows) matmul_tile<kRows, kCols>(x, t, k_dim, w, n_dim, n0, out);
+    for (; t < rows; ++t) matmul_tile<1, kCols>(x, t, k_dim, w, n_dim, n0, out);
+  }
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t n = whole_cols; n < n_dim; ++n) matmul_column(x, t, k_dim, w, n_dim, n, out);
 }
 
 void matmul_nt(const float* x, int64_t rows, int64_t k_dim, const bf16* w, int64_t n_dim,

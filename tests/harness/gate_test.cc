@@ -250,7 +250,11 @@ TEST_P(EveryDumpLevel, SweepsCleanWithoutFaultsAndCatchesEachFault) {
     // A serving scenario serves its first 8 requests (of 16): still micro-batched, chunked
     // and speculative, and each serving fault shows within them (ServingFaults, at 8).
     if (s.serving.enabled) s.workload.prompts = std::min(s.workload.prompts, 8);
-    Result<SweepResult> r = run_sweep(s, SweepOptions{});
+    // Requests served alone at PP=1 (batch invariance) at the full level only, where the
+    // record is the largest.
+    SweepOptions options;
+    options.requests_alone = level == DumpLevel::kFull;
+    Result<SweepResult> r = run_sweep(s, options);
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     ASSERT_EQ(r->cases.size(), 1u);
     const CaseResult& c = r->cases[0];

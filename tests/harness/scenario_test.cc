@@ -419,10 +419,9 @@ TEST(CheckRegistryTest, TenChecksInReportOrder) {
     EXPECT_FALSE(c.what.empty()) << c.name;
     EXPECT_EQ(find_check(c.name), &c);
   }
-  EXPECT_EQ(names,
-            (std::vector<std::string_view>{"partition", "tensors", "taps", "logits", "tokens",
-                                           "dispatch", "embedding", "memory", "acceptance",
-                                           "config"}));
+  EXPECT_EQ(names, (std::vector<std::string_view>{"partition", "tensors", "taps", "logits",
+                                                  "tokens", "dispatch", "embedding", "memory",
+                                                  "acceptance", "config"}));
   EXPECT_EQ(find_check("bits"), nullptr);
 }
 

@@ -66,19 +66,53 @@ TEST_P(CommittedScenario, SweepConcludesWhatExpectSays) {
 }
 
 // The scenario the three reuse modes sweep: the committed one, except that a serving
-// scenario serves its first 8 requests (of 16) at 4 split points (one per stage-1 start
-// region, aligned and not), which keeps micro-batches, chunked prefill and rollbacks
-// (asserted below; ServingFaults shows each serving fault within 8) at less cost.
+// scenario serves its first 8 requests (of 16) at 3 split points (stage 1 starting in the
+// first block, at a block boundary, and mid-model), which keeps micro-batches, chunked
+// prefill and rollbacks (asserted below; ServingFaults shows each serving fault within 8)
+// at less cost.
 Scenario modes_scenario(const Scenario& committed) {
   Scenario s = committed;
   if (!s.serving.enabled) return s;
   s.workload.prompts = std::min(s.workload.prompts, 8);
-  if (s.partitions.mode != "list" || s.partitions.cuts.size() > 4) {
+  if (s.partitions.mode != "list" || s.partitions.cuts.size() > 3) {
     s.partitions.mode = "list";
-    s.partitions.cuts = {{1}, {4}, {13}, {24}};
+    s.partitions.cuts = {{1}, {s.model.attn_res_block_size}, {s.model.num_hidden_layers / 2 + 1}};
   }
   s.expect = nlohmann::json::object();
   return s;
+}
+
+// Verify and off compute every layer of every stage, so they run on at most kModesCases
+// split points, chosen from the reuse-on sweep of every split point: the first and the
+// last case of every distinct outcome (verdict and failed checks), so every way the
+// scenario passes or fails is compared in all three modes, then spread ones up to the
+// limit. Empty when the sweep has no more cases than that (it is compared whole).
+constexpr size_t kModesCases = 6;
+
+std::vector<std::vector<int>> modes_cuts(const SweepResult& on) {
+  if (on.cases.size() <= kModesCases) return {};
+  std::vector<size_t> picked;
+  auto pick = [&](size_t i) {
+    if (picked.size() < kModesCases && std::find(picked.begin(), picked.end(), i) == picked.end())
+      picked.push_back(i);
+  };
+  std::map<std::string, std::pair<size_t, size_t>> outcomes;  // first and last case
+  for (size_t i = 0; i < on.cases.size(); ++i) {
+    std::string outcome = std::string(verdict_name(on.cases[i].verdict));
+    for (const std::string& c : on.cases[i].failed_checks) outcome += "," + c;
+    auto [it, fresh] = outcomes.try_emplace(outcome, i, i);
+    it->second.second = i;
+  }
+  for (const auto& [outcome, ends] : outcomes) pick(ends.first);
+  for (const auto& [outcome, ends] : outcomes) pick(ends.second);
+  const size_t n = on.cases.size();
+  for (size_t k = 0; picked.size() < kModesCases && k < kModesCases; ++k)
+    pick(k * (n - 1) / (kModesCases - 1));
+  for (size_t i = 0; picked.size() < kModesCases && i < n; ++i) pick(i);
+  std::sort(picked.begin(), picked.end());
+  std::vector<std::vector<int>> cuts;
+  for (size_t i : picked) cuts.push_back(on.cases[i].cuts);
+  return cuts;
 }
 
 TEST_P(CommittedScenario, ReuseOnVerifyAndOffSayTheSame) {
@@ -108,21 +142,34 @@ TEST_P(CommittedScenario, ReuseOnVerifyAndOffSayTheSame) {
     ASSERT_FALSE(h.empty());
     EXPECT_GT(std::accumulate(h.begin(), h.end() - 1, int64_t{0}), 0) << "no rejected draft";
   }
-  Result<SweepResult> r = run_sweep(s, SweepOptions{});
-  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  // Batch invariance does not depend on reuse (PP=1 only): SweepConcludesWhatExpectSays
+  // checks it.
+  SweepOptions on;
+  on.requests_alone = false;
+  Result<SweepResult> whole = run_sweep(s, on);
+  ASSERT_TRUE(whole.is_ok()) << whole.status().message();
+  Scenario few = s;
+  Result<SweepResult> r = whole;
+  if (std::vector<std::vector<int>> cuts = modes_cuts(*whole); !cuts.empty()) {
+    few.partitions.mode = "list";
+    few.partitions.cuts = cuts;
+    r = run_sweep(few, on);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    ASSERT_EQ(r->cases.size(), cuts.size());
+  }
   if (!s.faults.empty() && r->count(Verdict::kConfigRejected) == 0) {
     EXPECT_FALSE(r->conformant()) << "fault not caught in " << GetParam();
   }
 
-  SweepOptions verify;
+  SweepOptions verify = on;
   verify.reuse = ReuseMode::kVerify;
-  Result<SweepResult> v = run_sweep(s, verify);
+  Result<SweepResult> v = run_sweep(few, verify);
   ASSERT_TRUE(v.is_ok()) << v.status().message();
   EXPECT_EQ(v->reuse.calls.verified, r->reuse.calls.hits);
   EXPECT_EQ(v->reuse.calls.misses, r->reuse.calls.misses);
-  SweepOptions off;
+  SweepOptions off = on;
   off.reuse = ReuseMode::kOff;
-  Result<SweepResult> o = run_sweep(s, off);
+  Result<SweepResult> o = run_sweep(few, off);
   ASSERT_TRUE(o.is_ok()) << o.status().message();
   EXPECT_EQ(o->reuse.calls.hits + o->reuse.calls.verified + o->reuse.calls.misses, 0);
   // Everything but what reuse itself and the clock change.

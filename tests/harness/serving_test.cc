@@ -183,6 +183,22 @@ TEST(ServingSweep, BitIdenticalAndEveryRequestEqualsItselfAlone) {
   EXPECT_TRUE(r->expect_failures.empty());
 }
 
+// Without requests served alone, a scenario that expects batch invariance fails its
+// expect block: not checked is never a pass.
+TEST(ServingSweep, BatchInvarianceNotCheckedFailsAnExpectThatAsksForIt) {
+  Scenario s = small_serving("serving", 3, 3, {{5}});
+  s.expect = nlohmann::json{{"batch_invariant", true}};
+  SweepOptions o;
+  o.requests_alone = false;
+  Result<SweepResult> r = run_sweep(s, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_TRUE(r->conformant());
+  EXPECT_FALSE(r->batch_invariance.checked);
+  ASSERT_EQ(r->expect_failures.size(), 1u);
+  EXPECT_NE(r->expect_failures[0].find("nothing checked it"), std::string::npos)
+      << r->expect_failures[0];
+}
+
 TEST(ServingChecks, ARequestThatDiffersFromItselfAloneFails) {
   Scenario s = small_serving("serving", 3, 3, {{5}});
   Result<ReferenceRun> run = run_reference(s);
@@ -236,6 +252,13 @@ std::vector<std::array<int32_t, 6>> schedule_of(const RunRecord& rec) {
   return rows;
 }
 
+// The sweeps below judge split points only: no request served alone at PP=1.
+SweepOptions split_points_only() {
+  SweepOptions o;
+  o.requests_alone = false;
+  return o;
+}
+
 struct FaultCase {
   const char* id;
   const char* scenario;
@@ -251,7 +274,7 @@ TEST(ServingFaults, FirstDivergenceAtTheRightRequestForwardAndLayer) {
   for (const FaultCase& f : kServingFaults) {
     SCOPED_TRACE(f.id);
     const Scenario s = small_serving(f.scenario, 8, 8, {{cut}});
-    Result<SweepResult> r = run_sweep(s, SweepOptions{});
+    Result<SweepResult> r = run_sweep(s, split_points_only());
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     ASSERT_EQ(r->cases.size(), 1u);
     const CaseResult& c = r->cases[0];
@@ -332,7 +355,7 @@ TEST(ServingFaults, SensitivityTable) {
     auto caught = [&](int prompts, int in_flight, bool speculative) {
       Scenario s = small_serving(f.scenario, prompts, in_flight, {{13}});
       if (!speculative) s.speculative.method = "none";
-      Result<SweepResult> r = run_sweep(s, SweepOptions{});
+      Result<SweepResult> r = run_sweep(s, split_points_only());
       EXPECT_TRUE(r.is_ok()) << r.status().message();
       return r.is_ok() && !r->conformant();
     };

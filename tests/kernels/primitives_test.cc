@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -40,6 +41,36 @@ TEST(MatmulTest, SumsTheInnerDimensionInAscendingOrder) {
   float out = -1;
   cpu::matmul(x.data(), 1, 3, w.data(), 1, &out);
   EXPECT_EQ(out, 0.0f);
+}
+
+// The tiled product (register tiles of rows and columns, tails one output at a time) is
+// bit for bit the plain loop that sums k ascending, for every row count and column count
+// around the tile sizes, on values whose sums round differently in any other order.
+TEST(MatmulTest, TiledProductEqualsThePlainAscendingLoopAtEveryShape) {
+  constexpr int64_t kK = 37;
+  for (int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9}) {
+    for (int64_t n_dim : {1, 15, 16, 17, 33, 48, 50}) {
+      std::vector<float> x(static_cast<size_t>(rows * kK));
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] = std::ldexp(static_cast<float>(i % 13) - 6.0f, static_cast<int>(i % 29) - 14);
+      std::vector<bf16> w(static_cast<size_t>(kK * n_dim));
+      for (size_t i = 0; i < w.size(); ++i)
+        w[i] = to_bf16(std::ldexp(static_cast<float>(i % 11) - 5.25f, static_cast<int>(i % 7)));
+      std::vector<float> out(static_cast<size_t>(rows * n_dim), -99.0f);
+      cpu::matmul(x.data(), rows, kK, w.data(), n_dim, out.data());
+      for (int64_t t = 0; t < rows; ++t) {
+        for (int64_t n = 0; n < n_dim; ++n) {
+          float want = 0.0f;
+          for (int64_t k = 0; k < kK; ++k) {
+            const float product = x[t * kK + k] * to_f32(w[k * n_dim + n]);
+            want += product;
+          }
+          ASSERT_EQ(std::bit_cast<uint32_t>(out[t * n_dim + n]), std::bit_cast<uint32_t>(want))
+              << "rows " << rows << " n " << n_dim << " at [" << t << ", " << n << "]";
+        }
+      }
+    }
+  }
 }
 
 TEST(MatmulNtTest, SmallIntegerInputsGiveExactProductsInBlockedAndTailColumns) {
