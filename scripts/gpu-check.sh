@@ -8,10 +8,10 @@
 # verify the GPU golden of the default scenario (into $OUT/golden/ when OUT is set), run
 # the benchmarks, and print a results table last.
 #   scripts/gpu-check.sh [--build-dir DIR] [--jobs N]   (GPU_CHECK_ONLY=REGEX: only those steps)
-# k3-shape (several minutes: its 92-split sweep and one PP=1 forward's speed) runs with
-# K3_SHAPE=1, or when GPU_CHECK_ONLY selects it:
+# k3-shape (several minutes: its 92-split sweep, one PP=1 forward's speed, and the
+# properties on a 16-token prompt) runs with K3_SHAPE=1, or when GPU_CHECK_ONLY selects it:
 #   K3_SHAPE=1 GPU_CHECK_ONLY=k3-shape scripts/gpu-check.sh   (build + the k3-shape steps only)
-#   GPU_CHECK_ONLY=sweep-k3-shape / GPU_CHECK_ONLY=k3-shape-forward   (one of the two)
+#   GPU_CHECK_ONLY=sweep-k3-shape / =k3-shape-forward / =properties-k3-shape   (one of them)
 # Libraries missing on the machine (xtensor, xtl, libxxhash) are taken from .xt/ when it
 # holds Debian's packages unpacked (dpkg -x). Exit 0 when every step passed, else 1.
 set -uo pipefail
@@ -162,9 +162,9 @@ detail="see properties: below"
 rm -f "$log/properties.json"
 step properties-k3-tiny-cuda 120 "$build/splitcheck" properties \
   "$build/scenarios-cuda/default.json" --json "$log/properties.json"
-props=""
-if [[ -s "$log/properties.json" ]]; then
-  props="$(python3 - "$log/properties.json" <<'PY'
+# format_props FILE: the properties report FILE as lines of the final table.
+format_props() {
+  python3 - "$1" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"   {r['scenario']} on {r['backend']}: {r['prompt_tokens']} prompt tokens, "
@@ -177,8 +177,9 @@ for p in r["properties"]:
           f"{p['argmax_changed']} rows, max |diff| {p['max_abs_diff']:.3g}"
           f"{'  IDENTICAL' if p['identical'] else ''}")
 PY
-)"
-fi
+}
+props=""
+[[ -s "$log/properties.json" ]] && props="$(format_props "$log/properties.json")"
 # The approximate lane: every op of the default scenario on the inputs the PP=1 engine
 # feeds it, CPU and CUDA each against the float64 judge, and CPU against CUDA bit for bit
 # (the exact lane, expected to differ). Per-op figures go to the final table.
@@ -259,7 +260,8 @@ fi
 k3_rows=()
 run_k3=0
 [[ "${K3_SHAPE:-0}" == "1" ]] && run_k3=1
-if [[ -n "${GPU_CHECK_ONLY:-}" ]] && [[ "sweep-k3-shape" =~ $GPU_CHECK_ONLY || "k3-shape-forward" =~ $GPU_CHECK_ONLY ]]; then
+if [[ -n "${GPU_CHECK_ONLY:-}" ]] && [[ "sweep-k3-shape" =~ $GPU_CHECK_ONLY ||
+  "k3-shape-forward" =~ $GPU_CHECK_ONLY || "properties-k3-shape" =~ $GPU_CHECK_ONLY ]]; then
   run_k3=1
 fi
 if [[ $run_k3 -eq 1 ]]; then
@@ -301,6 +303,26 @@ PY
   detail="PP=1 decode forwards: tokens/s, weight bytes/s vs HBM copy"
   step k3-shape-forward 300 "$build/k3_forward_benchmark" k3-shape 16
   mapfile -t -O "${#k3_rows[@]}" k3_rows < <(grep -E "^k3 forward:" "$log/k3-shape-forward.log")
+
+  # The properties on k3-shape, bounded: a first prompt of at most 16 tokens (h 8, a
+  # verify of gamma 7 + 1 rows, chunks of 4): about 40 PP=1 forwards after the weights
+  # are generated on the device (several seconds).
+  python3 - "$root/scenarios/gpu/k3-shape.json" "$build/scenarios-cuda/k3-shape-properties.json" <<'PY'
+import json, os, sys
+src, out = sys.argv[1], sys.argv[2]
+s = json.load(open(src))
+wl = s["workload"]
+wl["file"] = os.path.normpath(os.path.join(os.path.dirname(src), wl["file"]))
+wl["max_prompt_tokens"] = 16
+s["name"] = "k3-shape-properties"
+json.dump(s, open(out, "w"), indent=2)
+PY
+  detail="decode/prefill, verify/decode, chunked/whole; 16 tokens"
+  rm -f "$log/properties-k3-shape.json"
+  step properties-k3-shape 180 "$build/splitcheck" properties \
+    "$build/scenarios-cuda/k3-shape-properties.json" --json "$log/properties-k3-shape.json"
+  [[ -s "$log/properties-k3-shape.json" ]] &&
+    props="${props}${props:+$'\n'}$(format_props "$log/properties-k3-shape.json")"
 fi
 
 echo

@@ -29,6 +29,10 @@
 //              BLOCK_L sources (attn_res_fallback_block_l: the BLOCK_L rule), output scale
 //              (m * out_w) * r.
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -630,21 +634,50 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
 
 // Blocks of `kernel` (at `threads` threads and `smem` dynamic bytes) resident on the
 // current device at once: the persistent schedules' grid.
+// Remembered per (kernel, threads, dynamic bytes, device), and the dynamic shared memory
+// allowed so far per (kernel, device): both are host calls a 64-token call cannot afford each time.
+struct LaunchCache {
+  std::mutex mu;
+  std::map<std::tuple<const void*, int, size_t, int>, int> resident;
+  std::map<std::pair<const void*, int>, size_t> smem_allowed;
+};
+LaunchCache& launch_cache() {
+  static LaunchCache c;
+  return c;
+}
+
 int resident_blocks(const void* kernel, int threads, size_t smem) {
-  int device = 0, sms = 0, per_sm = 0;
+  int device = 0;
   SPLITCHECK_CUDA_CHECK(cudaGetDevice(&device));
+  LaunchCache& c = launch_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  const auto key = std::make_tuple(kernel, threads, smem, device);
+  if (auto it = c.resident.find(key); it != c.resident.end()) return it->second;
+  int sms = 0, per_sm = 0;
   SPLITCHECK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   SPLITCHECK_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  return sms * per_sm;
+  return c.resident[key] = sms * per_sm;
+}
+
+// Lets `kernel` use `smem` bytes of dynamic shared memory (beyond 48 KiB needs asking).
+void allow_smem(const void* kernel, size_t smem) {
+  int device = 0;
+  SPLITCHECK_CUDA_CHECK(cudaGetDevice(&device));
+  LaunchCache& c = launch_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  size_t& allowed = c.smem_allowed[{kernel, device}];
+  if (smem <= allowed) return;
+  SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem)));
+  allowed = smem;
 }
 
 template <bool kFallback, int VEC, int NREG, int kSched>
 void launch_kernel(const Params& a, unsigned threads, size_t smem) {
   auto* kernel = attn_res_kernel<kFallback, VEC, NREG, kSched>;
-  if (smem > 0)  // the mixture or the staged rows in shared memory, beyond the static arrays
-    SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem)));
+  // The mixture or the staged rows in shared memory, beyond the static arrays.
+  if (smem > 0) allow_smem(reinterpret_cast<const void*>(kernel), smem);
   auto blocks = static_cast<int64_t>(a.tokens);
   if constexpr (kSched != kPerToken) {
     const int resident =
