@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -724,8 +725,15 @@ void launch(AttnResArgs& args, AttnResSchedule schedule) {
   const int64_t h = args.prefix->dim(1);
   if (args.nb + 1 > kMaxSources)
     throw std::runtime_error("attn_res on CUDA reads at most 63 bank rows");
-  if (static_cast<size_t>(h) * sizeof(float) > 48 * 1024)
-    throw std::runtime_error("attn_res on CUDA supports a hidden size of at most 12288");
+  // The general kernel keeps the mixture (h floats) in shared memory beside its static
+  // arrays (at most 44 KiB): H up to about 46000 on an H100 or H200.
+  int device = 0, smem_optin = 0;
+  SPLITCHECK_CUDA_CHECK(cudaGetDevice(&device));
+  SPLITCHECK_CUDA_CHECK(
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (static_cast<size_t>(h) * sizeof(float) + 44 * 1024 > static_cast<size_t>(smem_optin))
+    throw std::runtime_error("attn_res on CUDA: hidden size " + std::to_string(h) +
+                             " needs more shared memory than a block of this GPU has");
   Staging s;
   Params a{};
   a.prefix = static_cast<uint16_t*>(s.inout(args.prefix));
