@@ -8,10 +8,10 @@
 # verify the GPU golden of the default scenario (into $OUT/golden/ when OUT is set), run
 # the benchmarks, and print a results table last.
 #   scripts/gpu-check.sh [--build-dir DIR] [--jobs N]   (GPU_CHECK_ONLY=REGEX: only those steps)
-# k3-shape (several minutes: its 92-split sweep and one PP=1 forward's speed) runs with
-# K3_SHAPE=1, or when GPU_CHECK_ONLY selects it:
+# k3-shape (several minutes: its 92-split sweep, one PP=1 forward's speed, and the
+# properties on a 16-token prompt) runs with K3_SHAPE=1, or when GPU_CHECK_ONLY selects it:
 #   K3_SHAPE=1 GPU_CHECK_ONLY=k3-shape scripts/gpu-check.sh   (build + the k3-shape steps only)
-#   GPU_CHECK_ONLY=sweep-k3-shape / GPU_CHECK_ONLY=k3-shape-forward   (one of the two)
+#   GPU_CHECK_ONLY=sweep-k3-shape / =k3-shape-forward / =properties-k3-shape   (one of them)
 # Libraries missing on the machine (xtensor, xtl, libxxhash) are taken from .xt/ when it
 # holds Debian's packages unpacked (dpkg -x). Exit 0 when every step passed, else 1.
 set -uo pipefail
@@ -162,9 +162,9 @@ detail="see properties: below"
 rm -f "$log/properties.json"
 step properties-k3-tiny-cuda 120 "$build/splitcheck" properties \
   "$build/scenarios-cuda/default.json" --json "$log/properties.json"
-props=""
-if [[ -s "$log/properties.json" ]]; then
-  props="$(python3 - "$log/properties.json" <<'PY'
+# format_props FILE: the properties report FILE as lines of the final table.
+format_props() {
+  python3 - "$1" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"   {r['scenario']} on {r['backend']}: {r['prompt_tokens']} prompt tokens, "
@@ -177,8 +177,9 @@ for p in r["properties"]:
           f"{p['argmax_changed']} rows, max |diff| {p['max_abs_diff']:.3g}"
           f"{'  IDENTICAL' if p['identical'] else ''}")
 PY
-)"
-fi
+}
+props=""
+[[ -s "$log/properties.json" ]] && props="$(format_props "$log/properties.json")"
 # The approximate lane: every op of the default scenario on the inputs the PP=1 engine
 # feeds it, CPU and CUDA each against the float64 judge, and CPU against CUDA bit for bit
 # (the exact lane, expected to differ). Per-op figures go to the final table.
@@ -217,15 +218,50 @@ step golden-cuda-verify 240 "$build/splitcheck" golden --dir "$golden_out" verif
 detail="golden/cuda, committed"
 step golden-cuda-committed 240 "$build/splitcheck" golden --dir "$root/golden/cuda" verify
 
-step benchmarks 120 "$build/cuda_benchmark" --benchmark_min_time=0.2s
+rm -f "$log/benchmarks.json"
+step benchmarks 150 "$build/cuda_benchmark" --benchmark_min_time=0.2s \
+  --benchmark_out="$log/benchmarks.json" --benchmark_out_format=json
 bench="$(grep -E "^BM_" "$log/benchmarks.log" || true)"
+# The native attn_res kernel under each schedule (kernels/cuda/cuda_kernels.h,
+# AttnResSchedule; the same bits, tested): time and fraction of copy per token count, the
+# production one marked, the fastest at 8192 tokens named.
+schedules=""
+if [[ -s "$log/benchmarks.json" ]]; then
+  schedules="$(python3 - "$log/benchmarks.json" <<'PY'
+import json, re, sys
+r = json.load(open(sys.argv[1]))
+rows = {}
+for b in r.get("benchmarks", []):
+    m = re.match(r"BM_CudaAttnResSchedule/(\w+)/(\d+)", b.get("name", ""))
+    if not m or b.get("run_type", "iteration") != "iteration":
+        continue
+    us = b["real_time"] * {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b.get("time_unit", "us")]
+    rows.setdefault(m.group(1), {})[int(m.group(2))] = (us, b.get("fraction_of_copy", 0.0),
+                                                        b.get("label", ""))
+tokens = sorted({t for v in rows.values() for t in v})
+for name, v in rows.items():
+    cells = "  ".join(f"{t}: {v[t][0]:8.1f} us {100 * v[t][1]:5.1f}% of copy" for t in tokens if t in v)
+    mark = "  <- production" if any(c[2] == "production" for c in v.values()) else ""
+    print(f"   attn_res schedule {name:<11} {cells}{mark}")
+big = max(tokens) if tokens else None
+ok = {n: v for n, v in rows.items() if big in v and v.get(min(tokens), (1e9,))[0] < 20.0}
+if big is not None and ok:
+    best = max(ok, key=lambda n: ok[n][big][1])
+    print(f"   fastest schedule at {big} tokens (and under 20 us at {min(tokens)}): {best} "
+          f"({100 * ok[best][big][1]:.1f}% of copy; target 75%)")
+elif big is not None:
+    print(f"   no schedule is under 20 us at {min(tokens)} tokens")
+PY
+)"
+fi
 
 # k3-shape on one GPU (issue 12): every split point at PP=2 against PP=1, the model's
 # weights held once (every stage views PP=1's copy); then one PP=1 forward's speed.
 k3_rows=()
 run_k3=0
 [[ "${K3_SHAPE:-0}" == "1" ]] && run_k3=1
-if [[ -n "${GPU_CHECK_ONLY:-}" ]] && [[ "sweep-k3-shape" =~ $GPU_CHECK_ONLY || "k3-shape-forward" =~ $GPU_CHECK_ONLY ]]; then
+if [[ -n "${GPU_CHECK_ONLY:-}" ]] && [[ "sweep-k3-shape" =~ $GPU_CHECK_ONLY ||
+  "k3-shape-forward" =~ $GPU_CHECK_ONLY || "properties-k3-shape" =~ $GPU_CHECK_ONLY ]]; then
   run_k3=1
 fi
 if [[ $run_k3 -eq 1 ]]; then
@@ -267,6 +303,26 @@ PY
   detail="PP=1 decode forwards: tokens/s, weight bytes/s vs HBM copy"
   step k3-shape-forward 300 "$build/k3_forward_benchmark" k3-shape 16
   mapfile -t -O "${#k3_rows[@]}" k3_rows < <(grep -E "^k3 forward:" "$log/k3-shape-forward.log")
+
+  # The properties on k3-shape, bounded: a first prompt of at most 16 tokens (h 8, a
+  # verify of gamma 7 + 1 rows, chunks of 4): about 40 PP=1 forwards after the weights
+  # are generated on the device (several seconds).
+  python3 - "$root/scenarios/gpu/k3-shape.json" "$build/scenarios-cuda/k3-shape-properties.json" <<'PY'
+import json, os, sys
+src, out = sys.argv[1], sys.argv[2]
+s = json.load(open(src))
+wl = s["workload"]
+wl["file"] = os.path.normpath(os.path.join(os.path.dirname(src), wl["file"]))
+wl["max_prompt_tokens"] = 16
+s["name"] = "k3-shape-properties"
+json.dump(s, open(out, "w"), indent=2)
+PY
+  detail="decode/prefill, verify/decode, chunked/whole; 16 tokens"
+  rm -f "$log/properties-k3-shape.json"
+  step properties-k3-shape 180 "$build/splitcheck" properties \
+    "$build/scenarios-cuda/k3-shape-properties.json" --json "$log/properties-k3-shape.json"
+  [[ -s "$log/properties-k3-shape.json" ]] &&
+    props="${props}${props:+$'\n'}$(format_props "$log/properties-k3-shape.json")"
 fi
 
 echo
@@ -281,5 +337,6 @@ if [[ -f "$golden_out/MANIFEST.json" ]]; then
   python3 -c 'import json,sys; [print("  ", g["file"], g["sha256"][:16], json.dumps(g["env"])) for g in json.load(open(sys.argv[1]))["goldens"]]' "$golden_out/MANIFEST.json" || true
 fi
 if [[ -n "$bench" ]]; then echo "benchmarks:"; echo "$bench" | sed 's/^/   /'; fi
+if [[ -n "$schedules" ]]; then echo "attn_res native schedules (same bits, pick the fastest):"; echo "$schedules"; fi
 if [[ ${#k3_rows[@]} -gt 0 ]]; then echo "k3-shape:"; printf '   %s\n' "${k3_rows[@]}"; fi
 exit $failed

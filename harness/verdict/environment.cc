@@ -94,12 +94,23 @@ nlohmann::json environment_fingerprint(const std::string& backend) {
   env["device"] = "cuda";
   env["gpu"] = d.value("device", "");
   for (const char* key : {"compute_capability", "sm_count", "driver_version",
-                          "cuda_runtime_version", "cublaslt_version"})
+                          "cuda_driver_api_version", "cuda_runtime_version", "cublaslt_version"})
     if (d.contains(key)) env[key] = d[key];
   return env;
 }
 
-FingerprintDiff diff_fingerprints(const nlohmann::json& golden, const nlohmann::json& here) {
+nlohmann::json upgrade_fingerprint(const nlohmann::json& env) {
+  if (!env.is_object() || !env.contains("driver_version") || !env["driver_version"].is_number() ||
+      env.contains("cuda_driver_api_version"))
+    return env;
+  nlohmann::json up = env;
+  up["cuda_driver_api_version"] = env["driver_version"];
+  up.erase("driver_version");
+  return up;
+}
+
+FingerprintDiff diff_fingerprints(const nlohmann::json& golden0, const nlohmann::json& here) {
+  const nlohmann::json golden = upgrade_fingerprint(golden0);
   FingerprintDiff d;
   auto text = [](const nlohmann::json& v) {
     return v.is_string() ? v.get<std::string>() : v.dump();

@@ -17,7 +17,9 @@ nlohmann::json environment_fingerprint();
 // The fingerprint of a run on `backend` ("cpu" or "cuda"). On CUDA it adds what cuBLAS's
 // bitwise promise depends on, as the dump's env.device records it (harness/engine/run.h):
 // {"device": "cuda", "gpu": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132,
-// "driver_version": ..., "cuda_runtime_version": ..., "cublaslt_version": ...}. Where no
+// "driver_version": "580.159.04" (the NVIDIA driver), "cuda_driver_api_version": 13000
+// (the CUDA API it serves, cudaDriverGetVersion), "cuda_runtime_version": ...,
+// "cublaslt_version": ...}. Where no
 // CUDA device can run, "device" says why ("cuda unavailable: ...") and the GPU fields are
 // absent, so a GPU golden's fingerprint differs from it field by field.
 nlohmann::json environment_fingerprint(const std::string& backend);
@@ -32,7 +34,13 @@ struct FingerprintDiff {
   bool same() const { return differences.empty(); }
 };
 
-// Compares `golden` (a MANIFEST entry's "env"; not an object: nothing recorded) with `here`.
+// A fingerprint recorded before the driver's own version was: its "driver_version" is a
+// number, the CUDA driver API version, so it becomes "cuda_driver_api_version" and the
+// driver's version is left unrecorded (not compared, and said so). Any other: unchanged.
+nlohmann::json upgrade_fingerprint(const nlohmann::json& env);
+
+// Compares `golden` (a MANIFEST entry's "env", upgraded as above; not an object: nothing
+// recorded) with `here`.
 FingerprintDiff diff_fingerprints(const nlohmann::json& golden, const nlohmann::json& here);
 
 }  // namespace splitcheck

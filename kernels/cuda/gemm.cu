@@ -135,7 +135,8 @@ std::string provenance_json() {
   std::string out =
       "{\"device\":\"" + d.name + "\",\"compute_capability\":\"" + std::to_string(d.cc_major) +
       "." + std::to_string(d.cc_minor) + "\",\"sm_count\":" + std::to_string(d.sm_count) +
-      ",\"driver_version\":" + std::to_string(d.driver_version) +
+      ",\"driver_version\":\"" + d.driver_version +
+      "\",\"cuda_driver_api_version\":" + std::to_string(d.driver_api_version) +
       ",\"cuda_runtime_version\":" + std::to_string(d.runtime_version) +
       ",\"cublaslt_version\":" + std::to_string(d.cublaslt_version) + ",\"gemm_algorithms\":[";
   Lt& s = lt();

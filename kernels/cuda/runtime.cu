@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/runtime.h"
+#include "kernels/gpu_driver.h"
 
 namespace splitcheck::cuda {
 
@@ -80,7 +81,8 @@ DeviceInfo device_info() {
   info.cc_major = prop.major;
   info.cc_minor = prop.minor;
   info.sm_count = prop.multiProcessorCount;
-  SPLITCHECK_CUDA_CHECK(cudaDriverGetVersion(&info.driver_version));
+  info.driver_version = nvidia_driver_version();
+  SPLITCHECK_CUDA_CHECK(cudaDriverGetVersion(&info.driver_api_version));
   SPLITCHECK_CUDA_CHECK(cudaRuntimeGetVersion(&info.runtime_version));
   info.cublaslt_version = cublasLtGetVersion();
   return info;

@@ -32,8 +32,9 @@ struct DeviceInfo {
   int cc_major = 0;  // compute capability
   int cc_minor = 0;
   int sm_count = 0;
-  int driver_version = 0;   // cudaDriverGetVersion, e.g. 13000
-  int runtime_version = 0;  // cudaRuntimeGetVersion
+  std::string driver_version;  // the NVIDIA driver, e.g. "580.159.04" (kernels/gpu_driver.h)
+  int driver_api_version = 0;  // cudaDriverGetVersion: the CUDA API it serves, e.g. 13000
+  int runtime_version = 0;     // cudaRuntimeGetVersion
   size_t cublaslt_version = 0;
 };
 DeviceInfo device_info();
