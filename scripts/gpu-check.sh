@@ -344,7 +344,7 @@ printf '%s\n' "${rows[@]}"
 if [[ -s "$log/measured.txt" ]]; then echo "measured:"; cat "$log/measured.txt"; fi
 if [[ -n "$props" ]]; then echo "properties (measured, not PP faults):"; echo "$props"; fi
 if [[ ${#serving_rows[@]} -gt 0 ]]; then
-  echo "serving on cuda (inproc; expect: serving conformant 3/3; each fault divergent at split-4,13,24, checks: tensors; expect met):"
+  echo "serving on cuda (inproc; success: serving conformant 3/3 identical; each fault divergent at split-4,split-13,split-24 with tensors among the failed checks; every line says \"expect met\"):"
   printf '   %s\n' "${serving_rows[@]}"
 fi
 if [[ -s "$log/approx.txt" ]]; then echo "approximate lane (float64 judge):"; cat "$log/approx.txt"; fi
