@@ -13,7 +13,7 @@
 # K3_SHAPE=1, or when GPU_CHECK_ONLY selects it:
 #   K3_SHAPE=1 GPU_CHECK_ONLY=k3-shape scripts/gpu-check.sh   (build + the k3-shape steps only)
 #   GPU_CHECK_ONLY=sweep-k3-shape / GPU_CHECK_ONLY=k3-shape-forward   (one of the two)
-#   GPU_CHECK_ONLY=serving-cuda scripts/gpu-check.sh   (build + the four serving sweeps only)
+#   GPU_CHECK_ONLY=serving-cuda scripts/gpu-check.sh   (build + the serving tests and sweeps only)
 # Libraries missing on the machine (xtensor, xtl, libxxhash) are taken from .xt/ when it
 # holds Debian's packages unpacked (dpkg -x). Exit 0 when every step passed, else 1.
 set -uo pipefail
