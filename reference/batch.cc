@@ -1,6 +1,6 @@
 #include "reference/batch.h"
 
-#include <cstring>
+#include "kernels/tensor_copy.h"
 
 namespace splitcheck {
 
@@ -38,6 +38,7 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
                      const std::vector<LayerCache*>& caches,
                      const std::vector<LayerRecording>& recs) {
   const size_t n = states.size();
+  if (n == 0) return;
   // Steps 1-4 per segment.
   std::vector<Tensor> ys;
   int64_t rows = 0;
@@ -45,14 +46,15 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
     ys.push_back(run_layer_until_mlp(ctxs[i], c, l, w, *states[i], *caches[i], recs[i]));
     rows += ys.back().dim(0);
   }
-  // Step 5 once over the concatenated rows (the MLP is row-wise).
+  // Step 5 once over the concatenated rows (the MLP is row-wise), gathered and scattered
+  // by byte copies where the rows are (the device, on the cuda backend).
   const int64_t h = c.hidden_size;
-  Tensor y_all = Tensor::zeros(DType::kBF16, {rows, h});
-  int64_t at = 0;
+  const Device device = ys.front().device();
+  Tensor y_all = Tensor::zeros(DType::kBF16, {rows, h}, device);
+  size_t at = 0;
   for (const Tensor& y : ys) {
-    std::memcpy(y_all.data<bf16>() + at * h, y.data<bf16>(),
-                static_cast<size_t>(y.numel()) * sizeof(bf16));
-    at += y.dim(0);
+    copy_tensor_runs(y_all, at, y.nbytes(), y, 0, y.nbytes(), y.nbytes(), 1);
+    at += y.nbytes();
   }
   DispatchTrace mlp_trace;
   KernelContext mlp_ctx = ctxs.front();
@@ -61,10 +63,9 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
   at = 0;
   for (size_t i = 0; i < n; ++i) {
     const int64_t t = ys[i].dim(0);
-    Tensor m = Tensor::zeros(DType::kBF16, {t, h});
-    std::memcpy(m.data<bf16>(), m_all.data<bf16>() + at * h,
-                static_cast<size_t>(t * h) * sizeof(bf16));
-    at += t;
+    Tensor m = Tensor::zeros(DType::kBF16, {t, h}, m_all.device());
+    copy_tensor_runs(m, 0, m.nbytes(), m_all, at, m.nbytes(), m.nbytes(), 1);
+    at += m.nbytes();
     if (ctxs[i].trace != nullptr) {
       for (DispatchEvent e : mlp_trace.events) {
         e.forward = ctxs[i].forward;

@@ -1,7 +1,8 @@
 #include "reference/engine.h"
 
 #include <algorithm>
-#include <cstring>
+
+#include "kernels/tensor_copy.h"
 
 namespace splitcheck {
 
@@ -91,12 +92,12 @@ Tensor concat_taps(const std::vector<std::pair<int, Tensor>>& taps, int64_t toke
                    int64_t hidden) {
   const int64_t n = static_cast<int64_t>(taps.size());
   Tensor out = Tensor::zeros(DType::kBF16, {tokens, n * hidden});
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::memcpy(out.data<bf16>() + t * n * hidden + i * hidden,
-                  taps[i].second.data<bf16>() + t * hidden, hidden * sizeof(bf16));
-    }
-  }
+  // On the host, wherever the taps are: one strided copy per tap (a device copy from a
+  // tap the device computed).
+  const size_t row = static_cast<size_t>(hidden) * sizeof(bf16);
+  for (size_t i = 0; i < taps.size(); ++i)
+    copy_tensor_runs(out, i * row, static_cast<size_t>(n) * row, taps[i].second, 0, row, row,
+                     static_cast<size_t>(tokens));
   return out;
 }
 

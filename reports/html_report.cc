@@ -313,13 +313,17 @@ std::string serving_table(const nlohmann::json& sv) {
   }
   out += "</tbody></table>\n";
   const nlohmann::json& bi = sv.value("batch_invariance", nlohmann::json::object());
+  const bool required = !bi.contains("required") || bi["required"] != false;
   out += fmt::format(
       "<p id=\"batch-invariance\">Each request served alone at PP=1: {} of {} "
-      "identical to the same request in the batch.</p>\n",
+      "identical to the same request in the batch{}.</p>\n",
       esc(text_of(bi.value("identical", nlohmann::json(0)))),
-      esc(text_of(bi.value("requests", nlohmann::json(0)))));
+      esc(text_of(bi.value("requests", nlohmann::json(0)))),
+      required ? "" : " (measured: this backend does not promise batch invariance)");
   for (const auto& d : bi.value("differences", nlohmann::json::array()))
     out += "<p class=\"diverged\">" + esc(text_of(d)) + "</p>\n";
+  for (const auto& d : bi.value("not_invariant", nlohmann::json::array()))
+    out += "<p>" + esc(text_of(d)) + "</p>\n";
   return out;
 }
 

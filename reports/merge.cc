@@ -215,7 +215,8 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
     std::map<std::string, nlohmann::json> rows;
     nlohmann::json invariance =
         first["serving"].value("batch_invariance", nlohmann::json::object());
-    std::vector<std::string> differences;
+    std::vector<std::string> differences, not_invariant;
+    bool required = true;
     for (size_t r = 0; r < reports.size(); ++r) {
       const nlohmann::json sv = reports[r].value("serving", nlohmann::json::object());
       if (sv.value("requests", nlohmann::json()) != first["serving"]["requests"])
@@ -232,12 +233,21 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
       for (const std::string& d : bi.value("differences", std::vector<std::string>{}))
         if (std::find(differences.begin(), differences.end(), d) == differences.end())
           differences.push_back(d);
+      // A report from before the field was written required it (the cpu backend only).
+      required = required && bi.value("required", true);
+      for (const std::string& d : bi.value("not_invariant", std::vector<std::string>{}))
+        if (std::find(not_invariant.begin(), not_invariant.end(), d) == not_invariant.end())
+          not_invariant.push_back(d);
     }
     invariance["differences"] = differences;
+    invariance["required"] = required;
+    invariance["not_invariant"] = not_invariant;
     result.batch_invariance.checked = invariance.value("checked", false);
+    result.batch_invariance.required = required;
     result.batch_invariance.requests = invariance.value("requests", 0);
     result.batch_invariance.identical = invariance.value("identical", 0);
     result.batch_invariance.differences = differences;
+    result.batch_invariance.not_invariant = not_invariant;
     nlohmann::json matrix = nlohmann::json::array();
     for (const nlohmann::json& c : cases) {
       auto it = rows.find(c["key"].get<std::string>());

@@ -297,9 +297,11 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                     {"matrix", matrix},
                     {"batch_invariance",
                      {{"checked", r.batch_invariance.checked},
+                      {"required", r.batch_invariance.required},
                       {"requests", r.batch_invariance.requests},
                       {"identical", r.batch_invariance.identical},
-                      {"differences", r.batch_invariance.differences}}}};
+                      {"differences", r.batch_invariance.differences},
+                      {"not_invariant", r.batch_invariance.not_invariant}}}};
   }
   j["expect"] = {{"declared", r.scenario.value("expect", nlohmann::json::object())},
                  {"failures", r.expect_failures},

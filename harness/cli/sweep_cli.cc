@@ -195,8 +195,11 @@ int SweepCli::sweep_and_report(const Scenario& scenario_in, SweepOptions& opts) 
   }
   if (r->batch_invariance.checked) {
     // SPEC 3.4: every request against itself served alone, and the request x split view.
-    fmt::print("serving: {} of {} requests equal themselves served alone at PP=1\n",
-               r->batch_invariance.identical, r->batch_invariance.requests);
+    fmt::print("serving: {} of {} requests equal themselves served alone at PP=1{}\n",
+               r->batch_invariance.identical, r->batch_invariance.requests,
+               r->batch_invariance.required
+                   ? ""
+                   : fmt::format(" (measured: backend {} is not batch-invariant)", s->backend));
     for (const CaseResult& c : r->cases)
       if (!c.diverged_requests.empty())
         fmt::print("  {}: requests diverged: {}\n", c.key, fmt::join(c.diverged_requests, ", "));

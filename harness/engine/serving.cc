@@ -19,6 +19,7 @@ struct RequestRun {
   int64_t position = 0;         // next position to consume
   std::vector<int32_t> draft;   // proposals of the verify in flight
   std::vector<int32_t> replay;  // [t_n, x_1..x_a] after a partly rejected verify
+  int32_t bonus = 0;            // that verify's bonus token y_a (emitted)
   std::vector<int64_t> histogram;
 };
 
@@ -124,7 +125,12 @@ Result<ServingResult> serve_requests(Engine& engine,
       const ForwardResult& out = b.segments[i];
       RequestSlot& s = slot_of(seg.request);
       RequestRun& run = runs[index_of.at(seg.request)];
-      const int32_t* y = out.next_tokens.data<int32_t>();
+      // The tokens on the host, wherever the engine computed them.
+      const Tensor tokens = out.next_tokens.to(Device::kCpu);
+      if (tokens.numel() != static_cast<int64_t>(seg.ids.size()))
+        return internal_error(fmt::format("step {}: {} next tokens for a segment of {}", f.step,
+                                          tokens.numel(), seg.ids.size()));
+      const int32_t* y = tokens.data<int32_t>();
       const int64_t T = static_cast<int64_t>(seg.ids.size());
       switch (seg.kind) {
         case ForwardKind::kPrefill:
@@ -163,6 +169,7 @@ Result<ServingResult> serve_requests(Engine& engine,
             run.anchor = y[gamma];
           } else if (!done) {
             updates.push_back(StateUpdate{s.id, StateUpdate::Kind::kRollback});
+            run.bonus = y[a];
             run.replay.assign(seg.ids.begin(), seg.ids.begin() + a + 1);
             s.replay_tokens = a + 1;
             s.phase = RequestPhase::kReplay;
@@ -172,11 +179,17 @@ Result<ServingResult> serve_requests(Engine& engine,
         }
         case ForwardKind::kReplay:
           // The replay predicts the verify's bonus token again when the engine rolled back
-          // right; an engine under test that did not goes on from its own prediction (its
-          // forwards already differ from PP=1's, which the comparison reports).
+          // right on a batch-invariant backend; an engine under test that did not goes on
+          // from its own prediction (its forwards already differ from PP=1's, which the
+          // comparison reports). Elsewhere the row count may change the prediction: the
+          // request goes on from the emitted bonus token (ServingOptions::batch_invariant).
           RETURN_IF_ERROR(run.drafter->observe(seg.ids, out.taps));
           run.position += T;
           run.anchor = y[T - 1];
+          if (y[T - 1] != run.bonus) {
+            ++res.replay_bonus_mismatches;
+            if (!opt.batch_invariant) run.anchor = run.bonus;
+          }
           s.phase = RequestPhase::kVerify;
           break;
       }

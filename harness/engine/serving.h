@@ -36,6 +36,13 @@ struct ServingOptions {
   std::vector<int> arrivals;
   // Prefill chunks to replay per request id (RequestSlot::forced_chunks).
   std::map<int32_t, std::vector<int>> forced_chunks;
+  // Whether the engine's backend gives a row the same bits whatever the row count
+  // (kernels/batch.h). Then a replay goes on from its own prediction of the bonus token
+  // (equal to the verify's unless the engine under test failed to roll back, which the
+  // comparison reports); otherwise (CUDA: a replay of a + 1 rows may predict another token
+  // than the verify of gamma + 1) from the verify's bonus token, the one emitted, and a
+  // replay that predicts another is counted (SpeculativeResult::replay_bonus_mismatches).
+  bool batch_invariant = true;
 };
 
 // One row of the schedule.

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include "harness/engine/generation.h"
+#include "harness/engine/run.h"
 #include "harness/engine/serving.h"
+#include "kernels/batch.h"
 #include "reference/spec_methods.h"
 
 namespace splitcheck {
@@ -21,6 +23,8 @@ Result<GenerationSummary> run_serving_generation(const Scenario& s, Engine& engi
   if (subset != nullptr) opt = *subset;
   opt.config = s.serving;
   opt.max_new_tokens = s.workload.max_new_tokens;
+  // The backend decides, unless the caller already asked for the other behaviour.
+  opt.batch_invariant = opt.batch_invariant && batch_invariant(backend_device(s.backend));
   std::vector<std::vector<int32_t>> prompts;
   if (subset != nullptr && !subset->ids.empty()) {
     for (int32_t id : subset->ids) {

@@ -81,6 +81,7 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
       if (i >= in.size())
         return internal_error(fmt::format("stage {} received no payload", cfg_.index));
       RETURN_IF_ERROR(receive_payload(seg.index, T, in[i], nullptr, st, taps));
+      place_state(st, weights_.device());  // the received state goes where the weights are
     }
     states.push_back(&st);
   }

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "harness/engine/serving.h"
+#include "kernels/batch.h"
 
 namespace splitcheck {
 namespace {
@@ -103,6 +104,7 @@ Result<BatchInvariance> check_requests_alone(const Scenario& s, WeightSource& so
   }
   const std::map<int32_t, std::vector<int>> chunks = prefill_chunks(rows);
   out.checked = true;
+  out.required = batch_invariant(backend_device(s.backend));
   // The batched run again on an engine without a memo, so every MLP runs once over the
   // step's concatenated rows: it must equal `batched` dataset for dataset (a run that
   // filled a memo computes each segment's layer on its own).
@@ -126,7 +128,7 @@ Result<BatchInvariance> check_requests_alone(const Scenario& s, WeightSource& so
     (void)g;
     ++out.requests;
     if (std::optional<std::string> d = compare_request_alone(batched.record, alone, id))
-      out.differences.push_back(*d);
+      (out.required ? out.differences : out.not_invariant).push_back(*d);
     else
       ++out.identical;
   }

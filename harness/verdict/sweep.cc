@@ -372,6 +372,14 @@ std::vector<std::string> expect_failures_of(const nlohmann::json& expect, const 
   }
   if (expect.value("batch_invariant", false) && !r.batch_invariance.checked)
     fails.push_back("expected every request to equal itself served alone, but nothing checked it");
+  // On a backend that does not promise it, batch invariance is measured; a scenario that
+  // still expects it fails when a request differs.
+  if (expect.value("batch_invariant", false) && !r.batch_invariance.not_invariant.empty())
+    fails.push_back(fmt::format(
+        "expected every request to equal itself served alone, but {} of {} differ (the backend "
+        "is not batch-invariant): {}",
+        r.batch_invariance.not_invariant.size(), r.batch_invariance.requests,
+        r.batch_invariance.not_invariant.front()));
   if (expect.value("every_accepted_length", false)) {
     std::vector<size_t> missing;
     for (size_t n = 0; n < a.accepted_histogram.size(); ++n)
@@ -403,8 +411,9 @@ std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const Swe
   for (const CaseResult& c : r.cases)
     if (c.verdict == Verdict::kError)
       fails.push_back(fmt::format("{}: error: {}", c.key, c.message));
-  // SPEC 3.4: a request in a batch equals the same request served alone. Not an
-  // expectation a scenario may waive: a difference always fails the sweep.
+  // SPEC 3.4: on a batch-invariant backend a request in a batch equals the same request
+  // served alone. Not an expectation a scenario may waive: a difference always fails the
+  // sweep (BatchInvariance::differences holds only what must fail).
   for (const std::string& d : r.batch_invariance.differences)
     fails.push_back("batch invariance: " + d);
   return fails;

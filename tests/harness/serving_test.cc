@@ -238,6 +238,81 @@ TEST(ServingChecks, ARequestThatDiffersFromItselfAloneFails) {
   EXPECT_FALSE(evaluate_expect(nlohmann::json::object(), result).empty());
 }
 
+// On a backend that does not promise batch invariance (cuda, kernels/batch.h) a request
+// that differs from itself alone is measured: it fails only a scenario whose expect says
+// batch_invariant. A PP=1 run that does not reproduce itself fails on every backend.
+TEST(ServingChecks, WithoutBatchInvarianceARequestAloneIsMeasuredNotJudged) {
+  SweepResult r;
+  BatchInvariance& bi = r.batch_invariance;
+  bi.checked = true;
+  bi.required = false;
+  bi.requests = 3;
+  bi.identical = 2;
+  bi.not_invariant = {"request 1: forward/7/logits differs from forward/1/logits served alone"};
+  EXPECT_TRUE(evaluate_expect(nlohmann::json::object(), r).empty());
+  const std::vector<std::string> fails = evaluate_expect({{"batch_invariant", true}}, r);
+  ASSERT_EQ(fails.size(), 1u);
+  EXPECT_NE(fails[0].find("1 of 3 differ"), std::string::npos) << fails[0];
+  EXPECT_NE(fails[0].find("request 1"), std::string::npos) << fails[0];
+  bi.differences = {"the batched run with concatenated rows: forward/3/logits differs"};
+  EXPECT_FALSE(evaluate_expect(nlohmann::json::object(), r).empty());
+  // On the CPU the check requires it.
+  const Scenario s = small_serving("serving", 2, 2, {{5}});
+  Result<ReferenceRun> run = run_reference(s);
+  ASSERT_TRUE(run.is_ok()) << run.status().message();
+  std::unique_ptr<WeightSource> source = scenario_weight_source(s);
+  Result<BatchInvariance> cpu = check_requests_alone(s, *source, *run);
+  ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
+  EXPECT_TRUE(cpu->required);
+  EXPECT_TRUE(cpu->not_invariant.empty());
+}
+
+// A request goes on from the token it emitted. Where the row count may change a
+// prediction (cuda: a replay of a + 1 rows against its verify of gamma + 1), a replay that
+// predicts another bonus token must not become the next verify's anchor, or the tokens the
+// model consumes part from the tokens emitted. Shown on the CPU with an engine whose
+// replays predict other tokens: one that does not roll back its first stage.
+TEST(ServingLoop, WithoutBatchInvarianceEveryVerifyStartsFromTheLastEmittedToken) {
+  const Scenario s = small_serving("fault-spec-rollback-last-stage-only", 4, 4, {{13}});
+  Result<PreparedWorkload> w = prepare_workload(s);
+  ASSERT_TRUE(w.is_ok());
+  std::unique_ptr<WeightSource> source = scenario_weight_source(s);
+  Result<Partition> part = Partition::from_cuts({13}, s.model.num_hidden_layers);
+  ASSERT_TRUE(part.is_ok());
+  Result<std::unique_ptr<PartitionedEngine>> pe = PartitionedEngine::create(
+      s.model, *part, EngineOptions{s.capture_ids, DumpLevel::kLayer, "dspark", false},
+      FaultSet{s.faults}, *source);
+  ASSERT_TRUE(pe.is_ok()) << pe.status().message();
+  ServingOptions options;
+  options.batch_invariant = false;
+  RunRecord rec;
+  ServingResult served;
+  Result<GenerationSummary> g = run_serving_generation(s, **pe, (*pe)->last_stage_weights(), 1,
+                                                       false, *source, *w, &rec, &options, &served);
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  EXPECT_GT(served.spec.replay_bonus_mismatches, 0) << "no replay predicted another token";
+  int checked = 0;
+  for (int32_t r = 0; r < 4; ++r) {
+    const Tensor* emitted = rec.find("spec/" + std::to_string(r) + "/emitted");
+    ASSERT_NE(emitted, nullptr);
+    const std::vector<int32_t>& accepted = served.spec.sequences[static_cast<size_t>(r)].accepted;
+    size_t k = 0;
+    int64_t at = 0;  // the emitted token the next verify starts from
+    for (const ScheduleRow& row : served.schedule) {
+      if (row.request != r || row.kind != ForwardKind::kVerify) continue;
+      ASSERT_LT(k, accepted.size());
+      ASSERT_LT(at, emitted->numel());
+      const Tensor* ids = rec.find(forward_path(row.forward) + "input_ids");
+      ASSERT_NE(ids, nullptr);
+      EXPECT_EQ(ids->data<int32_t>()[0], emitted->data<int32_t>()[at])
+          << "request " << r << ", verify " << k << " (forward " << row.forward << ")";
+      at += accepted[k++] + 1;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 8);
+}
+
 // The PP=1 schedule of a serving scenario as rows (step, request, kind, first, tokens,
 // forward).
 std::vector<std::array<int32_t, 6>> schedule_of(const RunRecord& rec) {
@@ -419,10 +494,10 @@ TEST(ServingScenario, RefusesWhatCouldNeverBeServed) {
   EXPECT_FALSE(serving_with({{"depth", 5}}).is_ok());
   EXPECT_FALSE(serving_with({{"max_in_flight", 0}}).is_ok());
   EXPECT_FALSE(serving_with({{"chunk_size", 4}}).is_ok());
-  // Serving is built for cpu + inproc only: another transport or backend is refused
-  // naming /serving, whatever this build provides, never run half-way.
+  // Serving runs over inproc only: another transport is refused naming /serving, whatever
+  // this build provides, never run half-way.
   for (const auto& [backend, transport] :
-       {std::pair<std::string, std::string>{"cpu", "mpi"}, {"cpu", "nccl"}, {"cuda", "inproc"}}) {
+       {std::pair<std::string, std::string>{"cpu", "mpi"}, {"cpu", "nccl"}, {"cuda", "mpi"}}) {
     Result<Scenario> served = serving_with({{"arrival_every", 1}});
     ASSERT_TRUE(served.is_ok());
     served->backend = backend;
@@ -431,6 +506,18 @@ TEST(ServingScenario, RefusesWhatCouldNeverBeServed) {
     ASSERT_FALSE(st.is_ok()) << backend << "/" << transport;
     EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
     EXPECT_NE(st.message().find("/serving"), std::string::npos) << st.message();
+  }
+  // On either backend over inproc: the cuda backend is refused only where this build or
+  // machine cannot run it (naming /backend), never for serving.
+  for (const std::string backend : {"cpu", "cuda"}) {
+    Result<Scenario> served = serving_with({{"arrival_every", 1}});
+    ASSERT_TRUE(served.is_ok());
+    served->backend = backend;
+    const Status st = check_capabilities(*served, "s.json");
+    if (st.is_ok()) continue;
+    EXPECT_EQ(backend, "cuda") << st.message();
+    EXPECT_EQ(st.message().find("/serving"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("/backend"), std::string::npos) << st.message();
   }
   // Only a serving scenario names the block in its resolved form (the identity of every
   // other scenario, and the default golden, stay as they were).

@@ -185,6 +185,25 @@ TEST_F(MergeTest, ServingShardsMergeToTheUnshardedReport) {
   EXPECT_EQ((*failing)["exit_code"], 1);
   EXPECT_EQ((*failing)["serving"]["batch_invariance"]["identical"], 3);
 
+  // A shard on a backend that does not promise batch invariance (cuda): a request that
+  // differs alone is measured, carried into the merged report, and fails the merged sweep
+  // only because this scenario's expect says batch_invariant.
+  EXPECT_EQ(whole["serving"]["batch_invariance"]["required"], true);
+  nlohmann::json measured = s1;
+  measured["serving"]["batch_invariance"]["required"] = false;
+  measured["serving"]["batch_invariance"]["identical"] = 3;
+  measured["serving"]["batch_invariance"]["not_invariant"] = {"request 2: differs alone"};
+  Result<nlohmann::json> expected =
+      merge_reports({s0, measured}, {"a/report.json", "b/report.json"}, "");
+  ASSERT_TRUE(expected.is_ok()) << expected.status().message();
+  EXPECT_EQ((*expected)["exit_code"], 1);
+  const nlohmann::json& bi = (*expected)["serving"]["batch_invariance"];
+  EXPECT_EQ(bi["required"], false);
+  EXPECT_EQ(bi["not_invariant"], nlohmann::json::array({"request 2: differs alone"}));
+  EXPECT_TRUE(bi["differences"].empty());
+  EXPECT_NE((*expected)["expect"].dump().find("1 of"), std::string::npos)
+      << (*expected)["expect"].dump();
+
   // A shard without its matrix rows is refused, naming it.
   nlohmann::json rowless = s1;
   rowless["serving"]["matrix"] = nlohmann::json::array();
