@@ -642,12 +642,13 @@ Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& sour
 
 Status check_capabilities(const Scenario& s, const std::string& source_name) {
   const ScenarioReader r(source_name);
-  // Serving (SPEC 3.4) is built for the CPU backend over the inproc transport only: batched
-  // steps do not cross a process boundary yet, and the CUDA kernels take one request at a
-  // time.
-  if (s.serving.enabled && (s.backend != "cpu" || s.transport != "inproc"))
+  // Serving (SPEC 3.4) is built for the CPU backend over the inproc and mpi transports
+  // only: batched steps cross a process boundary as MPI messages, not over NCCL, and the
+  // CUDA kernels take one request at a time.
+  if (s.serving.enabled &&
+      (s.backend != "cpu" || (s.transport != "inproc" && s.transport != "mpi")))
     return r.error("/serving",
-                   "serving runs on backend \"cpu\" over transport \"inproc\" "
+                   "serving runs on backend \"cpu\" over transport \"inproc\" or \"mpi\" "
                    "only (this scenario asks for backend \"" +
                        s.backend + "\", transport \"" + s.transport + "\")");
   for (const auto& [kind, name] :

@@ -396,10 +396,10 @@ TEST(ServingScenario, RefusesWhatCouldNeverBeServed) {
   EXPECT_FALSE(serving_with({{"depth", 5}}).is_ok());
   EXPECT_FALSE(serving_with({{"max_in_flight", 0}}).is_ok());
   EXPECT_FALSE(serving_with({{"chunk_size", 4}}).is_ok());
-  // Serving is built for cpu + inproc only: another transport or backend is refused
-  // naming /serving, whatever this build provides, never run half-way.
+  // Serving is built for cpu over inproc and mpi only: another transport or backend is
+  // refused naming /serving, whatever this build provides, never run half-way.
   for (const auto& [backend, transport] :
-       {std::pair<std::string, std::string>{"cpu", "mpi"}, {"cpu", "nccl"}, {"cuda", "inproc"}}) {
+       {std::pair<std::string, std::string>{"cpu", "nccl"}, {"cuda", "inproc"}}) {
     Result<Scenario> served = serving_with({{"arrival_every", 1}});
     ASSERT_TRUE(served.is_ok());
     served->backend = backend;
@@ -408,6 +408,14 @@ TEST(ServingScenario, RefusesWhatCouldNeverBeServed) {
     ASSERT_FALSE(st.is_ok()) << backend << "/" << transport;
     EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
     EXPECT_NE(st.message().find("/serving"), std::string::npos) << st.message();
+  }
+  // Over mpi it is not refused for serving (outside mpirun, for the launch only).
+  {
+    Result<Scenario> served = serving_with({{"arrival_every", 1}});
+    ASSERT_TRUE(served.is_ok());
+    served->transport = "mpi";
+    const Status st = check_capabilities(*served, "s.json");
+    EXPECT_EQ(st.message().find("/serving"), std::string::npos) << st.message();
   }
   // Only a serving scenario names the block in its resolved form (the identity of every
   // other scenario, and the default golden, stay as they were).
