@@ -46,14 +46,15 @@ class MpiSweepTest : public CliFixture {
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, file_text(out), file_text(err)};
   }
 
-  // The committed serving scenario `name` on its first 8 requests at split points 4 and
-  // 13 (micro-batches, chunked prefill and rollbacks stay), without its expect (written for
+  // The committed serving scenario `name` on its first 8 requests at split points `cuts`
+  // (micro-batches, chunked prefill and rollbacks stay), without its expect (written for
   // all its requests and split points); written to the test's directory.
-  fs::path trimmed_serving(const std::string& name) const {
+  fs::path trimmed_serving(const std::string& name, std::vector<int> cuts = {4, 13}) const {
     json spec = json::parse(file_text(kScenarios / name));
     spec["workload"]["prompts"] = std::min(spec["workload"].value("prompts", 8), 8);
     spec["workload"]["file"] = (kScenarios / spec["workload"]["file"].get<std::string>()).string();
-    spec["partitions"]["splits"] = json::array({json::array({4}), json::array({13})});
+    spec["partitions"]["splits"] = json::array();
+    for (int cut : cuts) spec["partitions"]["splits"].push_back(json::array({cut}));
     spec.erase("expect");
     const fs::path out = path("trimmed-" + name);
     std::ofstream(out) << spec.dump(2);
@@ -149,11 +150,19 @@ TEST_P(MpiFaultTest, GivesTheInprocVerdicts) {
   const std::string name = GetParam();
   const json spec = json::parse(file_text(kScenarios / name));
   const int np = spec["partitions"].value("pp", 2);
-  // A serving scenario is swept on its first 8 requests at two split points (each serving
-  // fault shows within 8 requests), over both transports alike.
+  // A serving scenario is swept on its first 8 requests at split point 13 (each serving
+  // fault shows there within 8 requests), over both transports alike. One serving fault
+  // is enough here (the steps travel alike whatever the fault; each such test costs about
+  // 25 s): the stale micro-batch state, the one about two steps in flight.
+  if (spec.contains("serving") && name != "fault-batch-stale-microbatch-state.json")
+    GTEST_SKIP() << "one serving fault runs over mpi (fault-batch-stale-microbatch-state)";
   const std::string file =
-      spec.contains("serving") ? quote(trimmed_serving(name).string()) : scenario(name);
+      spec.contains("serving") ? quote(trimmed_serving(name, {13}).string()) : scenario(name);
   const CliResult inproc = cli("sweep " + file + " --report " + quote(path("in").string()));
+  // The trimmed serving sweep still catches its fault (a divergence: exit 1).
+  if (spec.contains("serving")) {
+    EXPECT_EQ(inproc.code, 1) << inproc.out << inproc.err;
+  }
   const CliResult mpi = mpirun(np, file + " --report " + quote(path("mpi").string()));
   EXPECT_EQ(mpi.code, inproc.code) << mpi.out << mpi.err;
   ASSERT_TRUE(fs::exists(path("mpi") / "report.json")) << mpi.out << mpi.err;
