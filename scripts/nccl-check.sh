@@ -10,10 +10,12 @@
 #   3. (K3_SHAPE=1) scenarios/gpu/k3-shape-nccl.json: 8 spread split points of k3-shape
 #      over NCCL, against the same sweep on one GPU (inproc);
 #   4. the payload bandwidth: the channel's device path (the split payload's body sent from
-#      and received into device memory, as stages on their GPUs send it) against a plain
-#      ncclSend/ncclRecv of the same bytes in the same run, at the payload sizes the
+#      and received into device memory by one ncclSend, its size and header announced in
+#      the job message, as stages on their GPUs send it) against a plain ncclSend/ncclRecv
+#      of the same bytes (header + body) in the same run, at every payload size the
 #      scenarios produce (printed) and 1-256 MiB, with the target (90% of raw) judged per
-#      size and every size's bytes checked as received;
+#      size, a per-job ratio beside it (the job's MPI message charged to both sides), and
+#      every size's bytes checked as received;
 # and prints a table. Exit 0 when every sweep met its scenario's expect. Logs and reports
 # go to $OUT/nccl-check when OUT is set (the device tool's output folder), else to the
 # build directory's nccl-check/.
@@ -114,8 +116,9 @@ refused() {
   local name="$1" np="$2" scenario="$3" rc=0
   "${mpirun[@]}" -np "$np" "$bin" sweep "$scenario" --transport nccl --report "$out/$name" \
     >"$out/$name.txt" 2>&1 || rc=$?
+  # The refusal as rank 0 printed it: the scenario file, the ranks and the GPUs.
   local said
-  said="$(grep -m1 -o 'needs one GPU per rank[^;]*' "$out/$name.txt" || true)"
+  said="$(grep -m1 -o 'error: .*needs one GPU per rank' "$out/$name.txt" || true)"
   local verdict="refused cleanly (exit 2): ${said:-no message}"
   if [[ $rc -ne 2 || -z "$said" ]]; then
     verdict="NOT REFUSED CLEANLY (exit $rc; see $out/$name.txt)"
@@ -128,9 +131,10 @@ refused() {
 echo "== nccl-check: every fault scenario over NCCL"
 for f in "$root"/scenarios/fault-*.json; do
   name="$(basename "$f" .json)"
-  # Serving scenarios run over inproc only (refused over mpi and nccl, exit 2).
+  # Serving scenarios run over inproc and mpi (refused over nccl, exit 2; CI sweeps them
+  # over mpi).
   if grep -q '"serving"' "$f"; then
-    rows+=("$(printf '%-34s %-7s %5s %10s  %s' "$name" "nccl" "-" "-" "not run: serving runs over inproc only")")
+    rows+=("$(printf '%-34s %-7s %5s %10s  %s' "$name" "nccl" "-" "-" "not run: serving runs over inproc and mpi, not nccl")")
     continue
   fi
   np="$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['partitions'].get('pp', 2))" "$f")"
@@ -186,7 +190,8 @@ echo "== nccl-check: table (a fault scenario's rc is 1 when its expect is met)"
 printf '%-34s %-7s %5s %10s  %s\n' "sweep" "via" "rc" "wall" "summary"
 printf '%s\n' "${rows[@]}"
 echo "bandwidth (channel vs raw; target: at least 90% of raw at every scenario payload size):"
-grep -E "^ +bytes |^ +[0-9]+ |^target|^path|^bytes:" "$out/bandwidth.txt" | sed 's/^/   /' || true
+grep -E "^ +bytes |^ +[0-9]+ |^target|^per job|^path|^bytes:" "$out/bandwidth.txt" |
+  sed 's/^/   /' || true
 echo "logs: $out/<sweep>.txt; bandwidth: $out/bandwidth.txt; reports: $out/<sweep>/report.json"
 if [[ $failed -ne 0 ]]; then
   echo "nccl-check: FAILED: a sweep crashed, errored or did not meet its scenario's expect" >&2

@@ -90,7 +90,169 @@ void run_stage_job_guarded(Stage& stage, DumpLevel level, StageJob& job) {
 namespace {
 
 constexpr char kMagic[4] = {'S', 'C', 'J', 'E'};
-constexpr uint32_t kVersion = 1;
+// Version 2: a serving step's fields (kBatch) follow the last stage's output.
+constexpr uint32_t kVersion = 2;
+
+void put_trace(WireWriter& w, const DispatchTrace& trace) {
+  w.put(static_cast<uint64_t>(trace.events.size()));
+  for (const DispatchEvent& e : trace.events) {
+    w.put(e.forward);
+    w.put(e.layer);
+    w.put(static_cast<int32_t>(e.site));
+    w.put(e.kernel);
+    w.put(e.stage);
+    w.put(e.aux);
+  }
+}
+
+bool get_trace(WireReader& r, DispatchTrace& trace) {
+  uint64_t n = 0;
+  if (!r.get_count(n)) return false;
+  trace.events.resize(n);
+  for (DispatchEvent& e : trace.events) {
+    int32_t site = 0;
+    if (!r.get(e.forward) || !r.get(e.layer) || !r.get(site) || !r.get(e.kernel) ||
+        !r.get(e.stage) || !r.get(e.aux))
+      return false;
+    if (site < 0 || site >= static_cast<int32_t>(site_names().size())) return false;
+    e.site = static_cast<Site>(site);
+  }
+  return true;
+}
+
+void put_output(WireWriter& w, const StageOutput& o) {
+  w.put_tensor(o.head.output);
+  w.put_tensor(o.head.logits);
+  w.put_tensor(o.head.next_tokens);
+  w.put_tensor(o.state.prefix);
+  w.put_tensor(o.state.delta);
+  w.put(static_cast<uint8_t>(o.state.has_delta));
+  w.put_tensor(o.state.bank);
+  w.put(static_cast<uint64_t>(o.taps.size()));
+  for (const auto& [id, t] : o.taps) {
+    w.put(static_cast<int32_t>(id));
+    w.put_tensor(t);
+  }
+}
+
+// Reads a stage output; the name of what is malformed, or nullptr.
+const char* get_output(WireReader& r, StageOutput& o) {
+  uint8_t flag = 0;
+  uint64_t n = 0;
+  if (!r.get_tensor(o.head.output) || !r.get_tensor(o.head.logits) ||
+      !r.get_tensor(o.head.next_tokens))
+    return "head output";
+  if (!r.get_tensor(o.state.prefix) || !r.get_tensor(o.state.delta) || !r.get(flag) || flag > 1)
+    return "final state";
+  o.state.has_delta = flag == 1;
+  if (!r.get_tensor(o.state.bank) || !r.get_count(n)) return "final state";
+  for (uint64_t i = 0; i < n; ++i) {
+    int32_t id = 0;
+    Tensor t;
+    if (!r.get(id) || !r.get_tensor(t)) return "taps";
+    o.taps.emplace_back(id, std::move(t));
+  }
+  return nullptr;
+}
+
+void put_ids(WireWriter& w, const std::vector<int32_t>& ids) {
+  w.put(static_cast<uint64_t>(ids.size()));
+  for (int32_t id : ids) w.put(id);
+}
+
+bool get_ids(WireReader& r, std::vector<int32_t>& ids) {
+  uint64_t n = 0;
+  if (!r.get_count(n)) return false;
+  ids.resize(n);
+  for (int32_t& id : ids)
+    if (!r.get(id)) return false;
+  return true;
+}
+
+bool get_forward_kind(WireReader& r, ForwardKind& kind) {
+  int32_t k = 0;
+  if (!r.get(k) || k < 0 || k > static_cast<int32_t>(ForwardKind::kReplay)) return false;
+  kind = static_cast<ForwardKind>(k);
+  return true;
+}
+
+// A serving step's fields: the step (its segments and state updates), its payloads (the
+// handoff payloads, one a segment, as bytes), and per segment the records, cache records,
+// dispatch traces and the last stage's outputs.
+void put_batch(WireWriter& w, const StageJob& job) {
+  const BatchRequest& b = job.batch;
+  w.put(b.step);
+  w.put(static_cast<uint64_t>(b.segments.size()));
+  for (const Segment& seg : b.segments) {
+    w.put(seg.request);
+    put_ids(w, seg.ids);
+    w.put(seg.first_position);
+    w.put(static_cast<int32_t>(seg.kind));
+    w.put(seg.index);
+  }
+  w.put(static_cast<uint64_t>(b.updates.size()));
+  for (const StateUpdate& u : b.updates) {
+    w.put(u.request);
+    w.put(static_cast<int32_t>(u.kind));
+  }
+  w.put(static_cast<uint64_t>(job.payloads.size()));
+  for (const std::vector<std::byte>& p : job.payloads) {
+    w.put(static_cast<uint64_t>(p.size()));
+    w.out.insert(w.out.end(), p.begin(), p.end());
+  }
+  w.put(static_cast<uint64_t>(job.segment_records.size()));
+  for (const RunRecord& rec : job.segment_records) w.put_record(rec);
+  w.put(static_cast<uint64_t>(job.segment_caches.size()));
+  for (const RunRecord& rec : job.segment_caches) w.put_record(rec);
+  w.put(static_cast<uint64_t>(job.segment_traces.size()));
+  for (const DispatchTrace& t : job.segment_traces) put_trace(w, t);
+  w.put(static_cast<uint64_t>(job.lasts.size()));
+  for (const StageOutput& o : job.lasts) put_output(w, o);
+}
+
+// Reads put_batch's fields; the name of what is malformed, or nullptr.
+const char* get_batch(WireReader& r, StageJob& job) {
+  BatchRequest& b = job.batch;
+  uint64_t n = 0;
+  if (!r.get(b.step) || !r.get_count(n)) return "batch step";
+  b.segments.resize(n);
+  for (Segment& seg : b.segments)
+    if (!r.get(seg.request) || !get_ids(r, seg.ids) || !r.get(seg.first_position) ||
+        !get_forward_kind(r, seg.kind) || !r.get(seg.index))
+      return "batch segment";
+  if (!r.get_count(n)) return "batch updates";
+  b.updates.resize(n);
+  for (StateUpdate& u : b.updates) {
+    int32_t kind = 0;
+    if (!r.get(u.request) || !r.get(kind) || kind < 0 ||
+        kind > static_cast<int32_t>(StateUpdate::Kind::kRelease))
+      return "batch update";
+    u.kind = static_cast<StateUpdate::Kind>(kind);
+  }
+  if (!r.get_count(n)) return "batch payloads";
+  job.payloads.resize(n);
+  for (std::vector<std::byte>& p : job.payloads) {
+    std::string bytes;
+    if (!r.get_string(bytes)) return "batch payload";
+    const auto* begin = reinterpret_cast<const std::byte*>(bytes.data());
+    p.assign(begin, begin + bytes.size());
+  }
+  for (std::vector<RunRecord>* records : {&job.segment_records, &job.segment_caches}) {
+    if (!r.get_count(n)) return "segment records";
+    records->resize(n);
+    for (RunRecord& rec : *records)
+      if (!r.get_record(rec)) return "segment record";
+  }
+  if (!r.get_count(n)) return "segment traces";
+  job.segment_traces.resize(n);
+  for (DispatchTrace& t : job.segment_traces)
+    if (!get_trace(r, t)) return "segment trace";
+  if (!r.get_count(n)) return "segment outputs";
+  job.lasts.resize(n);
+  for (StageOutput& o : job.lasts)
+    if (const char* bad = get_output(r, o)) return bad;
+  return nullptr;
+}
 }  // namespace
 
 std::vector<std::byte> encode_job_envelope(const StageJob& job) {
@@ -108,28 +270,9 @@ std::vector<std::byte> encode_job_envelope(const StageJob& job) {
   w.put_string(job.status.message());
   w.put_record(job.record);
   w.put_record(job.caches);
-  w.put(static_cast<uint64_t>(job.trace.events.size()));
-  for (const DispatchEvent& e : job.trace.events) {
-    w.put(e.forward);
-    w.put(e.layer);
-    w.put(static_cast<int32_t>(e.site));
-    w.put(e.kernel);
-    w.put(e.stage);
-    w.put(e.aux);
-  }
-  const StageOutput& o = job.last;
-  w.put_tensor(o.head.output);
-  w.put_tensor(o.head.logits);
-  w.put_tensor(o.head.next_tokens);
-  w.put_tensor(o.state.prefix);
-  w.put_tensor(o.state.delta);
-  w.put(static_cast<uint8_t>(o.state.has_delta));
-  w.put_tensor(o.state.bank);
-  w.put(static_cast<uint64_t>(o.taps.size()));
-  for (const auto& [id, t] : o.taps) {
-    w.put(static_cast<int32_t>(id));
-    w.put_tensor(t);
-  }
+  put_trace(w, job.trace);
+  put_output(w, job.last);
+  put_batch(w, job);
   return std::move(w.out);
 }
 
@@ -148,7 +291,7 @@ Result<StageJob> decode_job_envelope(const std::vector<std::byte>& bytes) {
   if (!r.get(version) || version != kVersion) return bad("version");
   int32_t kind = 0, request_kind = 0, code = 0;
   uint64_t n = 0;
-  if (!r.get(kind) || kind < 0 || kind > static_cast<int32_t>(JobKind::kRestore))
+  if (!r.get(kind) || kind < 0 || kind > static_cast<int32_t>(JobKind::kBatch))
     return bad("job kind");
   job.kind = static_cast<JobKind>(kind);
   if (!r.get(request_kind) || request_kind < 0 ||
@@ -169,30 +312,9 @@ Result<StageJob> decode_job_envelope(const std::vector<std::byte>& bytes) {
   job.status = code == 0 ? Status::ok() : Status(static_cast<StatusCode>(code), message);
   if (!r.get_record(job.record)) return bad("record");
   if (!r.get_record(job.caches)) return bad("caches");
-  if (!r.get_count(n)) return bad("dispatch trace");
-  job.trace.events.resize(n);
-  for (DispatchEvent& e : job.trace.events) {
-    int32_t site = 0;
-    if (!r.get(e.forward) || !r.get(e.layer) || !r.get(site) || !r.get(e.kernel) ||
-        !r.get(e.stage) || !r.get(e.aux))
-      return bad("dispatch event");
-    if (site < 0 || site >= static_cast<int32_t>(site_names().size())) return bad("dispatch site");
-    e.site = static_cast<Site>(site);
-  }
-  StageOutput& o = job.last;
-  if (!r.get_tensor(o.head.output) || !r.get_tensor(o.head.logits) ||
-      !r.get_tensor(o.head.next_tokens))
-    return bad("head output");
-  if (!r.get_tensor(o.state.prefix) || !r.get_tensor(o.state.delta) || !r.get(flag) || flag > 1)
-    return bad("final state");
-  o.state.has_delta = flag == 1;
-  if (!r.get_tensor(o.state.bank) || !r.get_count(n)) return bad("final state");
-  for (uint64_t i = 0; i < n; ++i) {
-    int32_t id = 0;
-    Tensor t;
-    if (!r.get(id) || !r.get_tensor(t)) return bad("taps");
-    o.taps.emplace_back(id, std::move(t));
-  }
+  if (!get_trace(r, job.trace)) return bad("dispatch trace");
+  if (const char* what = get_output(r, job.last)) return bad(what);
+  if (const char* what = get_batch(r, job)) return bad(what);
   if (r.remaining() != 0) return bad("trailing bytes");
   return job;
 }

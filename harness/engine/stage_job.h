@@ -1,7 +1,9 @@
 // One operation travelling through the stages of a partition (a forward, or a cache
-// reset, save or restore), what each stage does with it, and its envelope's byte form
-// for transports that cross a process boundary. The handoff payload travels beside the
-// envelope in its own bytes (handoff.h), never inside it.
+// reset, save or restore, or a serving step), what each stage does with it, and its
+// envelope's byte form for transports that cross a process boundary. A forward's handoff
+// payload travels beside the envelope in its own bytes (handoff.h), never inside it; a
+// serving step's payloads (one a segment) travel inside it, as the same bytes, with the
+// step's segments, state updates, per-segment records, traces and outputs.
 #pragma once
 
 #include <cstddef>

@@ -7,6 +7,7 @@
 #include <climits>
 #include <deque>
 #include <thread>
+#include <utility>
 
 #include "harness/engine/run.h"
 #include "harness/engine/wire.h"
@@ -17,8 +18,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Message tags: commands from rank 0 and their replies; between consecutive stages a job
-// envelope, then its handoff payload; the last stage's finished envelope to rank 0.
-enum Tag : int { kCommand = 1, kReply = 2, kEnvelope = 3, kPayload = kPayloadTag, kResult = 5 };
+// message (the envelope and the payload's announcement, frame_job_message); the last
+// stage's finished envelope to rank 0.
+enum Tag : int { kCommand = 1, kReply = 2, kEnvelope = 3, kResult = 5 };
 enum class Command : int32_t { kBuild = 1, kStart = 2, kStats = 3, kEnd = 4, kPing = 5, kQuit = 6 };
 
 // Sleeps a little between polls once a wait has lasted a while: a waiting rank must not
@@ -160,6 +162,9 @@ class MpiTransport : public Transport {
   const WeightStore& last_stage_weights() const override {
     return pp_ == 1 ? stage0_->weights() : head_;
   }
+  // Serving steps travel like forwards: their fields in the envelope (stage_job.h), their
+  // payloads as the same bytes inproc hands over, checked by the receiving stage.
+  bool carries_batches() const override { return true; }
 
  private:
   double timeout() const { return f_.world().timeout_s; }
@@ -171,6 +176,12 @@ class MpiTransport : public Transport {
   }
   // Which of ranks 1..pp-1 no longer answer a ping, in words ("" when all answer).
   std::string silent_ranks();
+  // Sends a job message to rank 1, taking in the results the last stage sends meanwhile:
+  // with two serving steps in flight the last stage may be blocked sending the first
+  // step's result while rank 1 waits to take the second step's message.
+  Status send_job(const std::vector<std::byte>& bytes);
+  // The last stage's next result (one taken in while sending, or the next to come).
+  Result<Message> next_result();
 
   MpiFactory& f_;
   std::vector<StageConfig> configs_;
@@ -184,8 +195,12 @@ class MpiTransport : public Transport {
     std::optional<StageJob> done;
     RunRecord record, caches;
     DispatchTrace trace;
+    // A serving step's, per segment.
+    std::vector<RunRecord> segment_records, segment_caches;
+    std::vector<DispatchTrace> segment_traces;
   };
   std::deque<Pending> pending_;
+  std::deque<Message> early_results_;  // taken in by send_job, in arrival order
   static Pending finished(StageJob job) {
     Pending p;
     p.done = std::move(job);
@@ -276,14 +291,66 @@ void MpiTransport::submit(StageJob job) {
   job.record = RunRecord();
   job.caches = RunRecord();
   job.trace = DispatchTrace();
-  Status st = send_bytes(1, kEnvelope, encode_job_envelope(job), timeout());
-  if (st.is_ok()) st = f_.world().channel->send(1, job.payload, job.body, timeout());
+  const size_t segments = job.segment_records.size();
+  p.segment_records = std::exchange(job.segment_records, std::vector<RunRecord>(segments));
+  p.segment_caches =
+      std::exchange(job.segment_caches, std::vector<RunRecord>(job.segment_caches.size()));
+  p.segment_traces =
+      std::exchange(job.segment_traces, std::vector<DispatchTrace>(job.segment_traces.size()));
+  PayloadChannel& channel = *f_.world().channel;
+  Status st = send_job(
+      frame_job_message(encode_job_envelope(job), channel.announce(job.payload, job.body)));
+  if (st.is_ok()) st = channel.send(1, job.payload, job.body, timeout());
   if (!st.is_ok()) {
     job.status = lose(fmt::format("{}: {}", stage_name(1, configs_[1]), st.message()));
     pending_.push_back(finished(std::move(job)));
     return;
   }
   pending_.push_back(std::move(p));
+}
+
+Status MpiTransport::send_job(const std::vector<std::byte>& bytes) {
+  if (bytes.size() > static_cast<size_t>(INT_MAX))
+    return internal_error(
+        fmt::format("job message of {} bytes is larger than MPI's int count", bytes.size()));
+  const auto failed = [&] {
+    return internal_error(fmt::format("sending {} bytes to rank 1 did not complete within {} s",
+                                      bytes.size(), timeout()));
+  };
+  MPI_Request req;
+  if (MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, 1, kEnvelope,
+                MPI_COMM_WORLD, &req) != MPI_SUCCESS)
+    return failed();
+  const auto deadline = deadline_after(timeout());
+  const auto started = Clock::now();
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return failed();
+    if (done) return Status::ok();
+    int result_waiting = 0;
+    if (MPI_Iprobe(pp_ - 1, kResult, MPI_COMM_WORLD, &result_waiting, MPI_STATUS_IGNORE) ==
+            MPI_SUCCESS &&
+        result_waiting) {
+      Result<Message> m = receive(pp_ - 1, kResult, timeout());
+      if (m.is_ok()) {
+        early_results_.push_back(std::move(*m));
+        continue;
+      }
+    }
+    if (Clock::now() > deadline) {
+      MPI_Cancel(&req);
+      MPI_Request_free(&req);
+      return failed();
+    }
+    pause_poll(started);
+  }
+}
+
+Result<Message> MpiTransport::next_result() {
+  if (early_results_.empty()) return receive(pp_ - 1, kResult, timeout());
+  Message m = std::move(early_results_.front());
+  early_results_.pop_front();
+  return m;
 }
 
 std::string MpiTransport::silent_ranks() {
@@ -307,7 +374,7 @@ StageJob MpiTransport::collect() {
   pending_.pop_front();
   if (front.done) return std::move(*front.done);
   const int last = pp_ - 1;
-  Result<Message> m = receive(last, kResult, timeout());
+  Result<Message> m = next_result();
   if (!m.is_ok()) {
     const std::string silent = silent_ranks();
     failed.status = lose(
@@ -331,6 +398,26 @@ StageJob MpiTransport::collect() {
   job->record = std::move(front.record);
   job->caches = std::move(front.caches);
   job->trace = std::move(front.trace);
+  // A serving step's, segment by segment, likewise.
+  if (job->segment_records.size() != front.segment_records.size() ||
+      job->segment_caches.size() != front.segment_caches.size() ||
+      job->segment_traces.size() != front.segment_traces.size()) {
+    failed.status = lose(fmt::format("{} sent a result of {} segments for a step of {}",
+                                     stage_name(last, configs_[last]), job->segment_records.size(),
+                                     front.segment_records.size()));
+    return failed;
+  }
+  for (size_t i = 0; i < front.segment_records.size(); ++i)
+    front.segment_records[i].append(job->segment_records[i]);
+  for (size_t i = 0; i < front.segment_caches.size(); ++i)
+    front.segment_caches[i].append(job->segment_caches[i]);
+  for (size_t i = 0; i < front.segment_traces.size(); ++i)
+    front.segment_traces[i].events.insert(front.segment_traces[i].events.end(),
+                                          job->segment_traces[i].events.begin(),
+                                          job->segment_traces[i].events.end());
+  job->segment_records = std::move(front.segment_records);
+  job->segment_caches = std::move(front.segment_caches);
+  job->segment_traces = std::move(front.segment_traces);
   return std::move(*job);
 }
 
@@ -457,8 +544,14 @@ Status StageRank::start_before_jobs() {
 Status StageRank::serve_job(const Message& envelope) {
   const int rank = world_.rank();
   StageJob job;
-  Result<ChannelPayload> payload = world_.channel->receive(envelope.source, timeout());
-  Result<StageJob> decoded = decode_job_envelope(envelope.bytes);
+  // The payload's rest follows only what its announcement announced; a message whose
+  // framing is broken announces nothing that can be received.
+  Result<JobMessage> message = unframe_job_message(envelope.bytes);
+  Result<ChannelPayload> payload =
+      message.is_ok() ? world_.channel->receive(envelope.source, message->announcement, timeout())
+                      : Result<ChannelPayload>(message.status());
+  Result<StageJob> decoded =
+      message.is_ok() ? decode_job_envelope(message->envelope) : Result<StageJob>(message.status());
   if (!payload.is_ok()) {
     job.status = internal_error(fmt::format("{}: no payload from rank {}: {}", name(),
                                             envelope.source, payload.status().message()));
@@ -481,8 +574,12 @@ Status StageRank::serve_job(const Message& envelope) {
   }
   const bool last = config_ && stage_ && stage_->is_last();
   if (last || !config_) return send_bytes(0, kResult, encode_job_envelope(job), timeout());
-  RETURN_IF_ERROR(send_bytes(rank + 1, kEnvelope, encode_job_envelope(job), timeout()));
-  return world_.channel->send(rank + 1, job.payload, job.body, timeout());
+  PayloadChannel& channel = *world_.channel;
+  RETURN_IF_ERROR(send_bytes(
+      rank + 1, kEnvelope,
+      frame_job_message(encode_job_envelope(job), channel.announce(job.payload, job.body)),
+      timeout()));
+  return channel.send(rank + 1, job.payload, job.body, timeout());
 }
 
 int StageRank::serve() {
@@ -545,21 +642,45 @@ int StageRank::serve() {
   }
 }
 
-// Payloads as MPI messages: one message of the whole payload's bytes.
+// Payloads as MPI bytes: the whole payload is its own announcement, so it travels inside
+// the job message and nothing follows.
 class MpiChannel : public PayloadChannel {
  public:
-  Status send(int to, const std::vector<std::byte>& payload, const Tensor& body,
-              double timeout_s) override {
-    if (body.empty()) return send_bytes(to, kPayload, payload, timeout_s);
-    return send_bytes(to, kPayload, join_payload(payload, body), timeout_s);
+  std::vector<std::byte> announce(const std::vector<std::byte>& payload,
+                                  const Tensor& body) override {
+    return body.empty() ? payload : join_payload(payload, body);
   }
-  Result<ChannelPayload> receive(int from, double timeout_s) override {
-    ASSIGN_OR_RETURN(std::vector<std::byte> bytes, mpi_receive_bytes(from, kPayload, timeout_s));
-    return ChannelPayload{std::move(bytes), Tensor()};
+  Status send(int, const std::vector<std::byte>&, const Tensor&, double) override {
+    return Status::ok();
+  }
+  Result<ChannelPayload> receive(int, const std::vector<std::byte>& announcement, double) override {
+    return ChannelPayload{announcement, Tensor()};
   }
 };
 
 }  // namespace
+
+std::vector<std::byte> frame_job_message(const std::vector<std::byte>& envelope,
+                                         const std::vector<std::byte>& announcement) {
+  WireWriter w;
+  w.put(static_cast<uint64_t>(envelope.size()));
+  w.out.insert(w.out.end(), envelope.begin(), envelope.end());
+  w.out.insert(w.out.end(), announcement.begin(), announcement.end());
+  return std::move(w.out);
+}
+
+Result<JobMessage> unframe_job_message(const std::vector<std::byte>& message) {
+  WireReader rd(message);
+  uint64_t n = 0;
+  if (!rd.get(n) || n > rd.remaining())
+    return internal_error(fmt::format(
+        "malformed job message of {} bytes: its framing announces an envelope of {} bytes",
+        message.size(), n));
+  const auto begin = message.end() - static_cast<std::ptrdiff_t>(rd.remaining());
+  const auto split = begin + static_cast<std::ptrdiff_t>(n);
+  return JobMessage{std::vector<std::byte>(begin, split),
+                    std::vector<std::byte>(split, message.end())};
+}
 
 std::vector<std::byte> join_payload(const std::vector<std::byte>& header, const Tensor& body) {
   std::vector<std::byte> bytes = header;

@@ -5,8 +5,10 @@
 // processes start and each rank fills its layer memo once per sweep, not once per split.
 //
 // On the wire every message is bytes: commands and replies between rank 0 and a stage
-// rank; between consecutive stages a job envelope (stage_job.h) followed by the handoff
-// payload, the same bytes inproc hands over, checked by the receiving stage the same way;
+// rank; between consecutive stages one message of a job envelope (stage_job.h) and the
+// payload channel's announcement of the handoff payload (over `mpi`, the payload itself:
+// the same bytes inproc hands over, checked by the receiving stage the same way; over
+// `nccl`, its size and header, the body following by ncclSend);
 // the last stage sends its envelope (per-layer records, dispatch events, taps, logits)
 // back to rank 0. Every receive and send polls with a deadline: a rank that died or hangs
 // becomes a failing status naming the rank, the stage and the split point, never a hang.
@@ -27,25 +29,47 @@ struct ChannelPayload {
   Tensor body;  // empty unless split
 };
 
-// How the handoff payload travels between consecutive stage ranks: as an MPI message
-// (`mpi`), or by NCCL send/recv between the ranks' GPUs (`nccl`, nccl_channel.h). The
-// bytes are the same either way; the receiving stage checks them.
+// How the handoff payload travels between consecutive stage ranks: as MPI bytes (`mpi`),
+// or by NCCL send/recv between the ranks' GPUs (`nccl`, nccl_channel.h). The bytes are the
+// same either way; the receiving stage checks them. A payload travels in two parts: the
+// channel's announcement (announce()), which rides the job envelope's own MPI message (no
+// message of its own), then whatever send() sends, which receive() takes with the
+// announcement in hand.
 class PayloadChannel {
  public:
   virtual ~PayloadChannel() = default;
-  // Sends `payload` to rank `to` (with `body`, when not empty: `payload` is then the
-  // header of a split payload); fails once `timeout_s` has passed. A channel that does
-  // not carry device bodies sends header and body as one message of the whole payload's
-  // bytes (the body copied to the host).
+  // What the receiver must hold before the rest of `payload` (with `body`, when not empty:
+  // `payload` is then the header of a split payload) arrives: the mpi channel's is the
+  // whole payload's bytes (nothing else travels); the nccl channel's the byte count that
+  // follows, its form and a split payload's header.
+  virtual std::vector<std::byte> announce(const std::vector<std::byte>& payload,
+                                          const Tensor& body) = 0;
+  // Sends to rank `to` what follows announce(payload, body), once the announcement left;
+  // fails once `timeout_s` has passed. A channel that does not carry device bodies sends
+  // header and body as the whole payload's bytes (the body copied to the host).
   virtual Status send(int to, const std::vector<std::byte>& payload, const Tensor& body,
                       double timeout_s) = 0;
-  // The next payload from rank `from`; fails once `timeout_s` has passed. A body received
-  // is valid until the next receive (the channel may reuse its buffer).
-  virtual Result<ChannelPayload> receive(int from, double timeout_s) = 0;
+  // The payload from rank `from` that `announcement` announced; fails once `timeout_s` has
+  // passed, or when the announcement is malformed. A body received is valid until the next
+  // receive (the channel may reuse its buffer).
+  virtual Result<ChannelPayload> receive(int from, const std::vector<std::byte>& announcement,
+                                         double timeout_s) = 0;
   // Whether bodies travel from and to device memory (the stages then split their payloads,
   // Stage::set_device_payloads).
   virtual bool carries_device_bodies() const { return false; }
 };
+
+// The message between consecutive stage ranks: a job envelope (stage_job.h) and the
+// channel's announcement of its payload, framed as u64 envelope bytes, the envelope, then
+// the announcement.
+std::vector<std::byte> frame_job_message(const std::vector<std::byte>& envelope,
+                                         const std::vector<std::byte>& announcement);
+// A job message split back into its envelope and announcement; a message shorter than its
+// framing says is refused (naming both lengths).
+struct JobMessage {
+  std::vector<std::byte> envelope, announcement;
+};
+Result<JobMessage> unframe_job_message(const std::vector<std::byte>& message);
 
 // A split payload's header and body joined into the whole payload's bytes (the body copied
 // to the host when it is on the device).
@@ -55,8 +79,6 @@ std::vector<std::byte> join_payload(const std::vector<std::byte>& header, const 
 Status mpi_send_bytes(int to, int tag, const std::vector<std::byte>& bytes, double timeout_s);
 // The next bytes from rank `from` under `tag`, polled until the deadline.
 Result<std::vector<std::byte>> mpi_receive_bytes(int from, int tag, double timeout_s);
-// The tag under which payloads (or, over NCCL, their sizes) travel.
-inline constexpr int kPayloadTag = 4;
 
 // MPI_Init / MPI_Finalize for this process, and what the ranks share.
 class MpiWorld {

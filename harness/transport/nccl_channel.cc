@@ -93,20 +93,32 @@ class NcclChannel : public PayloadChannel {
 
   bool carries_device_bodies() const override { return true; }
 
-  // The size message: u64 bytes that follow by NCCL, u8 form (0: the whole payload, staged
-  // through out_; 1: a split payload's body, sent from the device tensor itself), then, in
-  // form 1, the header's bytes.
+  // The announcement (it rides the job message): u64 bytes that follow by NCCL, u8 form
+  // (0: the whole payload, staged through out_; 1: a split payload's body, sent from the
+  // device tensor itself), then, in form 1, the header's bytes. No MPI message of the
+  // channel's own precedes the ncclSend: one NCCL transfer per payload.
+  std::vector<std::byte> announce(const std::vector<std::byte>& payload,
+                                  const Tensor& body) override {
+    const bool split = !body.empty() && body.device() != Device::kCpu;
+    WireWriter head;
+    if (!split) {
+      head.put(
+          static_cast<uint64_t>(body.empty() ? payload.size() : payload.size() + body.nbytes()));
+      head.put(uint8_t{0});
+      return std::move(head.out);
+    }
+    head.put(static_cast<uint64_t>(body.nbytes()));
+    head.put(uint8_t{1});
+    head.out.insert(head.out.end(), payload.begin(), payload.end());
+    return std::move(head.out);
+  }
+
   Status send(int to, const std::vector<std::byte>& payload, const Tensor& body,
               double timeout_s) override {
     if (!body.empty() && body.device() == Device::kCpu)
       return send(to, join_payload(payload, body), Tensor(), timeout_s);
     const bool split = !body.empty();
     const size_t n = split ? body.nbytes() : payload.size();
-    WireWriter head;
-    head.put(static_cast<uint64_t>(n));
-    head.put(static_cast<uint8_t>(split));
-    if (split) head.out.insert(head.out.end(), payload.begin(), payload.end());
-    RETURN_IF_ERROR(mpi_send_bytes(to, kPayloadTag, head.out, timeout_s));
     if (n == 0) return Status::ok();
     const void* from = body.data<void>();
     if (split && !said_device_) {
@@ -126,20 +138,19 @@ class NcclChannel : public PayloadChannel {
     return wait(timeout_s, fmt::format("ncclSend of {} bytes to rank {}", n, to));
   }
 
-  Result<ChannelPayload> receive(int from, double timeout_s) override {
-    ASSIGN_OR_RETURN(std::vector<std::byte> head_bytes,
-                     mpi_receive_bytes(from, kPayloadTag, timeout_s));
-    WireReader rd(head_bytes);
+  Result<ChannelPayload> receive(int from, const std::vector<std::byte>& announcement,
+                                 double timeout_s) override {
+    WireReader rd(announcement);
     uint64_t n = 0;
     uint8_t split = 0;
     if (!rd.get(n) || !rd.get(split) || split > 1 || (split == 0 && rd.remaining() != 0) ||
         n > (uint64_t{1} << 40) || (split == 1 && n % sizeof(bf16) != 0))
-      return internal_error(fmt::format("malformed payload size message of {} bytes from rank {}",
-                                        head_bytes.size(), from));
+      return internal_error(fmt::format("malformed payload announcement of {} bytes from rank {}",
+                                        announcement.size(), from));
     ChannelPayload got;
     if (split == 1) {
-      got.bytes.assign(head_bytes.end() - static_cast<std::ptrdiff_t>(rd.remaining()),
-                       head_bytes.end());
+      got.bytes.assign(announcement.end() - static_cast<std::ptrdiff_t>(rd.remaining()),
+                       announcement.end());
       if (n == 0) return internal_error(fmt::format("empty payload body from rank {}", from));
       // Received into a reused device tensor, grown only when a larger body comes; the
       // body handed on is a view of its first n bytes.

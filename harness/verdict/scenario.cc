@@ -642,12 +642,15 @@ Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& sour
 
 Status check_capabilities(const Scenario& s, const std::string& source_name) {
   const ScenarioReader r(source_name);
-  // Serving (SPEC 3.4) runs on either backend over the inproc transport only: batched
-  // steps do not cross a process boundary yet.
-  if (s.serving.enabled && s.transport != "inproc")
+  // Serving (SPEC 3.4) runs on either backend over the inproc transport, and on the cpu
+  // backend over mpi (a step's segments, state updates and payloads travel in the job
+  // envelope as MPI messages). Over nccl a step's payloads would still travel as MPI
+  // messages, and stages on their GPUs over mpi are not built for serving: both refused.
+  if (s.serving.enabled &&
+      !(s.transport == "inproc" || (s.transport == "mpi" && s.backend == "cpu")))
     return r.error("/serving",
-                   "serving runs over transport \"inproc\" only: batched steps do not cross a "
-                   "process boundary yet (this scenario asks for backend \"" +
+                   "serving runs over transport \"inproc\" (either backend) or \"mpi\" (backend "
+                   "\"cpu\") only (this scenario asks for backend \"" +
                        s.backend + "\", transport \"" + s.transport + "\")");
   for (const auto& [kind, name] :
        {std::pair<std::string_view, const std::string&>{"backend", s.backend},

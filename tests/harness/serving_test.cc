@@ -494,10 +494,11 @@ TEST(ServingScenario, RefusesWhatCouldNeverBeServed) {
   EXPECT_FALSE(serving_with({{"depth", 5}}).is_ok());
   EXPECT_FALSE(serving_with({{"max_in_flight", 0}}).is_ok());
   EXPECT_FALSE(serving_with({{"chunk_size", 4}}).is_ok());
-  // Serving runs over inproc only: another transport is refused naming /serving, whatever
-  // this build provides, never run half-way.
+  // Serving runs over inproc (either backend) and over mpi on the cpu backend: another
+  // combination is refused naming /serving, whatever this build provides, never run
+  // half-way.
   for (const auto& [backend, transport] :
-       {std::pair<std::string, std::string>{"cpu", "mpi"}, {"cpu", "nccl"}, {"cuda", "mpi"}}) {
+       {std::pair<std::string, std::string>{"cpu", "nccl"}, {"cuda", "nccl"}, {"cuda", "mpi"}}) {
     Result<Scenario> served = serving_with({{"arrival_every", 1}});
     ASSERT_TRUE(served.is_ok());
     served->backend = backend;
@@ -518,6 +519,14 @@ TEST(ServingScenario, RefusesWhatCouldNeverBeServed) {
     EXPECT_EQ(backend, "cuda") << st.message();
     EXPECT_EQ(st.message().find("/serving"), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("/backend"), std::string::npos) << st.message();
+  }
+  // Over mpi it is not refused for serving (outside mpirun, for the launch only).
+  {
+    Result<Scenario> served = serving_with({{"arrival_every", 1}});
+    ASSERT_TRUE(served.is_ok());
+    served->transport = "mpi";
+    const Status st = check_capabilities(*served, "s.json");
+    EXPECT_EQ(st.message().find("/serving"), std::string::npos) << st.message();
   }
   // Only a serving scenario names the block in its resolved form (the identity of every
   // other scenario, and the default golden, stay as they were).

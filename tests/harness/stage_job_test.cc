@@ -115,5 +115,73 @@ TEST(JobEnvelope, MalformedFieldsAreRefused) {
   refused(b, "request");
 }
 
+// A serving step as it leaves stage 0 for the next stage: two segments (a prefill chunk and
+// a verify block), a rollback and a release, one payload a segment, per-segment records,
+// caches, traces and the last stage's outputs.
+StageJob batch_sample() {
+  StageJob j;
+  j.kind = JobKind::kBatch;
+  j.wants_record = true;
+  j.batch.step = 11;
+  j.batch.segments = {Segment{3, {7, 8, 9}, 0, ForwardKind::kPrefill, 21},
+                      Segment{5, {1, 2}, 40, ForwardKind::kVerify, 22}};
+  j.batch.updates = {StateUpdate{5, StateUpdate::Kind::kRollback},
+                     StateUpdate{2, StateUpdate::Kind::kRelease}};
+  j.payloads = {std::vector<std::byte>(37, std::byte{0x5a}), std::vector<std::byte>(5)};
+  j.segment_records.resize(2);
+  j.segment_records[1].add("forward/22/layers/0/pre_attn", filled(DType::kBF16, {2, 8}, 12));
+  j.segment_caches.resize(2);
+  j.segment_caches[0].add("forward/21/cache/0", filled(DType::kBF16, {4}, 13));
+  j.segment_traces.resize(2);
+  j.segment_traces[0].events = {{21, 0, Site::kAttn, 3, 0, -1}};
+  j.lasts.resize(2);
+  j.lasts[1].head.logits = filled(DType::kF32, {2, 16}, 14);
+  j.lasts[1].taps = {{2, filled(DType::kBF16, {2, 8}, 15)}};
+  return j;
+}
+
+TEST(JobEnvelope, AServingStepRoundTripsBitExact) {
+  const StageJob j = batch_sample();
+  Result<StageJob> back = decode_job_envelope(encode_job_envelope(j));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->kind, JobKind::kBatch);
+  EXPECT_EQ(back->batch.step, 11);
+  ASSERT_EQ(back->batch.segments.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const Segment &a = back->batch.segments[i], &b = j.batch.segments[i];
+    EXPECT_EQ(a.request, b.request);
+    EXPECT_EQ(a.ids, b.ids);
+    EXPECT_EQ(a.first_position, b.first_position);
+    EXPECT_EQ(a.kind, b.kind);
+    EXPECT_EQ(a.index, b.index);
+  }
+  ASSERT_EQ(back->batch.updates.size(), 2u);
+  EXPECT_EQ(back->batch.updates[0].request, 5);
+  EXPECT_EQ(back->batch.updates[0].kind, StateUpdate::Kind::kRollback);
+  EXPECT_EQ(back->batch.updates[1].kind, StateUpdate::Kind::kRelease);
+  EXPECT_EQ(back->payloads, j.payloads);
+  ASSERT_EQ(back->segment_records.size(), 2u);
+  expect_same_record(back->segment_records[1], j.segment_records[1]);
+  ASSERT_EQ(back->segment_caches.size(), 2u);
+  expect_same_record(back->segment_caches[0], j.segment_caches[0]);
+  ASSERT_EQ(back->segment_traces.size(), 2u);
+  ASSERT_EQ(back->segment_traces[0].events.size(), 1u);
+  EXPECT_EQ(back->segment_traces[0].events[0].kernel, 3);
+  ASSERT_EQ(back->lasts.size(), 2u);
+  EXPECT_TRUE(back->lasts[1].head.logits.bit_equal(j.lasts[1].head.logits));
+  ASSERT_EQ(back->lasts[1].taps.size(), 1u);
+  EXPECT_TRUE(back->lasts[1].taps[0].second.bit_equal(j.lasts[1].taps[0].second));
+}
+
+TEST(JobEnvelope, EveryTruncationOfAServingStepIsRefused) {
+  const std::vector<std::byte> bytes = encode_job_envelope(batch_sample());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const std::vector<std::byte> cut(bytes.begin(), bytes.begin() + static_cast<long>(n));
+    Result<StageJob> r = decode_job_envelope(cut);
+    ASSERT_FALSE(r.is_ok()) << "a prefix of " << n << " of " << bytes.size() << " bytes";
+    EXPECT_NE(r.status().message().find("malformed"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace splitcheck
