@@ -165,7 +165,7 @@ for n in serving fault-spec-rollback-last-stage-only fault-batch-stale-microbatc
   f="$build/scenarios-cuda/$n.json"
   detail="$n on cuda, judged by its expect block"
   rm -rf "$log/report-serving-cuda-$n"
-  step "serving-cuda-$n" 120 bash -c 'sweep_meets_expect "$@"' _ "$f" \
+  step "serving-cuda-$n" 300 bash -c 'sweep_meets_expect "$@"' _ "$f" \
     "$log/report-serving-cuda-$n"
   [[ -f "$log/report-serving-cuda-$n/report.json" ]] || continue
   serving_rows+=("$(python3 - "$log/report-serving-cuda-$n/report.json" <<'PY'
