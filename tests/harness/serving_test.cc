@@ -109,16 +109,21 @@ TEST(BatchInvariance, RequestInABatchOfFiveEqualsItServedAlone) {
   }
 }
 
+// The scenario's PP=2 engine cut at 13, with its faults, layer dumps and DSpark.
+Result<std::unique_ptr<PartitionedEngine>> dspark_engine_at_13(const Scenario& s,
+                                                               WeightSource& source) {
+  ASSIGN_OR_RETURN(Partition part, Partition::from_cuts({13}, s.model.num_hidden_layers));
+  return PartitionedEngine::create(s.model, part,
+                                   EngineOptions{s.capture_ids, DumpLevel::kLayer, "dspark", false},
+                                   FaultSet{s.faults}, source);
+}
+
 TEST(BatchInvariance, PartitionedBatchEqualsReferenceAlone) {
   const Scenario s = committed_scenario("serving");
   Result<PreparedWorkload> w = prepare_workload(s);
   ASSERT_TRUE(w.is_ok());
   std::unique_ptr<WeightSource> source = scenario_weight_source(s);
-  Result<Partition> part = Partition::from_cuts({13}, s.model.num_hidden_layers);
-  ASSERT_TRUE(part.is_ok());
-  Result<std::unique_ptr<PartitionedEngine>> pe = PartitionedEngine::create(
-      s.model, *part, EngineOptions{s.capture_ids, DumpLevel::kLayer, "dspark", false}, FaultSet{},
-      *source);
+  Result<std::unique_ptr<PartitionedEngine>> pe = dspark_engine_at_13(s, *source);
   ASSERT_TRUE(pe.is_ok()) << pe.status().message();
   std::vector<BatchResult> results;
   const RunRecord all = serve_steps(**pe, two_steps(*w, {}), &results);
@@ -277,11 +282,7 @@ TEST(ServingLoop, WithoutBatchInvarianceEveryVerifyStartsFromTheLastEmittedToken
   Result<PreparedWorkload> w = prepare_workload(s);
   ASSERT_TRUE(w.is_ok());
   std::unique_ptr<WeightSource> source = scenario_weight_source(s);
-  Result<Partition> part = Partition::from_cuts({13}, s.model.num_hidden_layers);
-  ASSERT_TRUE(part.is_ok());
-  Result<std::unique_ptr<PartitionedEngine>> pe = PartitionedEngine::create(
-      s.model, *part, EngineOptions{s.capture_ids, DumpLevel::kLayer, "dspark", false},
-      FaultSet{s.faults}, *source);
+  Result<std::unique_ptr<PartitionedEngine>> pe = dspark_engine_at_13(s, *source);
   ASSERT_TRUE(pe.is_ok()) << pe.status().message();
   ServingOptions options;
   options.batch_invariant = false;
