@@ -5,10 +5,13 @@
 // many tokens a call has (except through the fallback's BLOCK_L rule, which SPEC 2.2
 // states).
 //
-// Data flow, for speed: a thread issues every load of its token first (prefix, delta, up
-// to kRegRows bank rows as raw bf16 in registers, the score weights), computes the partial
-// dot and sum of squares of every source from registers, and the block meets ONCE for all
-// 2 * (nb + 1) sums: each warp reduces its lanes' partials and writes them; after one
+// Data flow, for speed (the kernel is bound by instruction issue as much as by memory: one
+// 448-thread block fills an SM's registers at H 7168): a thread issues every load of its
+// token first (prefix, delta, up to kRegRows bank rows as raw bf16 in registers, the score
+// weights), computes the partial dot and sum of squares of every source from registers with
+// fused multiply-adds, and the block meets ONCE for all 2 * (nb + 1) sums: each warp
+// reduces its lanes' partials of all register-held sources in one transposed butterfly
+// (warp_sums: 18 values share the shuffles) and writes them; after one
 // __syncthreads every warp, one source per lane, sums the warps' partials and computes the
 // scores and the softmax's scalars itself, in the same order as every other warp, so all
 // threads read the same weights without a second meeting. The mixture mixes the raw
@@ -19,6 +22,8 @@
 // The two variants compute the same math in genuinely different float32 orders, like the
 // fused native kernel and the tiled Triton fallback (both weight a source's channels by
 // the precombined norm_w * proj_w):
+// Both accumulate products with fused multiply-adds (__fmaf_rn: one rounding a product and
+// sum, as the GPU's fused kernels do; the build's --fmad=false contracts nothing else).
 //   native   — one accumulator per thread over its channels, sums by halving shuffles
 //              (offsets 16, 8, 4, 2, 1) within a warp and the warps' partials in
 //              ascending order (order A), one softmax over all sources, output scale
@@ -32,7 +37,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <tuple>
 #include <utility>
 
 #include "kernels/cuda/common.cuh"
@@ -63,10 +67,6 @@ constexpr int kMaxSources = 64;
 // registers: fewer, fatter threads than one a group halve the warp shuffles and the
 // per-warp softmax work per token.
 constexpr int kRegRows = 8;
-// AttnResSchedule as a template argument.
-constexpr int kPerToken = static_cast<int>(AttnResSchedule::kPerToken);
-constexpr int kPersistent = static_cast<int>(AttnResSchedule::kPersistent);
-constexpr int kPrefetch = static_cast<int>(AttnResSchedule::kPrefetch);
 
 struct Params {
   uint16_t* prefix;
@@ -108,6 +108,11 @@ struct Raw<8> {
       v[2 * j + 1] = __uint_as_float(x[j] & 0xffff0000u);
     }
   }
+  // v: any values, rounded to bf16 (f_to_bf).
+  __device__ __forceinline__ void round(const float* v) {
+    w = make_uint4(pack_bf2(v[0], v[1]), pack_bf2(v[2], v[3]), pack_bf2(v[4], v[5]),
+                   pack_bf2(v[6], v[7]));
+  }
   // v: values that are bf16 already (low 16 bits zero).
   __device__ __forceinline__ void set(const float* v) {
     uint32_t x[4];
@@ -124,6 +129,9 @@ struct Raw<1> {
   __device__ __forceinline__ void load(const uint16_t* p) { w = static_cast<uint32_t>(*p) << 16; }
   __device__ __forceinline__ void store(uint16_t* p) const { *p = static_cast<uint16_t>(w >> 16); }
   __device__ __forceinline__ void get(float* v) const { v[0] = __uint_as_float(w); }
+  __device__ __forceinline__ void round(const float* v) {
+    w = static_cast<uint32_t>(f_to_bf(v[0])) << 16;
+  }
   __device__ __forceinline__ void set(const float* v) { w = __float_as_uint(v[0]); }
 };
 
@@ -137,37 +145,13 @@ __device__ __forceinline__ void load(const uint16_t* p, float* v) {
 template <int VEC>
 __device__ __forceinline__ void store(uint16_t* p, const float* v) {
   if constexpr (VEC == 8) {
-    uint32_t w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      w[j] = static_cast<uint32_t>(f_to_bf(v[2 * j])) |
-             (static_cast<uint32_t>(f_to_bf(v[2 * j + 1])) << 16);
-    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    Raw<8> r;
+    r.round(v);
+    r.store(p);
   } else {
 #pragma unroll
     for (int j = 0; j < VEC; ++j) p[j] = f_to_bf(v[j]);
   }
-}
-
-// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80
-// and later; a plain copy before), completed by cp_async_wait_all in the same thread.
-__device__ __forceinline__ void cp_async16(uint16_t* smem, const uint16_t* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-#else
-  *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-#endif
 }
 
 // Sum over the warp, result in lane 0. Order A: halving (offsets 16, 8, 4, 2, 1).
@@ -189,6 +173,56 @@ __device__ __forceinline__ float warp_sum_pairwise(float v) {
   return v;
 }
 
+// One step of warp_sums at lane offset kOff over the first kN values: a lane keeps the
+// first half of its values (the offset's bit clear) or the second (set), sends the other
+// half to its partner and adds the partner's copy of each value it keeps. base and len:
+// the original indices of the values this lane now carries (phantom past len).
+template <int kOff, int kN>
+__device__ __forceinline__ void butterfly_step(float* x, int lane, int& base, int& len) {
+  constexpr int h = (kN + 1) / 2;
+  const bool upper = (lane & kOff) != 0;
+#pragma unroll
+  for (int q = 0; q < h; ++q) {
+    const float hi = q + h < kN ? x[q + h] : 0.0f;
+    const float keep = upper ? hi : x[q];
+    const float send = upper ? x[q] : hi;
+    x[q] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
+  }
+  if (upper) {
+    base += h;
+    len = len > h ? len - h : 0;
+  } else {
+    len = len < h ? len : h;
+  }
+}
+
+// The warp sums of all N values x[0..N-1] at once (N <= 32): the values share the
+// shuffles, each step halving how many a lane carries, and value q's sum lands in x[0] of
+// one lane, which gets q back (the others -1). Each value's sum is the tree warp_sum gives
+// it alone (order A: offsets 16, 8, 4, 2, 1; order B: 1, 2, 4, 8, 16), two lanes' partials
+// added in either order, which IEEE addition does not see.
+template <bool kFallback, int N>
+__device__ __forceinline__ int warp_sums(float (&x)[N]) {
+  static_assert(N >= 2 && N <= 32, "five halvings leave one value a lane");
+  constexpr int n1 = N, n2 = (n1 + 1) / 2, n3 = (n2 + 1) / 2, n4 = (n3 + 1) / 2, n5 = (n4 + 1) / 2;
+  const int lane = threadIdx.x % 32;
+  int base = 0, len = N;
+  if constexpr (kFallback) {
+    butterfly_step<1, n1>(x, lane, base, len);
+    butterfly_step<2, n2>(x, lane, base, len);
+    butterfly_step<4, n3>(x, lane, base, len);
+    butterfly_step<8, n4>(x, lane, base, len);
+    butterfly_step<16, n5>(x, lane, base, len);
+  } else {
+    butterfly_step<16, n1>(x, lane, base, len);
+    butterfly_step<8, n2>(x, lane, base, len);
+    butterfly_step<4, n3>(x, lane, base, len);
+    butterfly_step<2, n4>(x, lane, base, len);
+    butterfly_step<1, n5>(x, lane, base, len);
+  }
+  return len > 0 ? base : -1;
+}
+
 template <bool kFallback>
 __device__ __forceinline__ float warp_sum(float v) {
   if constexpr (kFallback) {
@@ -202,27 +236,13 @@ __device__ __forceinline__ float warp_sum(float v) {
 // (g = threadIdx.x + k * blockDim.x) and keeps their prefix and first NREG bank rows in
 // registers. NREG == 0 (the general kernel): any number of groups per thread, every source
 // read from global memory when used, the mixture kept in shared memory (h floats).
-//
-// kSched (AttnResSchedule, register kernel only; the general kernel is always per token):
-// which tokens a block computes and how their rows arrive. A block computes tokens
-// blockIdx.x, blockIdx.x + gridDim.x, ... with the same threads, channel groups and sums
-// as one block per token, so every schedule gives the same bits.
-//   kPerToken   — one block per token (grid = tokens); the loads wait at the token's start.
-//   kPersistent — grid sized to the SMs, each block looping over tokens; the score and
-//                 output weights are loaded once per block.
-//   kPrefetch   — kPersistent, and while a token is reduced and mixed, the next token's
-//                 prefix, delta and first NREG bank rows travel into shared memory
-//                 (cp.async, 16 bytes; VEC 8 only): each thread copies, and later reads,
-//                 only its own channel groups.
-template <bool kFallback, int VEC, int NREG, int kSched>
+
+template <bool kFallback, int VEC, int NREG>
 __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
     attn_res_kernel(Params a) {
-  static_assert(NREG > 0 || kSched == kPerToken, "the general kernel runs one token a block");
-  static_assert(kSched != kPrefetch || VEC == 8, "cp.async moves 16-byte groups");
   constexpr int G = NREG > 0 ? kRegGroups : 1;                    // groups held in registers
   constexpr int W = (NREG > 0 ? kRegThreads : kMaxThreads) / 32;  // the most warps
-  // NREG == 0: the mixture m, [h]. kPrefetch: the next token's staged rows, bf16
-  // [1 + (delta given) + min(nb, NREG)][h] (prefix, delta, bank rows).
+  // NREG == 0: the mixture m, [h].
   extern __shared__ __align__(16) float mix[];
   // The warps' partial sums of every source (padded: a lane reads a row), the output's.
   __shared__ float red_dot[kMaxSources][W + 1];
@@ -237,300 +257,305 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
   const int n_warps = blockDim.x / 32;
   const int per_thread = NREG > 0 ? G : a.per_thread;
   const int n_src = a.nb + 1;
-  // The staged rows of kPrefetch: the prefix, the delta, then bank rows.
-  uint16_t* const stage = reinterpret_cast<uint16_t*>(mix);
-  const int staged_bank = a.nb < NREG ? a.nb : NREG;
-  const int bank_slot = a.delta != nullptr ? 2 : 1;
-  // kPrefetch: starts the copies of token u's rows (this thread's groups) into `stage`.
-  auto prefetch = [&](int64_t u) {
+
+  const int64_t t = blockIdx.x;  // one token a block
+  // The score and output weights, loaded with every token (from L1 or L2 after the first).
+  Raw<VEC> nw0[G], pw0[G], ow0[G];  // read only where loaded
+  uint16_t* const prefix_row = a.prefix + t * a.h;
+  const uint16_t* const bank_rows = a.bank + t * a.rows * a.h;
+
+  // The register kernel's loads, all issued before anything waits on them.
+  Raw<VEC> pre0[G], bank0[NREG > 0 ? NREG : 1][G];  // likewise
+  if constexpr (NREG > 0) {
+    Raw<VEC> del0[G];
 #pragma unroll
     for (int k = 0; k < G; ++k) {
       const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
       if (g >= a.groups) continue;
       const int64_t c = g * VEC;
-      cp_async16(stage + c, a.prefix + u * a.h + c);
-      if (a.delta != nullptr) cp_async16(stage + a.h + c, a.delta + u * a.h + c);
-      for (int i = 0; i < staged_bank; ++i)
-        cp_async16(stage + (bank_slot + i) * a.h + c, a.bank + (u * a.rows + i) * a.h + c);
+      pre0[k].load(prefix_row + c);
+      if (a.delta != nullptr) del0[k].load(a.delta + t * a.h + c);
+#pragma unroll
+      for (int i = 0; i < NREG; ++i)
+        if (i < a.nb) bank0[i][k].load(bank_rows + i * a.h + c);
+      if (a.nb > 0) {
+        nw0[k].load(a.norm_w + c);
+        pw0[k].load(a.proj_w + c);
+      }
     }
-    cp_async_commit();
-  };
-
-  if constexpr (kSched == kPrefetch) {
-    if (blockIdx.x < a.tokens) prefetch(blockIdx.x);
+#pragma unroll
+    for (int k = 0; k < G; ++k) {
+      const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (g >= a.groups) continue;
+      const int64_t c = g * VEC;
+      // Steps 1 and 2: fold the delta into the prefix, write the bank row.
+      if (a.delta != nullptr) {
+        float p[VEC], d[VEC];
+        pre0[k].get(p);
+        del0[k].get(d);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) p[j] = p[j] + d[j];
+        pre0[k].round(p);
+        pre0[k].store(prefix_row + c);
+      }
+      if (a.write_idx >= 0) pre0[k].store(a.bank + (t * a.rows + a.write_idx) * a.h + c);
+#pragma unroll
+      for (int i = 0; i < NREG; ++i)
+        if (i == a.write_idx) bank0[i][k] = pre0[k];  // a source the call itself writes
+    }
+  } else {
+    for (int k = 0; k < per_thread; ++k) {
+      const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (g >= a.groups) break;
+      const int64_t c = g * VEC;
+      float p[VEC];
+      load<VEC>(prefix_row + c, p);
+      if (a.delta != nullptr) {
+        float d[VEC];
+        load<VEC>(a.delta + t * a.h + c, d);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) p[j] = round_bf(p[j] + d[j]);
+        store<VEC>(prefix_row + c, p);
+      }
+      if (a.write_idx >= 0) store<VEC>(a.bank + (t * a.rows + a.write_idx) * a.h + c, p);
+    }
   }
 
-  for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
-    // The score and output weights, loaded with every token (from L1 or L2 after the first):
-    // registers are the register kernel's limit.
-    Raw<VEC> nw0[G]{}, pw0[G]{}, ow0[G]{};
-    auto load_weights = [&](bool score, bool output) {
-#pragma unroll
-      for (int k = 0; k < G; ++k) {
-        const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (g >= a.groups) continue;
-        const int64_t c = g * VEC;
-        if (score && a.nb > 0) {
-          nw0[k].load(a.norm_w + c);
-          pw0[k].load(a.proj_w + c);
-        }
-        if (output && a.out_w != nullptr) ow0[k].load(a.out_w + c);
-      }
-    };
-    uint16_t* const prefix_row = a.prefix + t * a.h;
-    const uint16_t* const bank_rows = a.bank + t * a.rows * a.h;
-
-    // The register kernel's loads, all issued before anything waits on them.
-    Raw<VEC> pre0[G]{}, bank0[NREG > 0 ? NREG : 1][G]{};
+  // Source i of group k at channels c: the registers cached[k] when `use_cached` (the
+  // register kernel only), else global memory (bank row i, or the prefix as steps 1 and 2
+  // left it for i == nb).
+  auto source = [&](int i, int k, int64_t c, const Raw<VEC>(&cached)[G], bool use_cached,
+                    float* v) {
     if constexpr (NREG > 0) {
-      Raw<VEC> del0[G]{};
-      if constexpr (kSched == kPrefetch) {
-        // This token's rows arrived in `stage` (this thread's own groups): into registers,
-        // then every thread meets (no one still reads the stage or the previous token's
-        // shared sums) before the next token's copies start.
-        cp_async_wait_all();
-#pragma unroll
-        for (int k = 0; k < G; ++k) {
-          const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-          if (g >= a.groups) continue;
-          const int64_t c = g * VEC;
-          pre0[k].load(stage + c);
-          if (a.delta != nullptr) del0[k].load(stage + a.h + c);
-#pragma unroll
-          for (int i = 0; i < NREG; ++i)
-            if (i < a.nb) bank0[i][k].load(stage + (bank_slot + i) * a.h + c);
-        }
-        load_weights(true, false);
-        __syncthreads();
-        if (t + gridDim.x < a.tokens) prefetch(t + gridDim.x);
-      } else {
-        // The previous token's shared sums are read by every warp before any warp writes
-        // this token's.
-        if (kSched != kPerToken && t != blockIdx.x) __syncthreads();
-#pragma unroll
-        for (int k = 0; k < G; ++k) {
-          const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-          if (g >= a.groups) continue;
-          const int64_t c = g * VEC;
-          pre0[k].load(prefix_row + c);
-          if (a.delta != nullptr) del0[k].load(a.delta + t * a.h + c);
-#pragma unroll
-          for (int i = 0; i < NREG; ++i)
-            if (i < a.nb) bank0[i][k].load(bank_rows + i * a.h + c);
-          if (a.nb > 0) {
-            nw0[k].load(a.norm_w + c);
-            pw0[k].load(a.proj_w + c);
-          }
-        }
+      if (use_cached) {
+        cached[k].get(v);
+        return;
       }
+    }
+    (void)k;
+    (void)cached;
+    (void)use_cached;
+    load<VEC>(i < a.nb ? bank_rows + i * a.h + c : prefix_row + c, v);
+  };
+  // body(i, cached, use_cached) for every source in order: bank rows 0..nb-1, the prefix.
+  auto each_source = [&](auto&& body) {
 #pragma unroll
-      for (int k = 0; k < G; ++k) {
-        const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (g >= a.groups) continue;
-        const int64_t c = g * VEC;
-        // Steps 1 and 2: fold the delta into the prefix, write the bank row.
-        if (a.delta != nullptr) {
-          float p[VEC], d[VEC];
-          pre0[k].get(p);
-          del0[k].get(d);
+    for (int i = 0; i < NREG; ++i)
+      if (i < a.nb) body(i, bank0[i], true);
+    for (int i = NREG; i < a.nb; ++i) body(i, pre0, false);
+    body(a.nb, pre0, NREG > 0);
+  };
+  // m: the mixture of this thread's groups (registers) in the register kernel, set below
+  // for every group the thread owns.
+  float m0[G][VEC];
+
+  if (a.nb == 0) {
+    // m = p.
+    if constexpr (NREG > 0) {
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) p[j] = round_bf(p[j] + d[j]);
-          pre0[k].set(p);
-          pre0[k].store(prefix_row + c);
-        }
-        if (a.write_idx >= 0) pre0[k].store(a.bank + (t * a.rows + a.write_idx) * a.h + c);
-#pragma unroll
-        for (int i = 0; i < NREG; ++i)
-          if (i == a.write_idx) bank0[i][k] = pre0[k];  // a source the call itself writes
-      }
+      for (int k = 0; k < G; ++k) pre0[k].get(m0[k]);
     } else {
       for (int k = 0; k < per_thread; ++k) {
         const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
         if (g >= a.groups) break;
-        const int64_t c = g * VEC;
         float p[VEC];
-        load<VEC>(prefix_row + c, p);
-        if (a.delta != nullptr) {
-          float d[VEC];
-          load<VEC>(a.delta + t * a.h + c, d);
+        load<VEC>(prefix_row + g * VEC, p);
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) p[j] = round_bf(p[j] + d[j]);
-          store<VEC>(prefix_row + c, p);
-        }
-        if (a.write_idx >= 0) store<VEC>(a.bank + (t * a.rows + a.write_idx) * a.h + c, p);
+        for (int j = 0; j < VEC; ++j) mix[g * VEC + j] = p[j];
       }
     }
-
-    // Source i of group k at channels c: the registers cached[k] when `use_cached` (the
-    // register kernel only), else global memory (bank row i, or the prefix as steps 1 and 2
-    // left it for i == nb).
-    auto source = [&](int i, int k, int64_t c, const Raw<VEC>(&cached)[G], bool use_cached,
-                      float* v) {
-      if constexpr (NREG > 0) {
-        if (use_cached) {
-          cached[k].get(v);
-          return;
+  } else {
+    // Scores: every source's partial sums, one meeting for all of them.
+    float nwpw0[G][VEC];  // the precombined score weights norm_w * proj_w, register kernel
+    if constexpr (NREG > 0) {
+#pragma unroll
+      for (int k = 0; k < G; ++k) {
+        float nw[VEC], pw[VEC];
+        nw0[k].get(nw);
+        pw0[k].get(pw);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) nwpw0[k][j] = nw[j] * pw[j];
+      }
+    }
+    // This thread's share of source i's two sums: its dot with the score weights and its
+    // sum of squares.
+    auto partials = [&](int i, const Raw<VEC>(&cached)[G], bool use_cached, float& dot_out,
+                        float& ss_out) {
+      float dot = 0.0f, ss = 0.0f;
+      float dl[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int k = 0; k < per_thread; ++k) {
+        const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (g >= a.groups) break;
+        const int64_t c = g * VEC;
+        float v[VEC], nwpw[VEC];
+        source(i, k, c, cached, use_cached, v);
+        if constexpr (NREG > 0) {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) nwpw[j] = nwpw0[k][j];
+        } else {
+          float nw[VEC], pw[VEC];
+          load<VEC>(a.norm_w + c, nw);
+          load<VEC>(a.proj_w + c, pw);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) nwpw[j] = nw[j] * pw[j];
+        }
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          if constexpr (kFallback) {
+            dl[j % 4] = __fmaf_rn(v[j], nwpw[j], dl[j % 4]);
+            sl[j % 4] = __fmaf_rn(v[j], v[j], sl[j % 4]);
+          } else {
+            dot = __fmaf_rn(v[j], nwpw[j], dot);
+            ss = __fmaf_rn(v[j], v[j], ss);
+          }
         }
       }
-      (void)k;
-      (void)cached;
-      (void)use_cached;
-      load<VEC>(i < a.nb ? bank_rows + i * a.h + c : prefix_row + c, v);
-    };
-    // body(i, cached, use_cached) for every source in order: bank rows 0..nb-1, the prefix.
-    auto each_source = [&](auto&& body) {
-#pragma unroll
-      for (int i = 0; i < NREG; ++i)
-        if (i < a.nb) body(i, bank0[i], true);
-      for (int i = NREG; i < a.nb; ++i) body(i, pre0, false);
-      body(a.nb, pre0, NREG > 0);
-    };
-    // m: the mixture of this thread's groups (registers) in the register kernel.
-    float m0[G][VEC];
-#pragma unroll
-    for (int k = 0; k < G; ++k)
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) m0[k][j] = 0.0f;
-
-    if (a.nb == 0) {
-      // m = p.
-      if constexpr (NREG > 0) {
-#pragma unroll
-        for (int k = 0; k < G; ++k) pre0[k].get(m0[k]);
-      } else {
-        for (int k = 0; k < per_thread; ++k) {
-          const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-          if (g >= a.groups) break;
-          float p[VEC];
-          load<VEC>(prefix_row + g * VEC, p);
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) mix[g * VEC + j] = p[j];
-        }
+      if constexpr (kFallback) {
+        dot = (dl[0] + dl[1]) + (dl[2] + dl[3]);
+        ss = (sl[0] + sl[1]) + (sl[2] + sl[3]);
       }
+      dot_out = dot;
+      ss_out = ss;
+    };
+    // Source i's warp sums, one source at a time (rows past those held in registers, and
+    // every source in the general kernel).
+    auto reduce_one = [&](int i, const Raw<VEC>(&cached)[G], bool use_cached) {
+      float dot, ss;
+      partials(i, cached, use_cached, dot, ss);
+      dot = warp_sum<kFallback>(dot);
+      ss = warp_sum<kFallback>(ss);
+      if (lane == 0) {
+        red_dot[i][warp] = dot;
+        red_ss[i][warp] = ss;
+      }
+    };
+    if constexpr (NREG > 0) {
+      // The sources held in registers (bank rows below NREG, then the prefix in slot
+      // NREG), all reduced at once: slot s's sums are values 2s and 2s + 1.
+      float x[2 * (NREG + 1)];
+#pragma unroll
+      for (int slot = 0; slot <= NREG; ++slot) {
+        x[2 * slot] = 0.0f;
+        x[2 * slot + 1] = 0.0f;
+        if (slot == NREG || slot < a.nb)
+          partials(slot < NREG ? slot : a.nb, slot < NREG ? bank0[slot] : pre0, true, x[2 * slot],
+                   x[2 * slot + 1]);
+      }
+      for (int i = NREG; i < a.nb; ++i) reduce_one(i, pre0, false);
+      const int q = warp_sums<kFallback>(x);
+      const int slot = q / 2;
+      if (q >= 0 && (slot == NREG || slot < a.nb))
+        (q % 2 == 0 ? red_dot : red_ss)[slot < NREG ? slot : a.nb][warp] = x[0];
     } else {
-      // Scores: every source's partial sums, one meeting for all of them.
-      float nwpw0[G][VEC];  // the precombined score weights norm_w * proj_w, register kernel
-      if constexpr (NREG > 0) {
+      each_source(reduce_one);
+    }
+    __syncthreads();
+    // The softmax's scalars, computed once per warp with one source per lane (two past 32
+    // sources), into this warp's rows; every warp computes the same values in the same
+    // order, so every thread reads the same weights without a second meeting.
+    float* const score = score_of[warp];
+    float* const weight = weight_of[warp];    // native: a_i; fallback: e_i of its tile
+    float* const rescale = rescale_of[warp];  // fallback: the rescale at a tile's start
+    bool* const starts = starts_of[warp];
+    for (int i = lane; i < n_src; i += 32) {
+      float dot = 0.0f, ss = 0.0f;
+      if constexpr (kFallback) {  // the warps' partials by adjacent pairs, then in order
+        for (int w = 0; w < n_warps; w += 2) {
+          const bool pair = w + 1 < n_warps;
+          dot += pair ? red_dot[i][w] + red_dot[i][w + 1] : red_dot[i][w];
+          ss += pair ? red_ss[i][w] + red_ss[i][w + 1] : red_ss[i][w];
+        }
+      } else {  // the warps' partials in ascending order
+        for (int w = 0; w < n_warps; ++w) {
+          dot += red_dot[i][w];
+          ss += red_ss[i][w];
+        }
+      }
+      score[i] = dot * drsqrt(ss / static_cast<float>(a.h) + a.eps);
+    }
+    __syncwarp();
+    const float kNegInf = -__int_as_float(0x7f800000);
+    float run_sum = 0.0f;  // the fallback's softmax denominator
+    if constexpr (!kFallback) {
+      float mx = kNegInf;
+      for (int i = lane; i < n_src; i += 32) mx = score[i] > mx ? score[i] : mx;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        const float o = __shfl_xor_sync(0xffffffffu, mx, off);
+        mx = o > mx ? o : mx;
+      }
+      mx = __shfl_sync(0xffffffffu, mx, 0);
+      const float e_lo = lane < n_src ? dexp(score[lane] - mx) : 0.0f;
+      const float e_hi = lane + 32 < n_src ? dexp(score[lane + 32] - mx) : 0.0f;
+      const float sum = __shfl_sync(0xffffffffu, warp_sum_halving(e_lo + e_hi), 0);
+      if (lane < n_src) weight[lane] = e_lo / sum;
+      if (lane + 32 < n_src) weight[lane + 32] = e_hi / sum;
+    } else {
+      // Online softmax over tiles of BLOCK_L sources: source i's tile uses the running
+      // maximum of every score up to its tile's end; a tile's start rescales by
+      // exp(previous maximum - new maximum); the denominator runs in source order.
+      const int bl = a.block_l;
+      for (int i = lane; i < n_src; i += 32) {
+        const int start = i / bl * bl, end = min(start + bl, n_src);
+        float run_max = kNegInf, prev_max = kNegInf;
+        for (int q = 0; q < end; ++q) {
+          run_max = score[q] > run_max ? score[q] : run_max;
+          if (q + 1 == start) prev_max = run_max;
+        }
+        weight[i] = dexp(score[i] - run_max);
+        rescale[i] = dexp(prev_max - run_max);
+        starts[i] = i == start;
+      }
+      __syncwarp();
+      if (lane == 0) {
+        for (int i = 0; i < n_src; ++i) {
+          if (starts[i]) run_sum *= rescale[i];
+          run_sum += weight[i];
+        }
+      }
+      run_sum = __shfl_sync(0xffffffffu, run_sum, 0);
+    }
+    __syncwarp();
+
+    // Mixture m over the sources. The fallback's tile start rescales m by exp(previous
+    // maximum - new maximum); a rescale by exactly 1 (the running maximum unchanged) leaves
+    // every value as it is and is skipped (every lane reads the same factor).
+    if constexpr (NREG > 0) {
+      // Sources outer, this thread's groups inner: a source's weight (and rescale) is read
+      // once; every element still sums its sources in source order.
+#pragma unroll
+      for (int k = 0; k < G; ++k)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) m0[k][j] = 0.0f;
+      each_source([&](int i, const Raw<VEC>(&cached)[G], bool use_cached) {
+        if constexpr (kFallback) {
+          if (starts[i] && rescale[i] != 1.0f) {
+            const float r = rescale[i];
+#pragma unroll
+            for (int k = 0; k < G; ++k)
+#pragma unroll
+              for (int j = 0; j < VEC; ++j) m0[k][j] *= r;
+          }
+        }
+        const float e = weight[i];
 #pragma unroll
         for (int k = 0; k < G; ++k) {
-          float nw[VEC], pw[VEC];
-          nw0[k].get(nw);
-          pw0[k].get(pw);
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) nwpw0[k][j] = nw[j] * pw[j];
-        }
-      }
-      each_source([&](int i, const Raw<VEC>(&cached)[G], bool use_cached) {
-        float dot = 0.0f, ss = 0.0f;
-        float dl[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int k = 0; k < per_thread; ++k) {
           const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
           if (g >= a.groups) break;
-          const int64_t c = g * VEC;
-          float v[VEC], nwpw[VEC];
-          source(i, k, c, cached, use_cached, v);
-          if constexpr (NREG > 0) {
+          float v[VEC];
+          source(i, k, g * VEC, cached, use_cached, v);
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) nwpw[j] = nwpw0[k][j];
-          } else {
-            float nw[VEC], pw[VEC];
-            load<VEC>(a.norm_w + c, nw);
-            load<VEC>(a.proj_w + c, pw);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) nwpw[j] = nw[j] * pw[j];
-          }
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            if constexpr (kFallback) {
-              dl[j % 4] += v[j] * nwpw[j];
-              sl[j % 4] += v[j] * v[j];
-            } else {
-              dot += v[j] * nwpw[j];
-              ss += v[j] * v[j];
-            }
-          }
-        }
-        if constexpr (kFallback) {
-          dot = (dl[0] + dl[1]) + (dl[2] + dl[3]);
-          ss = (sl[0] + sl[1]) + (sl[2] + sl[3]);
-        }
-        dot = warp_sum<kFallback>(dot);
-        ss = warp_sum<kFallback>(ss);
-        if (lane == 0) {
-          red_dot[i][warp] = dot;
-          red_ss[i][warp] = ss;
+          for (int j = 0; j < VEC; ++j) m0[k][j] = __fmaf_rn(e, v[j], m0[k][j]);
         }
       });
-      __syncthreads();
-      // The softmax's scalars, computed once per warp with one source per lane (two past 32
-      // sources), into this warp's rows; every warp computes the same values in the same
-      // order, so every thread reads the same weights without a second meeting.
-      float* const score = score_of[warp];
-      float* const weight = weight_of[warp];    // native: a_i; fallback: e_i of its tile
-      float* const rescale = rescale_of[warp];  // fallback: the rescale at a tile's start
-      bool* const starts = starts_of[warp];
-      for (int i = lane; i < n_src; i += 32) {
-        float dot = 0.0f, ss = 0.0f;
-        if constexpr (kFallback) {  // the warps' partials by adjacent pairs, then in order
-          for (int w = 0; w < n_warps; w += 2) {
-            const bool pair = w + 1 < n_warps;
-            dot += pair ? red_dot[i][w] + red_dot[i][w + 1] : red_dot[i][w];
-            ss += pair ? red_ss[i][w] + red_ss[i][w + 1] : red_ss[i][w];
-          }
-        } else {  // the warps' partials in ascending order
-          for (int w = 0; w < n_warps; ++w) {
-            dot += red_dot[i][w];
-            ss += red_ss[i][w];
-          }
-        }
-        score[i] = dot * drsqrt(ss / static_cast<float>(a.h) + a.eps);
-      }
-      __syncwarp();
-      const float kNegInf = -__int_as_float(0x7f800000);
-      float run_sum = 0.0f;  // the fallback's softmax denominator
-      if constexpr (!kFallback) {
-        float mx = kNegInf;
-        for (int i = lane; i < n_src; i += 32) mx = score[i] > mx ? score[i] : mx;
+      if constexpr (kFallback) {
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-          const float o = __shfl_xor_sync(0xffffffffu, mx, off);
-          mx = o > mx ? o : mx;
-        }
-        mx = __shfl_sync(0xffffffffu, mx, 0);
-        const float e_lo = lane < n_src ? dexp(score[lane] - mx) : 0.0f;
-        const float e_hi = lane + 32 < n_src ? dexp(score[lane + 32] - mx) : 0.0f;
-        const float sum = __shfl_sync(0xffffffffu, warp_sum_halving(e_lo + e_hi), 0);
-        if (lane < n_src) weight[lane] = e_lo / sum;
-        if (lane + 32 < n_src) weight[lane + 32] = e_hi / sum;
-      } else {
-        // Online softmax over tiles of BLOCK_L sources: source i's tile uses the running
-        // maximum of every score up to its tile's end; a tile's start rescales by
-        // exp(previous maximum - new maximum); the denominator runs in source order.
-        const int bl = a.block_l;
-        for (int i = lane; i < n_src; i += 32) {
-          const int start = i / bl * bl, end = min(start + bl, n_src);
-          float run_max = kNegInf, prev_max = kNegInf;
-          for (int q = 0; q < end; ++q) {
-            run_max = score[q] > run_max ? score[q] : run_max;
-            if (q + 1 == start) prev_max = run_max;
-          }
-          weight[i] = dexp(score[i] - run_max);
-          rescale[i] = dexp(prev_max - run_max);
-          starts[i] = i == start;
-        }
-        __syncwarp();
-        if (lane == 0) {
-          for (int i = 0; i < n_src; ++i) {
-            if (starts[i]) run_sum *= rescale[i];
-            run_sum += weight[i];
-          }
-        }
-        run_sum = __shfl_sync(0xffffffffu, run_sum, 0);
+        for (int k = 0; k < G; ++k)
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) m0[k][j] = m0[k][j] / run_sum;
       }
-      __syncwarp();
-
-      // Mixture m over the sources, group by group.
+    } else {
 #pragma unroll
       for (int k = 0; k < per_thread; ++k) {
         const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
@@ -541,7 +566,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
         for (int j = 0; j < VEC; ++j) m[j] = 0.0f;
         each_source([&](int i, const Raw<VEC>(&cached)[G], bool use_cached) {
           if constexpr (kFallback) {
-            if (starts[i]) {  // a new tile of BLOCK_L sources
+            if (starts[i] && rescale[i] != 1.0f) {  // a new tile of BLOCK_L sources
               const float r = rescale[i];
 #pragma unroll
               for (int j = 0; j < VEC; ++j) m[j] *= r;
@@ -551,114 +576,99 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
           float v[VEC];
           source(i, k, c, cached, use_cached, v);
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) m[j] += e * v[j];
+          for (int j = 0; j < VEC; ++j) m[j] = __fmaf_rn(e, v[j], m[j]);
         });
         if constexpr (kFallback) {
 #pragma unroll
           for (int j = 0; j < VEC; ++j) m[j] = m[j] / run_sum;
         }
-        if constexpr (NREG > 0) {
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) m0[k][j] = m[j];
-        } else {
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) mix[c + j] = m[j];
-        }
+        for (int j = 0; j < VEC; ++j) mix[c + j] = m[j];
       }
     }
+  }
 
-    // This thread's mixture values of group k.
-    auto mixture = [&](int k, int64_t c, float* m) {
-      if constexpr (NREG > 0) {
+  // This thread's mixture values of group k.
+  auto mixture = [&](int k, int64_t c, float* m) {
+    if constexpr (NREG > 0) {
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) m[j] = m0[k][j];
-      } else {
+      for (int j = 0; j < VEC; ++j) m[j] = m0[k][j];
+    } else {
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) m[j] = mix[c + j];
-      }
-    };
+      for (int j = 0; j < VEC; ++j) m[j] = mix[c + j];
+    }
+  };
 
-    // Output: rmsnorm with out_w (the second meeting), or m itself. The register kernel
-    // loads out_w before the meeting, so that the load waits alongside it.
-    if constexpr (NREG > 0) load_weights(false, true);
-    float r = 1.0f;
+  // Output: rmsnorm with out_w (the second meeting), or m itself. The register kernel
+  // loads out_w before the meeting, so that the load waits alongside it.
+  if constexpr (NREG > 0) {
     if (a.out_w != nullptr) {
-      float ss = 0.0f, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int k = 0; k < per_thread; ++k) {
+      for (int k = 0; k < G; ++k) {
         const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (g >= a.groups) break;
-        float m[VEC];
-        mixture(k, g * VEC, m);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          if constexpr (kFallback) {
-            sl[j % 4] += m[j] * m[j];
-          } else {
-            ss += m[j] * m[j];
-          }
-        }
+        if (g < a.groups) ow0[k].load(a.out_w + g * VEC);
       }
-      if constexpr (kFallback) ss = (sl[0] + sl[1]) + (sl[2] + sl[3]);
-      ss = warp_sum<kFallback>(ss);
-      if (lane == 0) red_out[warp] = ss;
-      __syncthreads();
-      ss = warp_sum<kFallback>(lane < n_warps ? red_out[lane] : 0.0f);
-      ss = __shfl_sync(0xffffffffu, ss, 0);
-      r = drsqrt(ss / static_cast<float>(a.h) + a.out_eps);
     }
+  }
+  float r = 1.0f;
+  if (a.out_w != nullptr) {
+    float ss = 0.0f, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int k = 0; k < per_thread; ++k) {
       const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
       if (g >= a.groups) break;
-      const int64_t c = g * VEC;
-      float m[VEC], o[VEC];
-      mixture(k, c, m);
-      if (a.out_w != nullptr) {
-        float w[VEC];
-        if constexpr (NREG > 0) {
-          ow0[k].get(w);
+      float m[VEC];
+      mixture(k, g * VEC, m);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        if constexpr (kFallback) {
+          sl[j % 4] = __fmaf_rn(m[j], m[j], sl[j % 4]);
         } else {
-          load<VEC>(a.out_w + c, w);
+          ss = __fmaf_rn(m[j], m[j], ss);
         }
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) o[j] = kFallback ? (m[j] * w[j]) * r : (m[j] * r) * w[j];
-      } else {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) o[j] = m[j];
       }
-      store<VEC>(a.out + t * a.h + c, o);
     }
-    if constexpr (kSched == kPerToken) break;  // one token a block: no loop to carry
-  }                                            // tokens
+    if constexpr (kFallback) ss = (sl[0] + sl[1]) + (sl[2] + sl[3]);
+    ss = warp_sum<kFallback>(ss);
+    if (lane == 0) red_out[warp] = ss;
+    __syncthreads();
+    ss = warp_sum<kFallback>(lane < n_warps ? red_out[lane] : 0.0f);
+    ss = __shfl_sync(0xffffffffu, ss, 0);
+    r = drsqrt(ss / static_cast<float>(a.h) + a.out_eps);
+  }
+#pragma unroll
+  for (int k = 0; k < per_thread; ++k) {
+    const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (g >= a.groups) break;
+    const int64_t c = g * VEC;
+    float m[VEC], o[VEC];
+    mixture(k, c, m);
+    if (a.out_w != nullptr) {
+      float w[VEC];
+      if constexpr (NREG > 0) {
+        ow0[k].get(w);
+      } else {
+        load<VEC>(a.out_w + c, w);
+      }
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o[j] = kFallback ? (m[j] * w[j]) * r : (m[j] * r) * w[j];
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o[j] = m[j];
+    }
+    store<VEC>(a.out + t * a.h + c, o);
+  }
 }
 
-// Blocks of `kernel` (at `threads` threads and `smem` dynamic bytes) resident on the
-// current device at once: the persistent schedules' grid.
-// Remembered per (kernel, threads, dynamic bytes, device), and the dynamic shared memory
-// allowed so far per (kernel, device): both are host calls a 64-token call cannot afford each time.
+// The dynamic shared memory allowed so far per (kernel, device): asking is a host call a
+// 64-token call cannot afford each time.
 struct LaunchCache {
   std::mutex mu;
-  std::map<std::tuple<const void*, int, size_t, int>, int> resident;
   std::map<std::pair<const void*, int>, size_t> smem_allowed;
 };
 LaunchCache& launch_cache() {
   static LaunchCache c;
   return c;
-}
-
-int resident_blocks(const void* kernel, int threads, size_t smem) {
-  int device = 0;
-  SPLITCHECK_CUDA_CHECK(cudaGetDevice(&device));
-  LaunchCache& c = launch_cache();
-  std::lock_guard<std::mutex> lock(c.mu);
-  const auto key = std::make_tuple(kernel, threads, smem, device);
-  if (auto it = c.resident.find(key); it != c.resident.end()) return it->second;
-  int sms = 0, per_sm = 0;
-  SPLITCHECK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  SPLITCHECK_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  return c.resident[key] = sms * per_sm;
 }
 
 // Lets `kernel` use `smem` bytes of dynamic shared memory (beyond 48 KiB needs asking).
@@ -674,53 +684,17 @@ void allow_smem(const void* kernel, size_t smem) {
   allowed = smem;
 }
 
-template <bool kFallback, int VEC, int NREG, int kSched>
+// One block per token.
+template <bool kFallback, int VEC, int NREG>
 void launch_kernel(const Params& a, unsigned threads, size_t smem) {
-  auto* kernel = attn_res_kernel<kFallback, VEC, NREG, kSched>;
-  // The mixture or the staged rows in shared memory, beyond the static arrays.
+  auto* kernel = attn_res_kernel<kFallback, VEC, NREG>;
+  // The general kernel's mixture in shared memory, beyond the static arrays.
   if (smem > 0) allow_smem(reinterpret_cast<const void*>(kernel), smem);
-  auto blocks = static_cast<int64_t>(a.tokens);
-  if constexpr (kSched != kPerToken) {
-    const int resident =
-        resident_blocks(reinterpret_cast<const void*>(kernel), static_cast<int>(threads), smem);
-    if (resident < 1) throw std::runtime_error("attn_res on CUDA: the schedule fits no SM");
-    blocks = blocks < resident ? blocks : resident;
-  }
-  kernel<<<static_cast<unsigned>(blocks), threads, smem, stream()>>>(a);
-}
-
-// The register kernel under `schedule`: kPrefetch stages its rows in shared memory, 16
-// bytes at a time, so at VEC 1 it runs as kPersistent (the same bits either way).
-template <bool kFallback, int VEC>
-void launch_register(const Params& a, unsigned threads, AttnResSchedule schedule) {
-  const int staged_bank = a.nb < kRegRows ? a.nb : kRegRows;
-  const size_t stage = static_cast<size_t>(1 + (a.delta != nullptr ? 1 : 0) + staged_bank) *
-                       static_cast<size_t>(a.h) * sizeof(uint16_t);
-  if constexpr (kFallback) {  // the fallback runs one token a block
-    (void)stage;
-    launch_kernel<kFallback, VEC, kRegRows, kPerToken>(a, threads, 0);
-  } else {
-    switch (schedule) {
-      case AttnResSchedule::kPerToken:
-        launch_kernel<kFallback, VEC, kRegRows, kPerToken>(a, threads, 0);
-        return;
-      case AttnResSchedule::kPersistent:
-        launch_kernel<kFallback, VEC, kRegRows, kPersistent>(a, threads, 0);
-        return;
-      case AttnResSchedule::kPrefetch:
-        if constexpr (VEC == 8) {
-          launch_kernel<kFallback, VEC, kRegRows, kPrefetch>(a, threads, stage);
-        } else {
-          launch_kernel<kFallback, VEC, kRegRows, kPersistent>(a, threads, 0);
-        }
-        return;
-    }
-    throw std::runtime_error("attn_res on CUDA: unknown schedule");
-  }
+  kernel<<<static_cast<unsigned>(a.tokens), threads, smem, stream()>>>(a);
 }
 
 template <bool kFallback>
-void launch(AttnResArgs& args, AttnResSchedule schedule) {
+void launch(AttnResArgs& args) {
   const int64_t t_count = args.prefix->dim(0);
   const int64_t h = args.prefix->dim(1);
   if (args.nb + 1 > kMaxSources)
@@ -761,9 +735,9 @@ void launch(AttnResArgs& args, AttnResSchedule schedule) {
       a.per_thread = kRegGroups;
       const auto n = static_cast<unsigned>(reg_threads);
       if (vec == 8) {
-        launch_register<kFallback, 8>(a, n, schedule);
+        launch_kernel<kFallback, 8, kRegRows>(a, n, 0);
       } else {
-        launch_register<kFallback, 1>(a, n, schedule);
+        launch_kernel<kFallback, 1, kRegRows>(a, n, 0);
       }
     } else {
       const int threads = threads_for(a.groups);
@@ -771,9 +745,9 @@ void launch(AttnResArgs& args, AttnResSchedule schedule) {
       const auto n = static_cast<unsigned>(threads);
       const size_t smem = static_cast<size_t>(h) * sizeof(float);
       if (vec == 8) {
-        launch_kernel<kFallback, 8, 0, kPerToken>(a, n, smem);
+        launch_kernel<kFallback, 8, 0>(a, n, smem);
       } else {
-        launch_kernel<kFallback, 1, 0, kPerToken>(a, n, smem);
+        launch_kernel<kFallback, 1, 0>(a, n, smem);
       }
     }
   }
@@ -782,22 +756,7 @@ void launch(AttnResArgs& args, AttnResSchedule schedule) {
 
 }  // namespace
 
-const char* attn_res_schedule_name(AttnResSchedule schedule) {
-  switch (schedule) {
-    case AttnResSchedule::kPerToken:
-      return "per_token";
-    case AttnResSchedule::kPersistent:
-      return "persistent";
-    case AttnResSchedule::kPrefetch:
-      return "prefetch";
-  }
-  return "unknown";
-}
-
-void attn_res_native_scheduled(AttnResArgs& args, AttnResSchedule schedule) {
-  launch<false>(args, schedule);
-}
-void attn_res_native(AttnResArgs& args) { launch<false>(args, kNativeAttnResSchedule); }
-void attn_res_fallback(AttnResArgs& args) { launch<true>(args, AttnResSchedule::kPerToken); }
+void attn_res_native(AttnResArgs& args) { launch<false>(args); }
+void attn_res_fallback(AttnResArgs& args) { launch<true>(args); }
 
 }  // namespace splitcheck::cuda

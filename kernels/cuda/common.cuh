@@ -3,6 +3,7 @@
 // block reductions with fixed orders. Every CUDA source is compiled with --fmad=false.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -77,6 +78,16 @@ __device__ __forceinline__ uint16_t f_to_bf(float x) {
 }
 
 __device__ __forceinline__ float round_bf(float x) { return bf_to_f(f_to_bf(x)); }
+
+// f_to_bf of two values, packed (lo in the low half): the hardware's round-to-nearest-even
+// conversion, one instruction for both, which f_to_bf equals on every non-NaN input; a NaN
+// takes f_to_bf itself, which keeps its payload quieted.
+__device__ __forceinline__ uint32_t pack_bf2(float lo, float hi) {
+  if (isnan(lo) || isnan(hi)) [[unlikely]]
+    return static_cast<uint32_t>(f_to_bf(lo)) | (static_cast<uint32_t>(f_to_bf(hi)) << 16);
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
 
 // kernels/math.h's fmath::exp, operation for operation.
 __device__ __forceinline__ float dexp(float x) {

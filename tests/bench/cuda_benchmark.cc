@@ -4,9 +4,6 @@
 // 10 rows read (prefix, delta, 8 bank rows) and 2 written (prefix, out), 12 x H x 2 bytes.
 // The copy moves the same bytes (half read, half written), timed the same way (each call
 // waits for the device). Without a CUDA build or device it says so and runs nothing.
-// BM_CudaAttnResSchedule measures the native kernel under every schedule
-// (cuda::AttnResSchedule, all giving the same bits); the one attn_res_native runs
-// (cuda::kNativeAttnResSchedule) is labelled "production".
 //
 //   ./cuda_benchmark                       # all
 //   ./cuda_benchmark --benchmark_filter=AttnRes
@@ -20,7 +17,6 @@
 #include "kernels/ops.h"
 #include "reference/weights.h"
 #ifdef SPLITCHECK_HAVE_CUDA
-#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/runtime.h"
 #endif
 
@@ -60,18 +56,8 @@ void BM_CudaCopy(benchmark::State& state) {
                           static_cast<int64_t>(bytes));
 }
 
-// Runs one attn_res call on `a`: the registry's variant, or the native kernel under a
-// schedule when `schedule` is set.
-using AttnResCall = void (*)(AttnResArgs* a, const char* variant, int schedule);
-void registry_call(AttnResArgs* a, const char* variant, int) {
-  run_variant("attn_res", variant, a);
-}
-void schedule_call(AttnResArgs* a, const char*, int schedule) {
-  cuda::attn_res_native_scheduled(*a, static_cast<cuda::AttnResSchedule>(schedule));
-}
-
-void measure_attn_res(benchmark::State& state, AttnResCall call, const char* variant,
-                      int schedule) {
+// One registry attn_res call (`variant`) per iteration.
+void BM_CudaAttnRes(benchmark::State& state, const char* variant) {
   const int64_t t = state.range(0);
   Tensor prefix = pattern({t, kH}, 1, 1.0f);
   Tensor delta = Tensor::zeros(DType::kBF16, {t, kH}, Device::kCuda);  // keeps P unchanged
@@ -83,9 +69,9 @@ void measure_attn_res(benchmark::State& state, AttnResCall call, const char* var
   const std::vector<int> sizes = {static_cast<int>(kH)};
   AttnResArgs a{&prefix,   &delta, &bank, &norm_w, &proj_w, &out_w,
                 kBankRows, -1,     1e-6f, 1e-6f,   sizes,   &out};
-  call(&a, variant, schedule);  // warm-up
+  run_variant("attn_res", variant, &a);  // warm-up
   const auto t0 = std::chrono::steady_clock::now();
-  for (auto _ : state) call(&a, variant, schedule);
+  for (auto _ : state) run_variant("attn_res", variant, &a);
   const double call_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
       static_cast<double>(state.iterations());
@@ -97,15 +83,6 @@ void measure_attn_res(benchmark::State& state, AttnResCall call, const char* var
   state.counters["fraction_of_copy"] = copy_s / call_s;
 }
 
-void BM_CudaAttnRes(benchmark::State& state, const char* variant) {
-  measure_attn_res(state, registry_call, variant, 0);
-}
-
-void BM_CudaAttnResSchedule(benchmark::State& state, cuda::AttnResSchedule schedule) {
-  measure_attn_res(state, schedule_call, "native", static_cast<int>(schedule));
-  if (schedule == cuda::kNativeAttnResSchedule) state.SetLabel("production");
-}
-
 BENCHMARK(BM_CudaCopy)->Arg(64)->Arg(1024)->Arg(8192)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CudaAttnRes, native, "native")
     ->Arg(64)
@@ -114,24 +91,6 @@ BENCHMARK_CAPTURE(BM_CudaAttnRes, native, "native")
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CudaAttnRes, fallback, "fallback")
-    ->Arg(64)
-    ->Arg(1024)
-    ->Arg(8192)
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_CudaAttnResSchedule, per_token, cuda::AttnResSchedule::kPerToken)
-    ->Arg(64)
-    ->Arg(1024)
-    ->Arg(8192)
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_CudaAttnResSchedule, persistent, cuda::AttnResSchedule::kPersistent)
-    ->Arg(64)
-    ->Arg(1024)
-    ->Arg(8192)
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_CudaAttnResSchedule, prefetch, cuda::AttnResSchedule::kPrefetch)
     ->Arg(64)
     ->Arg(1024)
     ->Arg(8192)
