@@ -31,7 +31,8 @@
 //   fallback — four interleaved lanes per thread joined as (l0 + l1) + (l2 + l3), sums by
 //              adjacent pairs (offsets 1, 2, 4, 8, 16) within a warp and the warps'
 //              partials by adjacent pairs (order B), an online softmax over tiles of
-//              BLOCK_L sources (attn_res_fallback_block_l: the BLOCK_L rule), output scale
+//              BLOCK_L sources (attn_res_fallback_block_l: the BLOCK_L rule), the mixture
+//              times the reciprocal of the softmax's denominator, output scale
 //              (m * out_w) * r.
 #include <cstdint>
 #include <map>
@@ -477,6 +478,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
     __syncwarp();
     const float kNegInf = -__int_as_float(0x7f800000);
     float run_sum = 0.0f;  // the fallback's softmax denominator
+    float inv_sum = 1.0f;  // and its reciprocal
     if constexpr (!kFallback) {
       float mx = kNegInf;
       for (int i = lane; i < n_src; i += 32) mx = score[i] > mx ? score[i] : mx;
@@ -515,6 +517,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
         }
       }
       run_sum = __shfl_sync(0xffffffffu, run_sum, 0);
+      inv_sum = 1.0f / run_sum;  // the mixture is scaled by it: one division a thread
     }
     __syncwarp();
 
@@ -553,7 +556,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
 #pragma unroll
         for (int k = 0; k < G; ++k)
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) m0[k][j] = m0[k][j] / run_sum;
+          for (int j = 0; j < VEC; ++j) m0[k][j] = m0[k][j] * inv_sum;
       }
     } else {
 #pragma unroll
@@ -580,7 +583,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
         });
         if constexpr (kFallback) {
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) m[j] = m[j] / run_sum;
+          for (int j = 0; j < VEC; ++j) m[j] = m[j] * inv_sum;
         }
 #pragma unroll
         for (int j = 0; j < VEC; ++j) mix[c + j] = m[j];
