@@ -259,17 +259,16 @@ std::vector<PayloadRef> job_payloads(const StageJob& job) {
 Status take_job_payloads(StageJob& job, std::vector<std::vector<std::byte>> payloads,
                          std::vector<Tensor> bodies) {
   if (payloads.size() != bodies.size())
-    return internal_error(fmt::format("{} payloads arrived with {} bodies", payloads.size(),
-                                      bodies.size()));
+    return internal_error(
+        fmt::format("{} payloads arrived with {} bodies", payloads.size(), bodies.size()));
   if (job.kind == JobKind::kBatch) {
     job.payloads = std::move(payloads);
     job.bodies = std::move(bodies);
     return Status::ok();
   }
   if (payloads.size() != 1)
-    return internal_error(fmt::format(
-        "a job of kind {} takes one payload; {} arrived", static_cast<int>(job.kind),
-        payloads.size()));
+    return internal_error(fmt::format("a job of kind {} takes one payload; {} arrived",
+                                      static_cast<int>(job.kind), payloads.size()));
   job.payload = std::move(payloads.front());
   job.body = std::move(bodies.front());
   return Status::ok();

@@ -142,7 +142,8 @@ bool get_holdings(WireReader& r, StageHoldings& h) {
 // alike.
 std::vector<std::byte> job_message(const StageJob& job, PayloadChannel& channel) {
   std::vector<std::vector<std::byte>> announcements;
-  for (const PayloadRef& p : job_payloads(job)) announcements.push_back(channel.announce(*p.bytes, *p.body));
+  for (const PayloadRef& p : job_payloads(job))
+    announcements.push_back(channel.announce(*p.bytes, *p.body));
   return frame_job_message(encode_job_envelope(job), announcements);
 }
 
@@ -736,9 +737,9 @@ Result<JobMessage> unframe_job_message(const std::vector<std::byte>& message) {
           message.size(), i + 1, count, n));
   }
   if (rd.remaining() != 0)
-    return internal_error(fmt::format(
-        "malformed job message of {} bytes: {} bytes past its last announcement",
-        message.size(), rd.remaining()));
+    return internal_error(
+        fmt::format("malformed job message of {} bytes: {} bytes past its last announcement",
+                    message.size(), rd.remaining()));
   return out;
 }
 

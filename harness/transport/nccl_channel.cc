@@ -166,8 +166,8 @@ class NcclChannel : public PayloadChannel {
           return internal_error(fmt::format("receive buffer of {} bytes: {}", n, e.what()));
         }
       }
-      RETURN_IF_ERROR(nccl_status(
-          ncclRecv(buffer.data<void>(), n, ncclUint8, from, comm_, stream_), "ncclRecv"));
+      RETURN_IF_ERROR(nccl_status(ncclRecv(buffer.data<void>(), n, ncclUint8, from, comm_, stream_),
+                                  "ncclRecv"));
       RETURN_IF_ERROR(
           wait(timeout_s, fmt::format("ncclRecv of a {}-byte body from rank {}", n, from)));
       got.body = buffer.rows(0, elements);

@@ -175,7 +175,8 @@ int run(int argc, char** argv) {
     };
     auto channel_once = [&]() -> ChannelPayload {
       if (rank == 0) {
-        if (!(*channel)->send(1, header, body, w.timeout_s, {}).is_ok()) MPI_Abort(MPI_COMM_WORLD, 3);
+        if (!(*channel)->send(1, header, body, w.timeout_s, {}).is_ok())
+          MPI_Abort(MPI_COMM_WORLD, 3);
         return {};
       }
       return channel_receive(announcement);

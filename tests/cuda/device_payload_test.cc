@@ -132,8 +132,9 @@ TEST(CudaDevicePayload, AServingStepsSegmentsSplitAndReadAsTheHostPathsBytes) {
   ASSERT_TRUE(from_host.is_ok()) << from_host.status().message();
   ASSERT_TRUE(from_dev.is_ok()) << from_dev.status().message();
   for (size_t i = 0; i < n; ++i)
-    EXPECT_TRUE((*from_dev)[i].head.logits.to(Device::kCpu).bit_equal(
-        (*from_host)[i].head.logits.to(Device::kCpu)))
+    EXPECT_TRUE((*from_dev)[i]
+                    .head.logits.to(Device::kCpu)
+                    .bit_equal((*from_host)[i].head.logits.to(Device::kCpu)))
         << "segment " << i;
 
   // The arrival checks hold for a segment's body too: one element short is refused.

@@ -509,9 +509,8 @@ TEST(ServingScenario, RefusesWhatCouldNeverBeServed) {
       if (st.is_ok()) continue;
       EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
       EXPECT_EQ(st.message().find("/serving"), std::string::npos) << st.message();
-      const bool names_what_is_missing =
-          st.message().find("/backend") != std::string::npos ||
-          st.message().find("/transport") != std::string::npos;
+      const bool names_what_is_missing = st.message().find("/backend") != std::string::npos ||
+                                         st.message().find("/transport") != std::string::npos;
       EXPECT_TRUE(names_what_is_missing) << backend << "/" << transport << ": " << st.message();
       // The cpu backend over inproc always runs.
       EXPECT_FALSE(backend == "cpu" && transport == "inproc") << st.message();
