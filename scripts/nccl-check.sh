@@ -5,8 +5,18 @@
 #      compared with PP=1, and the same sweep in-process (inproc) for the wall time; then
 #      the same scenario with backend cuda (stages compute on their GPUs) over NCCL;
 #   2. every committed fault scenario over NCCL: its expect must be met (every fault caught).
-#      A scenario with more stages than GPUs (partition.remainder_dropped: PP=4) cannot run
-#      over NCCL (one rank per GPU): it must be refused cleanly, exit 2 naming the problem;
+#      One with more stages than GPUs runs on one rank per GPU: partition.remainder_dropped's
+#      PP=4 partition is rejected at configuration, before any stage is built, so it gives
+#      its verdict on 2 ranks. Then two refusals, each exit 2 naming the counts: more ranks
+#      than GPUs (NCCL takes one GPU per rank), and a partition that would run with more
+#      stages than ranks (pp3-pairwise on 2 ranks);
+#   2b. serving over NCCL, each scenario trimmed to 8 requests at split point 13 (a serving
+#      step's segment payloads travel through the channel as a forward's payload does):
+#      serving.json with stages on the CPU, and (with the CUDA backend) on their GPUs over
+#      NCCL (device bodies) and over mpi, each against the same sweep in-process (the
+#      reports must agree but for times and the transport's name); the three serving fault
+#      scenarios over NCCL, stages on the CPU, each meeting its trimmed expect (the fault
+#      caught at split-13 by its check) and agreeing with in-process;
 #   3. (K3_SHAPE=1) scenarios/gpu/k3-shape-nccl.json: 8 spread split points of k3-shape
 #      over NCCL, against the same sweep on one GPU (inproc);
 #   4. the payload bandwidth: the channel's device path (the split payload's body sent from
@@ -110,41 +120,117 @@ PY
   sweep default-cuda-nccl 2 nccl "$out/default-cuda.json"
 fi
 
-# refused NAME NP SCENARIO: a sweep that must be refused cleanly over NCCL (exit 2, naming
-# the problem), e.g. more stages than GPUs; its log is kept.
+# refused NAME NP SCENARIO WHAT: a sweep that must be refused cleanly over NCCL (exit 2,
+# rank 0 saying WHAT, a fixed string naming the counts); its log is kept.
 refused() {
-  local name="$1" np="$2" scenario="$3" rc=0
+  local name="$1" np="$2" scenario="$3" what="$4" rc=0
   "${mpirun[@]}" -np "$np" "$bin" sweep "$scenario" --transport nccl --report "$out/$name" \
     >"$out/$name.txt" 2>&1 || rc=$?
-  # The refusal as rank 0 printed it: the scenario file, the ranks and the GPUs.
   local said
-  said="$(grep -m1 -o 'error: .*needs one GPU per rank' "$out/$name.txt" || true)"
+  said="$(grep -m1 -F "$what" "$out/$name.txt" | sed 's/^.*error: //' || true)"
   local verdict="refused cleanly (exit 2): ${said:-no message}"
   if [[ $rc -ne 2 || -z "$said" ]]; then
-    verdict="NOT REFUSED CLEANLY (exit $rc; see $out/$name.txt)"
+    verdict="NOT REFUSED CLEANLY (exit $rc, expected: $what; see $out/$name.txt)"
     failed=1
   fi
   rows+=("$(printf '%-34s %-7s %5s %10s  %s' "$name" "nccl" "$rc" "-" "$verdict")")
   echo "${rows[-1]}"
 }
 
+# same_as NAME OTHER: whether sweep NAME's report equals sweep OTHER's (in-process) but for
+# times, the command, the host and the transport's name: the verdict, counts, every case's
+# verdict, failed checks and message, the reuse figures. A row of its own.
+same_as() {
+  local name="$1" other="$2" said rc=0
+  said="$(python3 - "$out/$name/report.json" "$out/$other/report.json" <<'PY'
+import json, sys
+def strip(path):
+    r = json.load(open(path))
+    for k in ("timing", "command", "provenance"):
+        r.pop(k, None)
+    r["scenario"].pop("sha256", None)
+    r["scenario"]["resolved"].pop("transport", None)
+    for c in r["cases"]:
+        c.pop("seconds", None)
+    return r
+try:
+    a, b = strip(sys.argv[1]), strip(sys.argv[2])
+except Exception as e:
+    print(f"CANNOT COMPARE: {e}")
+    sys.exit(1)
+if a != b:
+    print("REPORT DIFFERS in: " + ", ".join(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)))
+    sys.exit(1)
+print(f"same report: {a['verdict']}; " + ", ".join(
+    f"{c['key']} {c['verdict']}" + (f" ({', '.join(c['failed_checks'])})" if c.get('failed_checks') else "")
+    for c in a["cases"]))
+PY
+)" || rc=$?
+  [[ $rc -eq 0 ]] || failed=1
+  rows+=("$(printf '%-34s %-7s %5s %10s  %s' "$name" "=inproc" "-" "-" "$said (vs $other)")")
+  echo "${rows[-1]}"
+}
+
 echo "== nccl-check: every fault scenario over NCCL"
 for f in "$root"/scenarios/fault-*.json; do
   name="$(basename "$f" .json)"
-  # Serving scenarios run over inproc and mpi (refused over nccl, exit 2; CI sweeps them
-  # over mpi).
-  if grep -q '"serving"' "$f"; then
-    rows+=("$(printf '%-34s %-7s %5s %10s  %s' "$name" "nccl" "-" "-" "not run: serving runs over inproc and mpi, not nccl")")
-    continue
-  fi
+  # Serving fault scenarios run trimmed, below.
+  if grep -q '"serving"' "$f"; then continue; fi
   np="$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['partitions'].get('pp', 2))" "$f")"
-  if [[ "$np" -gt "$gpus" ]]; then
-    # More stages than GPUs: NCCL forbids two ranks of one communicator on one GPU.
-    refused "$name" "$np" "$f"
-    continue
-  fi
+  # One rank per GPU at most (NCCL forbids two ranks of one communicator on one GPU): a
+  # scenario with more stages runs on as many ranks as GPUs. A partition rejected at
+  # configuration needs no rank (partition.remainder_dropped's PP=4 gives its verdict on
+  # 2); one that would run is refused, exit 2 (below).
+  [[ "$np" -le "$gpus" ]] || np="$gpus"
   # A fault scenario exits 1 (a divergence found) when its expect is met; judge by expect.
   sweep "$name" "$np" nccl "$f" any-verdict
+done
+
+echo "== nccl-check: refusals over NCCL"
+refused more-ranks-than-gpus "$((gpus + 1))" "$root/scenarios/default.json" \
+  "needs one GPU per rank"
+refused fewer-ranks-than-stages 2 "$root/scenarios/pp3-pairwise.json" \
+  "has 3 stages, but the nccl transport has 2 rank(s)"
+
+echo "== nccl-check: serving over NCCL (8 requests at split point 13) against in-process"
+# trim SRC DST BACKEND: the serving scenario SRC with its first 8 requests at split point 13
+# on BACKEND, its expect rewritten for that one split point (conformant: identical there;
+# a fault scenario: diverged there, caught by the check its expect names).
+trim() {
+  python3 - "$@" <<'PY'
+import json, os, sys
+src, dst, backend = sys.argv[1], sys.argv[2], sys.argv[3]
+s = json.load(open(src))
+s["name"] = os.path.basename(dst)[:-5]
+s["backend"] = backend
+s["workload"]["file"] = os.path.join(os.path.dirname(src), s["workload"]["file"])
+s["workload"]["prompts"] = min(s["workload"].get("prompts", 8), 8)
+s["partitions"] = {"pp": 2, "splits": [[13]]}
+e = s["expect"]
+s["expect"] = ({"verdict": "conformant", "identical_splits": 1} if e["verdict"] == "conformant"
+               else {"verdict": "divergent", "diverged": ["split-13"], "caught_by": e["caught_by"]})
+json.dump(s, open(dst, "w"), indent=2)
+PY
+}
+trim "$root/scenarios/serving.json" "$out/serving.json" cpu
+sweep serving-inproc 1 inproc "$out/serving.json"
+sweep serving-nccl 2 nccl "$out/serving.json"
+same_as serving-nccl serving-inproc
+if [[ ${#cuda_flags[@]} -gt 0 ]]; then
+  trim "$root/scenarios/serving.json" "$out/serving-cuda.json" cuda
+  sweep serving-cuda-inproc 1 inproc "$out/serving-cuda.json"
+  sweep serving-cuda-nccl 2 nccl "$out/serving-cuda.json"
+  same_as serving-cuda-nccl serving-cuda-inproc
+  sweep serving-cuda-mpi 2 mpi "$out/serving-cuda.json"
+  same_as serving-cuda-mpi serving-cuda-inproc
+fi
+for f in "$root"/scenarios/fault-*.json; do
+  grep -q '"serving"' "$f" || continue
+  name="$(basename "$f" .json)"
+  trim "$f" "$out/$name.json" cpu
+  sweep "$name-inproc" 1 inproc "$out/$name.json" any-verdict
+  sweep "$name" 2 nccl "$out/$name.json" any-verdict
+  same_as "$name" "$name-inproc"
 done
 
 if [[ "${K3_SHAPE:-0}" == "1" ]]; then

@@ -38,7 +38,7 @@ done
 # the sweep and the gate (Gate*, SelfCheck, BisectTest), reports (ReportTest, KindsTest),
 # goldens (GoldenWorkflowTest, EnvironmentFingerprint), waivers (Waiver*), serving
 # (BatchInvariance, Scheduler, ServingSweep, ServingChecks, ServingScenario,
-# RequestStateTableTest), the mpi transport's messages (JobEnvelope, JobMessageTest; the
+# RequestStateTableTest), the mpi transport's messages (JobEnvelope, JobPayloads, JobMessageTest; the
 # tests that launch mpirun are left out: the ranks' leak reports name Open MPI's own
 # allocations and its unloaded plugins, not ours), kernels and the reference engine. Left out (long; their code is exercised above): CommittedScenario, EveryDumpLevel,
 # FaultSensitivity, MpiFaultTest, MpiSweepTest (launches mpirun), ServingFaults,

@@ -442,11 +442,15 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     return out;
   }
-  if (sends_device_payloads())
-    send_device_payload(req.index, T, st, taps, out);
-  else
-    out.payload = send_payload(req.index, T, st, taps);
+  hand_on_payload(req.index, T, out);
   return out;
+}
+
+void Stage::hand_on_payload(int32_t forward, int64_t T, StageOutput& out) const {
+  if (sends_device_payloads())
+    send_device_payload(forward, T, out.state, out.taps, out);
+  else
+    out.payload = send_payload(forward, T, out.state, out.taps);
 }
 
 }  // namespace splitcheck

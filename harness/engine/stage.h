@@ -131,12 +131,15 @@ class Stage {
   // layers. First the step's state updates (what the last stage's results asked for) are
   // applied to the stage's own per-request state table; then every segment runs on its
   // request's caches. `in` holds one payload per segment (ignored on the first stage);
-  // `records` and `traces` (one per segment, records may be null) receive what each
-  // segment's forward records. Returns one StageOutput per segment. The faults
-  // spec.rollback_last_stage_only, batch.stale_microbatch_state and
-  // prefill.chunk_token_dropped live on this path.
+  // `in_bodies`, where it holds a non-empty tensor for a segment, that segment's split
+  // payload's body (`in` then holds its header), as run() takes `in_body`. `records` and
+  // `traces` (one per segment, records may be null) receive what each segment's forward
+  // records. Returns one StageOutput per segment, its payload sent as run() sends one
+  // (split on the device path). The faults spec.rollback_last_stage_only,
+  // batch.stale_microbatch_state and prefill.chunk_token_dropped live on this path.
   Result<std::vector<StageOutput>> run_batch(const BatchRequest& batch,
                                              const std::vector<std::vector<std::byte>>& in,
+                                             const std::vector<Tensor>& in_bodies,
                                              std::vector<RunRecord>* records,
                                              std::vector<DispatchTrace>& traces);
   // At the full dump level: the caches of `request` after forward `forward`.
@@ -161,6 +164,10 @@ class Stage {
   // built on the stage's device by device copies into `out.body`.
   void send_device_payload(int32_t forward, int64_t T, const ResidualState& st,
                            const std::vector<std::pair<int, Tensor>>& taps, StageOutput& out) const;
+  // The payload a non-last stage hands on, into `out`: split when it sends device payloads
+  // (send_device_payload), whole bytes otherwise (send_payload). A forward's and a serving
+  // segment's alike.
+  void hand_on_payload(int32_t forward, int64_t T, StageOutput& out) const;
   bool captured(int k) const;
   bool owns_tap(int k) const;
   // Ids of taps that arrive in the payload: captured and owned by an earlier stage.

@@ -17,6 +17,7 @@ void Stage::record_request_caches(int32_t forward, int32_t request, RunRecord& r
 
 Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
                                                   const std::vector<std::vector<std::byte>>& in,
+                                                  const std::vector<Tensor>& in_bodies,
                                                   std::vector<RunRecord>* records,
                                                   std::vector<DispatchTrace>& traces) {
   const ModelConfig& c = cfg_.model;
@@ -80,7 +81,8 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
     } else {
       if (i >= in.size())
         return internal_error(fmt::format("stage {} received no payload", cfg_.index));
-      RETURN_IF_ERROR(receive_payload(seg.index, T, in[i], nullptr, st, taps));
+      const Tensor* body = i < in_bodies.size() ? &in_bodies[i] : nullptr;
+      RETURN_IF_ERROR(receive_payload(seg.index, T, in[i], body, st, taps));
       place_state(st, weights_.device());  // the received state goes where the weights are
     }
     states.push_back(&st);
@@ -118,7 +120,7 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
                        [](const auto& a, const auto& b) { return a.first < b.first; });
       continue;
     }
-    out.payload = send_payload(seg.index, T, out.state, out.taps);
+    hand_on_payload(seg.index, T, out);
   }
   return outs;
 }

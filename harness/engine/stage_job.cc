@@ -15,7 +15,7 @@ namespace {
 void run_batch_job(Stage& stage, DumpLevel level, StageJob& job) {
   std::vector<RunRecord>* records = job.wants_record ? &job.segment_records : nullptr;
   Result<std::vector<StageOutput>> outs =
-      stage.run_batch(job.batch, job.payloads, records, job.segment_traces);
+      stage.run_batch(job.batch, job.payloads, job.bodies, records, job.segment_traces);
   if (!outs.is_ok()) {
     job.status = outs.status();
     return;
@@ -26,10 +26,14 @@ void run_batch_job(Stage& stage, DumpLevel level, StageJob& job) {
                                   job.segment_caches[i]);
   }
   job.payloads.clear();
+  job.bodies.clear();
   if (stage.is_last()) {
     job.lasts = std::move(*outs);
   } else {
-    for (StageOutput& o : *outs) job.payloads.push_back(std::move(o.payload));
+    for (StageOutput& o : *outs) {
+      job.payloads.push_back(std::move(o.payload));
+      job.bodies.push_back(std::move(o.body));
+    }
   }
 }
 
@@ -90,8 +94,9 @@ void run_stage_job_guarded(Stage& stage, DumpLevel level, StageJob& job) {
 namespace {
 
 constexpr char kMagic[4] = {'S', 'C', 'J', 'E'};
-// Version 2: a serving step's fields (kBatch) follow the last stage's output.
-constexpr uint32_t kVersion = 2;
+// Version 2: a serving step's fields (kBatch) follow the last stage's output. Version 3: a
+// step's payloads left the envelope (they travel beside it, as a forward's does).
+constexpr uint32_t kVersion = 3;
 
 void put_trace(WireWriter& w, const DispatchTrace& trace) {
   w.put(static_cast<uint64_t>(trace.events.size()));
@@ -176,9 +181,9 @@ bool get_forward_kind(WireReader& r, ForwardKind& kind) {
   return true;
 }
 
-// A serving step's fields: the step (its segments and state updates), its payloads (the
-// handoff payloads, one a segment, as bytes), and per segment the records, cache records,
-// dispatch traces and the last stage's outputs.
+// A serving step's fields: the step (its segments and state updates), and per segment the
+// records, cache records, dispatch traces and the last stage's outputs (its payloads
+// travel beside the envelope).
 void put_batch(WireWriter& w, const StageJob& job) {
   const BatchRequest& b = job.batch;
   w.put(b.step);
@@ -194,11 +199,6 @@ void put_batch(WireWriter& w, const StageJob& job) {
   for (const StateUpdate& u : b.updates) {
     w.put(u.request);
     w.put(static_cast<int32_t>(u.kind));
-  }
-  w.put(static_cast<uint64_t>(job.payloads.size()));
-  for (const std::vector<std::byte>& p : job.payloads) {
-    w.put(static_cast<uint64_t>(p.size()));
-    w.out.insert(w.out.end(), p.begin(), p.end());
   }
   w.put(static_cast<uint64_t>(job.segment_records.size()));
   for (const RunRecord& rec : job.segment_records) w.put_record(rec);
@@ -229,14 +229,6 @@ const char* get_batch(WireReader& r, StageJob& job) {
       return "batch update";
     u.kind = static_cast<StateUpdate::Kind>(kind);
   }
-  if (!r.get_count(n)) return "batch payloads";
-  job.payloads.resize(n);
-  for (std::vector<std::byte>& p : job.payloads) {
-    std::string bytes;
-    if (!r.get_string(bytes)) return "batch payload";
-    const auto* begin = reinterpret_cast<const std::byte*>(bytes.data());
-    p.assign(begin, begin + bytes.size());
-  }
   for (std::vector<RunRecord>* records : {&job.segment_records, &job.segment_caches}) {
     if (!r.get_count(n)) return "segment records";
     records->resize(n);
@@ -254,6 +246,33 @@ const char* get_batch(WireReader& r, StageJob& job) {
   return nullptr;
 }
 }  // namespace
+
+std::vector<PayloadRef> job_payloads(const StageJob& job) {
+  static const Tensor kNoBody;
+  if (job.kind != JobKind::kBatch) return {PayloadRef{&job.payload, &job.body}};
+  std::vector<PayloadRef> out;
+  for (size_t i = 0; i < job.payloads.size(); ++i)
+    out.push_back(PayloadRef{&job.payloads[i], i < job.bodies.size() ? &job.bodies[i] : &kNoBody});
+  return out;
+}
+
+Status take_job_payloads(StageJob& job, std::vector<std::vector<std::byte>> payloads,
+                         std::vector<Tensor> bodies) {
+  if (payloads.size() != bodies.size())
+    return internal_error(
+        fmt::format("{} payloads arrived with {} bodies", payloads.size(), bodies.size()));
+  if (job.kind == JobKind::kBatch) {
+    job.payloads = std::move(payloads);
+    job.bodies = std::move(bodies);
+    return Status::ok();
+  }
+  if (payloads.size() != 1)
+    return internal_error(fmt::format("a job of kind {} takes one payload; {} arrived",
+                                      static_cast<int>(job.kind), payloads.size()));
+  job.payload = std::move(payloads.front());
+  job.body = std::move(bodies.front());
+  return Status::ok();
+}
 
 std::vector<std::byte> encode_job_envelope(const StageJob& job) {
   WireWriter w;

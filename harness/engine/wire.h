@@ -142,6 +142,14 @@ class WireReader {
     }
     return true;
   }
+  // Takes the next `n` bytes into `to`; false when fewer remain.
+  bool get_bytes(uint64_t n, std::vector<std::byte>& to) {
+    if (b_.size() - pos_ < n) return false;
+    to.assign(b_.begin() + static_cast<std::ptrdiff_t>(pos_),
+              b_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
+    pos_ += n;
+    return true;
+  }
   size_t remaining() const { return b_.size() - pos_; }
   size_t position() const { return pos_; }
 

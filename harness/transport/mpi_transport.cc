@@ -137,6 +137,42 @@ bool get_holdings(WireReader& r, StageHoldings& h) {
   return true;
 }
 
+// The message that carries `job` to the next stage: its envelope and the channel's
+// announcement of each of its payloads (job_payloads), a forward's and a serving step's
+// alike.
+std::vector<std::byte> job_message(const StageJob& job, PayloadChannel& channel) {
+  std::vector<std::vector<std::byte>> announcements;
+  for (const PayloadRef& p : job_payloads(job))
+    announcements.push_back(channel.announce(*p.bytes, *p.body));
+  return frame_job_message(encode_job_envelope(job), announcements);
+}
+
+// What follows the job message: each payload's rest, in job_payloads' order.
+Status send_payloads(PayloadChannel& channel, int to, const StageJob& job, double timeout_s,
+                     const std::function<void()>& meanwhile) {
+  for (const PayloadRef& p : job_payloads(job))
+    RETURN_IF_ERROR(channel.send(to, *p.bytes, *p.body, timeout_s, meanwhile));
+  return Status::ok();
+}
+
+// Every payload that `announcements` announce, in order, each into its own slot.
+struct ReceivedPayloads {
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<Tensor> bodies;
+};
+Result<ReceivedPayloads> receive_payloads(PayloadChannel& channel, int from,
+                                          const std::vector<std::vector<std::byte>>& announcements,
+                                          double timeout_s) {
+  ReceivedPayloads got;
+  for (size_t i = 0; i < announcements.size(); ++i) {
+    ASSIGN_OR_RETURN(ChannelPayload p, channel.receive(from, announcements[i], timeout_s, i),
+                     fmt::format("payload {} of {}", i + 1, announcements.size()));
+    got.bytes.push_back(std::move(p.bytes));
+    got.bodies.push_back(std::move(p.body));
+  }
+  return got;
+}
+
 std::string stage_name(int rank, const StageConfig& c) {
   const StageRange r = c.partition.stage(c.index);
   return fmt::format("rank {} (stage {}, layers {}-{})", rank, c.index, r.begin, r.end);
@@ -163,7 +199,8 @@ class MpiTransport : public Transport {
     return pp_ == 1 ? stage0_->weights() : head_;
   }
   // Serving steps travel like forwards: their fields in the envelope (stage_job.h), their
-  // payloads as the same bytes inproc hands over, checked by the receiving stage.
+  // payloads through the channel as a forward's (as the same bytes inproc hands over, or
+  // over nccl by NCCL), checked by the receiving stage.
   bool carries_batches() const override { return true; }
 
  private:
@@ -178,8 +215,10 @@ class MpiTransport : public Transport {
   std::string silent_ranks();
   // Sends a job message to rank 1, taking in the results the last stage sends meanwhile:
   // with two serving steps in flight the last stage may be blocked sending the first
-  // step's result while rank 1 waits to take the second step's message.
+  // step's result while rank 1 waits to take the second step's message (or payload).
   Status send_job(const std::vector<std::byte>& bytes);
+  // Takes in the last stage's next result when one waits; whether one was taken in.
+  bool take_in_result();
   // The last stage's next result (one taken in while sending, or the next to come).
   Result<Message> next_result();
 
@@ -298,9 +337,8 @@ void MpiTransport::submit(StageJob job) {
   p.segment_traces =
       std::exchange(job.segment_traces, std::vector<DispatchTrace>(job.segment_traces.size()));
   PayloadChannel& channel = *f_.world().channel;
-  Status st = send_job(
-      frame_job_message(encode_job_envelope(job), channel.announce(job.payload, job.body)));
-  if (st.is_ok()) st = channel.send(1, job.payload, job.body, timeout());
+  Status st = send_job(job_message(job, channel));
+  if (st.is_ok()) st = send_payloads(channel, 1, job, timeout(), [this] { take_in_result(); });
   if (!st.is_ok()) {
     job.status = lose(fmt::format("{}: {}", stage_name(1, configs_[1]), st.message()));
     pending_.push_back(finished(std::move(job)));
@@ -327,16 +365,7 @@ Status MpiTransport::send_job(const std::vector<std::byte>& bytes) {
     int done = 0;
     if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return failed();
     if (done) return Status::ok();
-    int result_waiting = 0;
-    if (MPI_Iprobe(pp_ - 1, kResult, MPI_COMM_WORLD, &result_waiting, MPI_STATUS_IGNORE) ==
-            MPI_SUCCESS &&
-        result_waiting) {
-      Result<Message> m = receive(pp_ - 1, kResult, timeout());
-      if (m.is_ok()) {
-        early_results_.push_back(std::move(*m));
-        continue;
-      }
-    }
+    if (take_in_result()) continue;
     if (Clock::now() > deadline) {
       MPI_Cancel(&req);
       MPI_Request_free(&req);
@@ -344,6 +373,17 @@ Status MpiTransport::send_job(const std::vector<std::byte>& bytes) {
     }
     pause_poll(started);
   }
+}
+
+bool MpiTransport::take_in_result() {
+  int waiting = 0;
+  if (MPI_Iprobe(pp_ - 1, kResult, MPI_COMM_WORLD, &waiting, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+      !waiting)
+    return false;
+  Result<Message> m = receive(pp_ - 1, kResult, timeout());
+  if (!m.is_ok()) return false;
+  early_results_.push_back(std::move(*m));
+  return true;
 }
 
 Result<Message> MpiTransport::next_result() {
@@ -544,17 +584,18 @@ Status StageRank::start_before_jobs() {
 Status StageRank::serve_job(const Message& envelope) {
   const int rank = world_.rank();
   StageJob job;
-  // The payload's rest follows only what its announcement announced; a message whose
+  // The payloads' rest follows only what their announcements announced; a message whose
   // framing is broken announces nothing that can be received.
   Result<JobMessage> message = unframe_job_message(envelope.bytes);
-  Result<ChannelPayload> payload =
-      message.is_ok() ? world_.channel->receive(envelope.source, message->announcement, timeout())
-                      : Result<ChannelPayload>(message.status());
+  Result<ReceivedPayloads> payloads =
+      message.is_ok()
+          ? receive_payloads(*world_.channel, envelope.source, message->announcements, timeout())
+          : Result<ReceivedPayloads>(message.status());
   Result<StageJob> decoded =
       message.is_ok() ? decode_job_envelope(message->envelope) : Result<StageJob>(message.status());
-  if (!payload.is_ok()) {
+  if (!payloads.is_ok()) {
     job.status = internal_error(fmt::format("{}: no payload from rank {}: {}", name(),
-                                            envelope.source, payload.status().message()));
+                                            envelope.source, payloads.status().message()));
   } else if (!decoded.is_ok()) {
     job.status = internal_error(fmt::format("{}: malformed job envelope from rank {}: {}", name(),
                                             envelope.source, decoded.status().message()));
@@ -564,8 +605,10 @@ Status StageRank::serve_job(const Message& envelope) {
       job.status = internal_error(fmt::format("{}: a job arrived but no stage is built", name()));
   } else {
     job = std::move(*decoded);
-    job.payload = std::move(payload->bytes);
-    job.body = std::move(payload->body);
+    Status took = take_job_payloads(job, std::move(payloads->bytes), std::move(payloads->bodies));
+    if (!took.is_ok() && job.status.is_ok())
+      job.status = internal_error(fmt::format("{}: malformed job message from rank {}: {}", name(),
+                                              envelope.source, took.message()));
     Status started = start_before_jobs();
     if (!started.is_ok() && job.status.is_ok()) job.status = started;
     run_stage_job_guarded(*stage_, config_->level, job);
@@ -575,11 +618,8 @@ Status StageRank::serve_job(const Message& envelope) {
   const bool last = config_ && stage_ && stage_->is_last();
   if (last || !config_) return send_bytes(0, kResult, encode_job_envelope(job), timeout());
   PayloadChannel& channel = *world_.channel;
-  RETURN_IF_ERROR(send_bytes(
-      rank + 1, kEnvelope,
-      frame_job_message(encode_job_envelope(job), channel.announce(job.payload, job.body)),
-      timeout()));
-  return channel.send(rank + 1, job.payload, job.body, timeout());
+  RETURN_IF_ERROR(send_bytes(rank + 1, kEnvelope, job_message(job, channel), timeout()));
+  return send_payloads(channel, rank + 1, job, timeout(), {});
 }
 
 int StageRank::serve() {
@@ -650,10 +690,12 @@ class MpiChannel : public PayloadChannel {
                                   const Tensor& body) override {
     return body.empty() ? payload : join_payload(payload, body);
   }
-  Status send(int, const std::vector<std::byte>&, const Tensor&, double) override {
+  Status send(int, const std::vector<std::byte>&, const Tensor&, double,
+              const std::function<void()>&) override {
     return Status::ok();
   }
-  Result<ChannelPayload> receive(int, const std::vector<std::byte>& announcement, double) override {
+  Result<ChannelPayload> receive(int, const std::vector<std::byte>& announcement, double,
+                                 size_t) override {
     return ChannelPayload{announcement, Tensor()};
   }
 };
@@ -661,25 +703,44 @@ class MpiChannel : public PayloadChannel {
 }  // namespace
 
 std::vector<std::byte> frame_job_message(const std::vector<std::byte>& envelope,
-                                         const std::vector<std::byte>& announcement) {
+                                         const std::vector<std::vector<std::byte>>& announcements) {
   WireWriter w;
   w.put(static_cast<uint64_t>(envelope.size()));
   w.out.insert(w.out.end(), envelope.begin(), envelope.end());
-  w.out.insert(w.out.end(), announcement.begin(), announcement.end());
+  w.put(static_cast<uint64_t>(announcements.size()));
+  for (const std::vector<std::byte>& a : announcements) {
+    w.put(static_cast<uint64_t>(a.size()));
+    w.out.insert(w.out.end(), a.begin(), a.end());
+  }
   return std::move(w.out);
 }
 
 Result<JobMessage> unframe_job_message(const std::vector<std::byte>& message) {
   WireReader rd(message);
+  JobMessage out;
   uint64_t n = 0;
-  if (!rd.get(n) || n > rd.remaining())
+  if (!rd.get(n) || !rd.get_bytes(n, out.envelope))
     return internal_error(fmt::format(
         "malformed job message of {} bytes: its framing announces an envelope of {} bytes",
         message.size(), n));
-  const auto begin = message.end() - static_cast<std::ptrdiff_t>(rd.remaining());
-  const auto split = begin + static_cast<std::ptrdiff_t>(n);
-  return JobMessage{std::vector<std::byte>(begin, split),
-                    std::vector<std::byte>(split, message.end())};
+  uint64_t count = 0;
+  if (!rd.get_count(count))
+    return internal_error(fmt::format(
+        "malformed job message of {} bytes: no announcement count after its envelope of {} bytes",
+        message.size(), out.envelope.size()));
+  out.announcements.resize(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    if (!rd.get(n) || !rd.get_bytes(n, out.announcements[i]))
+      return internal_error(fmt::format(
+          "malformed job message of {} bytes: announcement {} of {} is cut short (it announces "
+          "{} bytes)",
+          message.size(), i + 1, count, n));
+  }
+  if (rd.remaining() != 0)
+    return internal_error(
+        fmt::format("malformed job message of {} bytes: {} bytes past its last announcement",
+                    message.size(), rd.remaining()));
+  return out;
 }
 
 std::vector<std::byte> join_payload(const std::vector<std::byte>& header, const Tensor& body) {

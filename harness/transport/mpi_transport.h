@@ -6,7 +6,8 @@
 //
 // On the wire every message is bytes: commands and replies between rank 0 and a stage
 // rank; between consecutive stages one message of a job envelope (stage_job.h) and the
-// payload channel's announcement of the handoff payload (over `mpi`, the payload itself:
+// payload channel's announcement of each of the job's handoff payloads (job_payloads: a
+// forward's one, a serving step's one a segment, alike; over `mpi`, the payload itself:
 // the same bytes inproc hands over, checked by the receiving stage the same way; over
 // `nccl`, its size and header, the body following by ncclSend);
 // the last stage sends its envelope (per-layer records, dispatch events, taps, logits)
@@ -14,6 +15,7 @@
 // becomes a failing status naming the rank, the stage and the split point, never a hang.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -46,28 +48,34 @@ class PayloadChannel {
                                           const Tensor& body) = 0;
   // Sends to rank `to` what follows announce(payload, body), once the announcement left;
   // fails once `timeout_s` has passed. A channel that does not carry device bodies sends
-  // header and body as the whole payload's bytes (the body copied to the host).
+  // header and body as the whole payload's bytes (the body copied to the host). While the
+  // send waits on its peer it calls `meanwhile` (when given) between polls: rank 0 takes
+  // in the last stage's results there, which that stage may be blocked sending while rank
+  // 1 is still to take this payload (two serving steps in flight).
   virtual Status send(int to, const std::vector<std::byte>& payload, const Tensor& body,
-                      double timeout_s) = 0;
+                      double timeout_s, const std::function<void()>& meanwhile) = 0;
   // The payload from rank `from` that `announcement` announced; fails once `timeout_s` has
-  // passed, or when the announcement is malformed. A body received is valid until the next
-  // receive (the channel may reuse its buffer).
+  // passed, or when the announcement is malformed. A job's payloads are received in order
+  // into slots 0, 1, ...: a body received into a slot is valid until the next receive into
+  // that slot (the channel may reuse its buffer), so a step's bodies stand side by side.
   virtual Result<ChannelPayload> receive(int from, const std::vector<std::byte>& announcement,
-                                         double timeout_s) = 0;
+                                         double timeout_s, size_t slot) = 0;
   // Whether bodies travel from and to device memory (the stages then split their payloads,
   // Stage::set_device_payloads).
   virtual bool carries_device_bodies() const { return false; }
 };
 
 // The message between consecutive stage ranks: a job envelope (stage_job.h) and the
-// channel's announcement of its payload, framed as u64 envelope bytes, the envelope, then
-// the announcement.
+// channel's announcements of its payloads (one each, in job_payloads' order), framed as
+// u64 envelope bytes, the envelope, u64 announcement count, then each announcement as u64
+// bytes and its bytes.
 std::vector<std::byte> frame_job_message(const std::vector<std::byte>& envelope,
-                                         const std::vector<std::byte>& announcement);
-// A job message split back into its envelope and announcement; a message shorter than its
-// framing says is refused (naming both lengths).
+                                         const std::vector<std::vector<std::byte>>& announcements);
+// A job message split back into its envelope and announcements; a message shorter than its
+// framing says, or with bytes past its last announcement, is refused (naming the lengths).
 struct JobMessage {
-  std::vector<std::byte> envelope, announcement;
+  std::vector<std::byte> envelope;
+  std::vector<std::vector<std::byte>> announcements;
 };
 Result<JobMessage> unframe_job_message(const std::vector<std::byte>& message);
 

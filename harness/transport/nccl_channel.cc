@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "harness/engine/wire.h"
@@ -113,10 +114,10 @@ class NcclChannel : public PayloadChannel {
     return std::move(head.out);
   }
 
-  Status send(int to, const std::vector<std::byte>& payload, const Tensor& body,
-              double timeout_s) override {
+  Status send(int to, const std::vector<std::byte>& payload, const Tensor& body, double timeout_s,
+              const std::function<void()>& meanwhile) override {
     if (!body.empty() && body.device() == Device::kCpu)
-      return send(to, join_payload(payload, body), Tensor(), timeout_s);
+      return send(to, join_payload(payload, body), Tensor(), timeout_s, meanwhile);
     const bool split = !body.empty();
     const size_t n = split ? body.nbytes() : payload.size();
     if (n == 0) return Status::ok();
@@ -135,11 +136,11 @@ class NcclChannel : public PayloadChannel {
       from = out_.data;
     }
     RETURN_IF_ERROR(nccl_status(ncclSend(from, n, ncclUint8, to, comm_, stream_), "ncclSend"));
-    return wait(timeout_s, fmt::format("ncclSend of {} bytes to rank {}", n, to));
+    return wait(timeout_s, fmt::format("ncclSend of {} bytes to rank {}", n, to), meanwhile);
   }
 
   Result<ChannelPayload> receive(int from, const std::vector<std::byte>& announcement,
-                                 double timeout_s) override {
+                                 double timeout_s, size_t slot) override {
     WireReader rd(announcement);
     uint64_t n = 0;
     uint8_t split = 0;
@@ -152,22 +153,24 @@ class NcclChannel : public PayloadChannel {
       got.bytes.assign(announcement.end() - static_cast<std::ptrdiff_t>(rd.remaining()),
                        announcement.end());
       if (n == 0) return internal_error(fmt::format("empty payload body from rank {}", from));
-      // Received into a reused device tensor, grown only when a larger body comes; the
-      // body handed on is a view of its first n bytes.
+      // Received into the slot's reused device tensor, grown only when a larger body comes;
+      // the body handed on is a view of its first n bytes.
       const int64_t elements = static_cast<int64_t>(n / sizeof(bf16));
-      if (body_in_.empty() || body_in_.numel() < elements) {
-        body_in_ = Tensor();
+      if (slot >= bodies_in_.size()) bodies_in_.resize(slot + 1);
+      Tensor& buffer = bodies_in_[slot];
+      if (buffer.empty() || buffer.numel() < elements) {
+        buffer = Tensor();
         try {
-          body_in_ = Tensor::zeros(DType::kBF16, {elements}, Device::kCuda);
+          buffer = Tensor::zeros(DType::kBF16, {elements}, Device::kCuda);
         } catch (const std::exception& e) {
           return internal_error(fmt::format("receive buffer of {} bytes: {}", n, e.what()));
         }
       }
-      RETURN_IF_ERROR(nccl_status(
-          ncclRecv(body_in_.data<void>(), n, ncclUint8, from, comm_, stream_), "ncclRecv"));
+      RETURN_IF_ERROR(nccl_status(ncclRecv(buffer.data<void>(), n, ncclUint8, from, comm_, stream_),
+                                  "ncclRecv"));
       RETURN_IF_ERROR(
           wait(timeout_s, fmt::format("ncclRecv of a {}-byte body from rank {}", n, from)));
-      got.body = body_in_.rows(0, elements);
+      got.body = buffer.rows(0, elements);
       return got;
     }
     got.bytes.resize(n);
@@ -183,8 +186,10 @@ class NcclChannel : public PayloadChannel {
   }
 
  private:
-  // Polls the stream until it is done or the deadline passes (then aborts the communicator).
-  Status wait(double timeout_s, const std::string& what) {
+  // Polls the stream until it is done or the deadline passes (then aborts the communicator),
+  // calling `meanwhile` (when given) between polls.
+  Status wait(double timeout_s, const std::string& what,
+              const std::function<void()>& meanwhile = {}) {
     const auto deadline =
         Clock::now() + std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6));
     for (;;) {
@@ -199,6 +204,7 @@ class NcclChannel : public PayloadChannel {
         comm_ = nullptr;
         return internal_error(fmt::format("{} did not complete within {} s", what, timeout_s));
       }
+      if (meanwhile) meanwhile();
       std::this_thread::yield();
     }
   }
@@ -206,7 +212,9 @@ class NcclChannel : public PayloadChannel {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer out_, in_;  // the whole payload's bytes, staged (host payloads)
-  Tensor body_in_;         // split payloads' bodies, received in place (managed memory)
+  // Split payloads' bodies, received in place (managed memory), one buffer a slot (a
+  // serving step's segments' bodies stand side by side until the stage has read them).
+  std::vector<Tensor> bodies_in_;
   bool said_device_ = false;
 };
 

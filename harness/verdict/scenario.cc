@@ -642,16 +642,11 @@ Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& sour
 
 Status check_capabilities(const Scenario& s, const std::string& source_name) {
   const ScenarioReader r(source_name);
-  // Serving (SPEC 3.4) runs on either backend over the inproc transport, and on the cpu
-  // backend over mpi (a step's segments, state updates and payloads travel in the job
-  // envelope as MPI messages). Over nccl a step's payloads would still travel as MPI
-  // messages, and stages on their GPUs over mpi are not built for serving: both refused.
-  if (s.serving.enabled &&
-      !(s.transport == "inproc" || (s.transport == "mpi" && s.backend == "cpu")))
-    return r.error("/serving",
-                   "serving runs over transport \"inproc\" (either backend) or \"mpi\" (backend "
-                   "\"cpu\") only (this scenario asks for backend \"" +
-                       s.backend + "\", transport \"" + s.transport + "\")");
+  // Serving (SPEC 3.4) runs on either backend over every transport: over mpi and nccl a
+  // step's segments travel in the job envelope and their payloads through the payload
+  // channel as a forward's does (over nccl by NCCL, device bodies when the stages compute
+  // on their GPUs), checked by the receiving stage as inproc's are. Only what this build or
+  // machine cannot provide is refused, below.
   for (const auto& [kind, name] :
        {std::pair<std::string_view, const std::string&>{"backend", s.backend},
         {"transport", s.transport}}) {

@@ -436,7 +436,10 @@ Status check_not_empty(const Scenario& s, const SweepOptions& options, size_t al
 }
 
 // The scenario's transport must be the one the sweep was given (nothing runs in-process
-// in its place), with room for the partition with the most stages.
+// in its place), with room for the partition with the most stages that would run. A
+// partition that owns some layer twice or never is rejected at configuration before any
+// stage is built (run_case's structural verdict), so it needs no rank: an MPI job with
+// fewer ranks than its stages still gives its verdict.
 Status check_transport(const Scenario& s, const SweepOptions& options,
                        const std::vector<Partition>& parts) {
   const std::string where = s.source_path.empty() ? s.name : s.source_path;
@@ -447,6 +450,7 @@ Status check_transport(const Scenario& s, const SweepOptions& options,
         where, s.transport, s.transport));
   if (options.transport == nullptr) return Status::ok();
   for (const Partition& p : parts) {
+    if (!p.ownership_problem().empty()) continue;  // rejected before anything runs
     if (p.stages() > options.transport->max_stages())
       return invalid_input(fmt::format(
           "{}: partition {} has {} stages, but the {} transport has {} rank(s): launch with "

@@ -168,20 +168,21 @@ int run(int argc, char** argv) {
     }
     // Returns the received payload on rank 1 (the body a view of the channel's buffer).
     auto channel_receive = [&](const std::vector<std::byte>& ann) -> ChannelPayload {
-      Result<ChannelPayload> got = (*channel)->receive(0, ann, w.timeout_s);
+      Result<ChannelPayload> got = (*channel)->receive(0, ann, w.timeout_s, 0);
       if (!got.is_ok() || got->bytes.size() != split.header || got->body.nbytes() != split.body)
         MPI_Abort(MPI_COMM_WORLD, 3);
       return std::move(*got);
     };
     auto channel_once = [&]() -> ChannelPayload {
       if (rank == 0) {
-        if (!(*channel)->send(1, header, body, w.timeout_s).is_ok()) MPI_Abort(MPI_COMM_WORLD, 3);
+        if (!(*channel)->send(1, header, body, w.timeout_s, {}).is_ok())
+          MPI_Abort(MPI_COMM_WORLD, 3);
         return {};
       }
       return channel_receive(announcement);
     };
     // Per job: the MPI message every job sends, then the payload's transfer.
-    const std::vector<std::byte> framed = frame_job_message(envelope, announcement);
+    const std::vector<std::byte> framed = frame_job_message(envelope, {announcement});
     auto job_raw_once = [&] {
       if (rank == 0) {
         if (!mpi_send_bytes(1, kJobTag, envelope, w.timeout_s).is_ok())
@@ -194,15 +195,15 @@ int run(int argc, char** argv) {
     auto job_channel_once = [&] {
       if (rank == 0) {
         if (!mpi_send_bytes(1, kJobTag, framed, w.timeout_s).is_ok() ||
-            !(*channel)->send(1, header, body, w.timeout_s).is_ok())
+            !(*channel)->send(1, header, body, w.timeout_s, {}).is_ok())
           MPI_Abort(MPI_COMM_WORLD, 3);
         return;
       }
       Result<std::vector<std::byte>> message = mpi_receive_bytes(0, kJobTag, w.timeout_s);
       Result<JobMessage> parts =
           message.is_ok() ? unframe_job_message(*message) : Result<JobMessage>(message.status());
-      if (!parts.is_ok()) MPI_Abort(MPI_COMM_WORLD, 3);
-      (void)channel_receive(parts->announcement);
+      if (!parts.is_ok() || parts->announcements.size() != 1) MPI_Abort(MPI_COMM_WORLD, 3);
+      (void)channel_receive(parts->announcements.front());
     };
     // The bytes, once, before timing: the header and every body byte as sent.
     bool checked = true;

@@ -46,15 +46,22 @@ class MpiSweepTest : public CliFixture {
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, file_text(out), file_text(err)};
   }
 
-  // The committed serving scenario `name` on its first 8 requests at split points `cuts`
-  // (micro-batches, chunked prefill and rollbacks stay), without its expect (written for
-  // all its requests and split points); written to the test's directory.
-  fs::path trimmed_serving(const std::string& name, std::vector<int> cuts = {4, 13}) const {
+  // The committed serving scenario `name` on its first `prompts` requests (at most 8) at
+  // split points `cuts` (micro-batches, chunked prefill and rollbacks stay), without its
+  // expect (written for all its requests and split points); written to the test's
+  // directory. With `one_partition`, the cuts make one partition (PP = cuts + 1).
+  fs::path trimmed_serving(const std::string& name, std::vector<int> cuts = {4, 13},
+                           int prompts = 8, bool one_partition = false) const {
     json spec = json::parse(file_text(kScenarios / name));
-    spec["workload"]["prompts"] = std::min(spec["workload"].value("prompts", 8), 8);
+    spec["workload"]["prompts"] = std::min(spec["workload"].value("prompts", 8), prompts);
     spec["workload"]["file"] = (kScenarios / spec["workload"]["file"].get<std::string>()).string();
     spec["partitions"]["splits"] = json::array();
-    for (int cut : cuts) spec["partitions"]["splits"].push_back(json::array({cut}));
+    if (one_partition) {
+      spec["partitions"]["pp"] = static_cast<int>(cuts.size()) + 1;
+      spec["partitions"]["splits"].push_back(cuts);
+    } else {
+      for (int cut : cuts) spec["partitions"]["splits"].push_back(json::array({cut}));
+    }
     spec.erase("expect");
     const fs::path out = path("trimmed-" + name);
     std::ofstream(out) << spec.dump(2);
@@ -116,11 +123,30 @@ TEST_F(MpiSweepTest, TwoRanksServeAsInprocDoes) {
   EXPECT_EQ(without_volatile(report("inproc")), without_volatile(r));
 }
 
-TEST_F(MpiSweepTest, ServingOverNcclIsRefusedNamingTheTransport) {
+TEST_F(MpiSweepTest, ThreeRanksServeAsInprocDoes) {
+  // PP=3: the middle rank takes a step's segment payloads through the channel and hands
+  // its own on the same way (one announcement a segment in the job message).
+  const std::string file =
+      quote(trimmed_serving("serving.json", {9, 20}, 4, /*one_partition=*/true).string());
+  const CliResult inproc = cli("sweep " + file + " --report " + quote(path("inproc").string()));
+  ASSERT_EQ(inproc.code, 0) << inproc.out << inproc.err;
+  const CliResult mpi = mpirun(3, file + " --report " + quote(path("mpi").string()));
+  ASSERT_EQ(mpi.code, 0) << mpi.out << mpi.err;
+  const json r = report("mpi");
+  EXPECT_EQ(r["counts"]["total"], 1);
+  EXPECT_EQ(r["counts"]["pass"], 1) << "bit-identical to PP=1";
+  EXPECT_EQ(r["cases"][0]["key"], "split-9-20");
+  EXPECT_EQ(without_volatile(report("inproc")), without_volatile(r));
+}
+
+TEST_F(MpiSweepTest, ServingOverNcclOutsideMpirunIsRefusedForTheLaunchNotForServing) {
+  // Serving runs over nccl (scripts/nccl-check.sh sweeps it on two GPUs); outside mpirun
+  // (and here without a GPU) the transport cannot run, and that is what is said.
   const CliResult r = cli("sweep " + scenario("serving.json") + " --transport nccl");
   EXPECT_EQ(r.code, 2) << r.out << r.err;
-  EXPECT_NE(r.err.find("/serving"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("transport \"nccl\""), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("/serving"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/transport"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("transport \"nccl\" cannot run here"), std::string::npos) << r.err;
 }
 
 TEST_F(MpiSweepTest, ThreeRanksSweepThePp3PairwiseScenario) {
@@ -200,6 +226,23 @@ TEST_F(MpiSweepTest, FewerRanksThanStagesIsRefused) {
   EXPECT_NE(r.err.find("has 3 stages, but the mpi transport has 2 rank(s)"), std::string::npos)
       << r.err;
   EXPECT_EQ(r.out.find("pass"), std::string::npos) << r.out;
+}
+
+TEST_F(MpiSweepTest, APartitionRejectedAtConfigurationNeedsNoRanks) {
+  // PP=4 that owns layers 28-29 by no stage: its structural verdict comes before any stage
+  // is built, so two ranks give the verdict inproc gives (as two GPUs do over nccl).
+  const std::string file = scenario("fault-partition-remainder-dropped.json");
+  const CliResult inproc = cli("sweep " + file + " --report " + quote(path("in").string()));
+  ASSERT_EQ(inproc.code, 1) << inproc.out << inproc.err;
+  const CliResult mpi = mpirun(2, file + " --report " + quote(path("mpi").string()));
+  EXPECT_EQ(mpi.code, 1) << mpi.out << mpi.err;
+  EXPECT_EQ(mpi.err.find("rank(s)"), std::string::npos) << mpi.err;
+  ASSERT_TRUE(fs::exists(path("mpi") / "report.json")) << mpi.out << mpi.err;
+  const json r = report("mpi");
+  EXPECT_EQ(r["cases"][0]["verdict"], "config-rejected");
+  EXPECT_EQ(r["cases"][0]["failed_checks"], json::array({"partition"}));
+  EXPECT_EQ(r["expect"]["met"], true) << r["expect"].dump();
+  EXPECT_EQ(without_volatile(r), without_volatile(report("in")));
 }
 
 // The processes whose parent is `pid`, with their MPI rank (from their environment).

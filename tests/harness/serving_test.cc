@@ -495,39 +495,26 @@ TEST(ServingScenario, RefusesWhatCouldNeverBeServed) {
   EXPECT_FALSE(serving_with({{"depth", 5}}).is_ok());
   EXPECT_FALSE(serving_with({{"max_in_flight", 0}}).is_ok());
   EXPECT_FALSE(serving_with({{"chunk_size", 4}}).is_ok());
-  // Serving runs over inproc (either backend) and over mpi on the cpu backend: another
-  // combination is refused naming /serving, whatever this build provides, never run
-  // half-way.
-  for (const auto& [backend, transport] :
-       {std::pair<std::string, std::string>{"cpu", "nccl"}, {"cuda", "nccl"}, {"cuda", "mpi"}}) {
-    Result<Scenario> served = serving_with({{"arrival_every", 1}});
-    ASSERT_TRUE(served.is_ok());
-    served->backend = backend;
-    served->transport = transport;
-    const Status st = check_capabilities(*served, "s.json");
-    ASSERT_FALSE(st.is_ok()) << backend << "/" << transport;
-    EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
-    EXPECT_NE(st.message().find("/serving"), std::string::npos) << st.message();
-  }
-  // On either backend over inproc: the cuda backend is refused only where this build or
-  // machine cannot run it (naming /backend), never for serving.
+  // Serving runs on either backend over every transport: no combination is refused for
+  // serving (naming /serving); one is refused only where this build or machine cannot
+  // provide its backend or transport (naming /backend or /transport; outside mpirun, mpi
+  // and nccl are refused for their launch).
   for (const std::string backend : {"cpu", "cuda"}) {
-    Result<Scenario> served = serving_with({{"arrival_every", 1}});
-    ASSERT_TRUE(served.is_ok());
-    served->backend = backend;
-    const Status st = check_capabilities(*served, "s.json");
-    if (st.is_ok()) continue;
-    EXPECT_EQ(backend, "cuda") << st.message();
-    EXPECT_EQ(st.message().find("/serving"), std::string::npos) << st.message();
-    EXPECT_NE(st.message().find("/backend"), std::string::npos) << st.message();
-  }
-  // Over mpi it is not refused for serving (outside mpirun, for the launch only).
-  {
-    Result<Scenario> served = serving_with({{"arrival_every", 1}});
-    ASSERT_TRUE(served.is_ok());
-    served->transport = "mpi";
-    const Status st = check_capabilities(*served, "s.json");
-    EXPECT_EQ(st.message().find("/serving"), std::string::npos) << st.message();
+    for (const std::string transport : {"inproc", "mpi", "nccl"}) {
+      Result<Scenario> served = serving_with({{"arrival_every", 1}});
+      ASSERT_TRUE(served.is_ok());
+      served->backend = backend;
+      served->transport = transport;
+      const Status st = check_capabilities(*served, "s.json");
+      if (st.is_ok()) continue;
+      EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
+      EXPECT_EQ(st.message().find("/serving"), std::string::npos) << st.message();
+      const bool names_what_is_missing = st.message().find("/backend") != std::string::npos ||
+                                         st.message().find("/transport") != std::string::npos;
+      EXPECT_TRUE(names_what_is_missing) << backend << "/" << transport << ": " << st.message();
+      // The cpu backend over inproc always runs.
+      EXPECT_FALSE(backend == "cpu" && transport == "inproc") << st.message();
+    }
   }
   // Only a serving scenario names the block in its resolved form (the identity of every
   // other scenario, and the default golden, stay as they were).

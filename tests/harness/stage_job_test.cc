@@ -159,7 +159,8 @@ TEST(JobEnvelope, AServingStepRoundTripsBitExact) {
   EXPECT_EQ(back->batch.updates[0].request, 5);
   EXPECT_EQ(back->batch.updates[0].kind, StateUpdate::Kind::kRollback);
   EXPECT_EQ(back->batch.updates[1].kind, StateUpdate::Kind::kRelease);
-  EXPECT_EQ(back->payloads, j.payloads);
+  // The payloads travel beside the envelope (job_payloads), as a forward's does.
+  EXPECT_TRUE(back->payloads.empty());
   ASSERT_EQ(back->segment_records.size(), 2u);
   expect_same_record(back->segment_records[1], j.segment_records[1]);
   ASSERT_EQ(back->segment_caches.size(), 2u);
@@ -171,6 +172,64 @@ TEST(JobEnvelope, AServingStepRoundTripsBitExact) {
   EXPECT_TRUE(back->lasts[1].head.logits.bit_equal(j.lasts[1].head.logits));
   ASSERT_EQ(back->lasts[1].taps.size(), 1u);
   EXPECT_TRUE(back->lasts[1].taps[0].second.bit_equal(j.lasts[1].taps[0].second));
+}
+
+// What a transport across processes sends beside the envelope, and how the receiver puts
+// it back: one path for a forward's payload and a serving step's.
+TEST(JobPayloads, AForwardsOneAndAServingStepsOneASegmentInOrder) {
+  StageJob f = sample();
+  f.payload = std::vector<std::byte>(9, std::byte{0x11});
+  f.body = filled(DType::kBF16, {6}, 16);
+  const std::vector<PayloadRef> one = job_payloads(f);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].bytes, &f.payload);
+  EXPECT_EQ(one[0].body, &f.body);
+  // A reset carries its (empty) payload the same way.
+  StageJob reset;
+  reset.kind = JobKind::kReset;
+  ASSERT_EQ(job_payloads(reset).size(), 1u);
+  EXPECT_TRUE(job_payloads(reset)[0].bytes->empty());
+
+  StageJob b = batch_sample();
+  b.bodies = {Tensor(), filled(DType::kBF16, {4}, 17)};
+  const std::vector<PayloadRef> refs = job_payloads(b);
+  ASSERT_EQ(refs.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(refs[i].bytes, &b.payloads[i]);
+    EXPECT_EQ(refs[i].body, &b.bodies[i]);
+  }
+  // Payloads without bodies (a host stage's) have empty bodies.
+  b.bodies.clear();
+  for (const PayloadRef& r : job_payloads(b)) EXPECT_TRUE(r.body->empty());
+
+  // Taken back by the decoded envelope: a step's into payloads and bodies, bit for bit.
+  Result<StageJob> back = decode_job_envelope(encode_job_envelope(b));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  const Tensor body = filled(DType::kBF16, {4}, 18);
+  ASSERT_TRUE(take_job_payloads(*back, b.payloads, {Tensor(), body}).is_ok());
+  EXPECT_EQ(back->payloads, b.payloads);
+  ASSERT_EQ(back->bodies.size(), 2u);
+  EXPECT_TRUE(back->bodies[0].empty());
+  EXPECT_TRUE(back->bodies[1].bit_equal(body));
+  // A forward's into payload and body.
+  Result<StageJob> fb = decode_job_envelope(encode_job_envelope(f));
+  ASSERT_TRUE(fb.is_ok());
+  ASSERT_TRUE(take_job_payloads(*fb, {f.payload}, {f.body}).is_ok());
+  EXPECT_EQ(fb->payload, f.payload);
+  EXPECT_TRUE(fb->body.bit_equal(f.body));
+}
+
+TEST(JobPayloads, AMiscountIsRefused) {
+  StageJob f = sample();
+  Status st = take_job_payloads(f, {{}, {}}, {Tensor(), Tensor()});
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("takes one payload; 2 arrived"), std::string::npos) << st.message();
+  EXPECT_FALSE(take_job_payloads(f, {}, {}).is_ok());
+  StageJob b = batch_sample();
+  st = take_job_payloads(b, {{}, {}}, {Tensor()});
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("2 payloads arrived with 1 bodies"), std::string::npos)
+      << st.message();
 }
 
 TEST(JobEnvelope, EveryTruncationOfAServingStepIsRefused) {
