@@ -96,6 +96,17 @@ Device backend_device(const std::string& backend) {
   return backend == "cuda" ? Device::kCuda : Device::kCpu;
 }
 
+Status check_weights_on_backend(const WeightStore& weights, const std::string& backend) {
+  const Device want = backend_device(backend);
+  for (const auto& [name, t] : weights.tensors())
+    if (t.device() != want)
+      return internal_error(fmt::format(
+          "backend \"{}\": weight {} is on the {}, not the backend's device: the run would "
+          "compute where its weights live",
+          backend, name, t.device() == Device::kCuda ? "GPU" : "host"));
+  return Status::ok();
+}
+
 nlohmann::json backend_provenance(const std::string& backend) {
 #ifdef SPLITCHECK_HAVE_CUDA
   if (backend_device(backend) == Device::kCuda && cuda::unavailable_reason().empty())
@@ -121,6 +132,7 @@ Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source, Laye
   std::vector<std::string> names;
   for (const TensorSpec& t : model_tensor_specs(s.model)) names.push_back(t.name);
   ASSIGN_OR_RETURN(WeightStore weights, load_weights(source, names));
+  RETURN_IF_ERROR(check_weights_on_backend(weights, s.backend));
   ASSIGN_OR_RETURN(
       std::unique_ptr<ReferenceEngine> engine,
       ReferenceEngine::create(s.model, std::move(weights),

@@ -52,6 +52,11 @@ std::unique_ptr<WeightSource> scenario_weight_source(const Scenario& scenario);
 
 // The device of a backend name ("cuda": kCuda; otherwise kCpu).
 Device backend_device(const std::string& backend);
+// Ok when every tensor of `weights` is on `backend`'s device; otherwise an internal error
+// naming the first that is not. The registry runs an op where its weight lives, so host
+// weights would run a "cuda" scenario on the CPU without a word: every engine built for a
+// scenario checks its weights first.
+Status check_weights_on_backend(const WeightStore& weights, const std::string& backend);
 // The dump's env.device: "cpu", or on CUDA the GPU, toolkit, cuBLASLt version, SM count
 // and every matrix-product algorithm the run pinned (kernels/cuda/runtime.h).
 nlohmann::json backend_provenance(const std::string& backend);

@@ -125,6 +125,7 @@ Result<PropertyReport> measure_properties(const Scenario& s) {
   std::vector<std::string> names;
   for (const TensorSpec& spec : model_tensor_specs(s.model)) names.push_back(spec.name);
   ASSIGN_OR_RETURN(WeightStore weights, load_weights(*source, names));
+  RETURN_IF_ERROR(check_weights_on_backend(weights, s.backend));
   ASSIGN_OR_RETURN(std::unique_ptr<ReferenceEngine> engine,
                    ReferenceEngine::create(s.model, std::move(weights),
                                            EngineOptions{{}, DumpLevel::kSummary, "none", false}));

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "harness/engine/run.h"
 #include "tests/scenario_fixture.h"
 
 namespace splitcheck {
@@ -47,6 +48,19 @@ TEST(PropertiesTest, RowComparisonCountsFlippedBitsRowsAndChangedArgmax) {
   EXPECT_EQ(d->elements_differing, 3);
   EXPECT_EQ(d->argmax_changed, 1);
   EXPECT_GT(d->max_abs_diff, 1e5);
+}
+
+// The properties of a "cuda" scenario once ran on the CPU: they loaded host weights, and
+// the registry runs an op where its weight lives. Every engine built for a scenario now
+// checks that its weights are on the backend's device.
+TEST(PropertiesTest, WeightsOffTheBackendsDeviceAreRefusedNamingOne) {
+  WeightStore host;
+  host.put("model.embed_tokens.weight", Tensor::zeros(DType::kBF16, {4, 8}));
+  EXPECT_TRUE(check_weights_on_backend(host, "cpu").is_ok());
+  const Status st = check_weights_on_backend(host, "cuda");
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("model.embed_tokens.weight"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("host"), std::string::npos) << st.message();
 }
 
 TEST(PropertiesTest, RowComparisonRefusesMismatchedShapesOrTypes) {
