@@ -114,14 +114,6 @@ struct Raw<8> {
     w = make_uint4(pack_bf2(v[0], v[1]), pack_bf2(v[2], v[3]), pack_bf2(v[4], v[5]),
                    pack_bf2(v[6], v[7]));
   }
-  // v: values that are bf16 already (low 16 bits zero).
-  __device__ __forceinline__ void set(const float* v) {
-    uint32_t x[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      x[j] = (__float_as_uint(v[2 * j]) >> 16) | (__float_as_uint(v[2 * j + 1]) & 0xffff0000u);
-    w = make_uint4(x[0], x[1], x[2], x[3]);
-  }
 };
 
 template <>
@@ -133,7 +125,6 @@ struct Raw<1> {
   __device__ __forceinline__ void round(const float* v) {
     w = static_cast<uint32_t>(f_to_bf(v[0])) << 16;
   }
-  __device__ __forceinline__ void set(const float* v) { w = __float_as_uint(v[0]); }
 };
 
 template <int VEC>
