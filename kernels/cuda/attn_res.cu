@@ -34,6 +34,7 @@
 //              BLOCK_L sources (attn_res_fallback_block_l: the BLOCK_L rule), the mixture
 //              times the reciprocal of the softmax's denominator, output scale
 //              (m * out_w) * r.
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -86,7 +87,7 @@ struct Params {
   int write_idx;
   float eps;
   float out_eps;
-  int block_l;
+  int block_l_log2;  // the fallback's BLOCK_L, a power of two
 };
 
 // VEC consecutive bf16 values, raw: one 16-byte word at VEC 8, the bits in the high half
@@ -229,9 +230,14 @@ __device__ __forceinline__ float warp_sum(float v) {
 // registers. NREG == 0 (the general kernel): any number of groups per thread, every source
 // read from global memory when used, the mixture kept in shared memory (h floats).
 
-template <bool kFallback, int VEC, int NREG>
+// kFull (register kernel only): the block's threads own exactly its groups (groups ==
+// kRegGroups * blockDim.x, as at H 7168 or 8192), so no thread checks which it owns.
+template <bool kFallback, int VEC, int NREG, bool kFull>
 __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
     attn_res_kernel(Params a) {
+  static_assert(!kFull || NREG > 0, "only the register kernel's threads own fixed groups");
+  // Whether this thread owns channel group g.
+  const auto owns = [&](int64_t g) { return kFull || g < a.groups; };
   constexpr int G = NREG > 0 ? kRegGroups : 1;                    // groups held in registers
   constexpr int W = (NREG > 0 ? kRegThreads : kMaxThreads) / 32;  // the most warps
   // NREG == 0: the mixture m, [h].
@@ -244,7 +250,6 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
   __shared__ float score_of[W][kMaxSources];
   __shared__ float weight_of[W][kMaxSources];
   __shared__ float rescale_of[W][kMaxSources];
-  __shared__ bool starts_of[W][kMaxSources];  // fallback: source i starts a tile
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int n_warps = blockDim.x / 32;
   const int per_thread = NREG > 0 ? G : a.per_thread;
@@ -263,14 +268,15 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
 #pragma unroll
     for (int k = 0; k < G; ++k) {
       const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      if (g >= a.groups) continue;
+      if (!owns(g)) continue;
       const int64_t c = g * VEC;
       pre0[k].load(prefix_row + c);
       if (a.delta != nullptr) del0[k].load(a.delta + t * a.h + c);
-#pragma unroll
-      for (int i = 0; i < NREG; ++i)
-        if (i < a.nb) bank0[i][k].load(bank_rows + i * a.h + c);
       if (a.nb > 0) {
+        // Every register row, those past nb - 1 as copies of row nb - 1 (served by the
+        // cache, never used): one condition, not one a row.
+#pragma unroll
+        for (int i = 0; i < NREG; ++i) bank0[i][k].load(bank_rows + min(i, a.nb - 1) * a.h + c);
         nw0[k].load(a.norm_w + c);
         pw0[k].load(a.proj_w + c);
       }
@@ -278,7 +284,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
 #pragma unroll
     for (int k = 0; k < G; ++k) {
       const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      if (g >= a.groups) continue;
+      if (!owns(g)) continue;
       const int64_t c = g * VEC;
       // Steps 1 and 2: fold the delta into the prefix, write the bank row.
       if (a.delta != nullptr) {
@@ -291,14 +297,18 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
         pre0[k].store(prefix_row + c);
       }
       if (a.write_idx >= 0) pre0[k].store(a.bank + (t * a.rows + a.write_idx) * a.h + c);
+      // A source the call itself writes. (Selects, not a conditional store: the compiler
+      // turns the latter into one store at index write_idx, which moves every row to
+      // local memory.)
+      if (a.write_idx >= 0 && a.write_idx < NREG) {
 #pragma unroll
-      for (int i = 0; i < NREG; ++i)
-        if (i == a.write_idx) bank0[i][k] = pre0[k];  // a source the call itself writes
+        for (int i = 0; i < NREG; ++i) bank0[i][k].w = i == a.write_idx ? pre0[k].w : bank0[i][k].w;
+      }
     }
   } else {
     for (int k = 0; k < per_thread; ++k) {
       const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      if (g >= a.groups) break;
+      if (!owns(g)) break;
       const int64_t c = g * VEC;
       float p[VEC];
       load<VEC>(prefix_row + c, p);
@@ -349,7 +359,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
     } else {
       for (int k = 0; k < per_thread; ++k) {
         const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (g >= a.groups) break;
+        if (!owns(g)) break;
         float p[VEC];
         load<VEC>(prefix_row + g * VEC, p);
 #pragma unroll
@@ -378,7 +388,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
 #pragma unroll
       for (int k = 0; k < per_thread; ++k) {
         const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (g >= a.groups) break;
+        if (!owns(g)) break;
         const int64_t c = g * VEC;
         float v[VEC], nwpw[VEC];
         source(i, k, c, cached, use_cached, v);
@@ -427,13 +437,12 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
       // NREG), all reduced at once: slot s's sums are values 2s and 2s + 1.
       float x[2 * (NREG + 1)];
 #pragma unroll
-      for (int slot = 0; slot <= NREG; ++slot) {
+      for (int slot = 0; slot < NREG; ++slot) {
         x[2 * slot] = 0.0f;
         x[2 * slot + 1] = 0.0f;
-        if (slot == NREG || slot < a.nb)
-          partials(slot < NREG ? slot : a.nb, slot < NREG ? bank0[slot] : pre0, true, x[2 * slot],
-                   x[2 * slot + 1]);
+        if (slot < a.nb) partials(slot, bank0[slot], true, x[2 * slot], x[2 * slot + 1]);
       }
+      partials(a.nb, pre0, true, x[2 * NREG], x[2 * NREG + 1]);
       for (int i = NREG; i < a.nb; ++i) reduce_one(i, pre0, false);
       const int q = warp_sums<kFallback>(x);
       const int slot = q / 2;
@@ -448,18 +457,23 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
     // order, so every thread reads the same weights without a second meeting.
     float* const score = score_of[warp];
     float* const weight = weight_of[warp];    // native: a_i; fallback: e_i of its tile
-    float* const rescale = rescale_of[warp];  // fallback: the rescale at a tile's start
-    bool* const starts = starts_of[warp];
+    float* const rescale = rescale_of[warp];  // fallback: source i's rescale, 1 inside a tile
     for (int i = lane; i < n_src; i += 32) {
       float dot = 0.0f, ss = 0.0f;
+      // (Unrolled to the most warps a block has, stopping at the block's own count: no
+      // loop counter, and the loads issue together.)
       if constexpr (kFallback) {  // the warps' partials by adjacent pairs, then in order
-        for (int w = 0; w < n_warps; w += 2) {
+#pragma unroll
+        for (int w = 0; w < W; w += 2) {
+          if (w >= n_warps) break;
           const bool pair = w + 1 < n_warps;
           dot += pair ? red_dot[i][w] + red_dot[i][w + 1] : red_dot[i][w];
           ss += pair ? red_ss[i][w] + red_ss[i][w + 1] : red_ss[i][w];
         }
       } else {  // the warps' partials in ascending order
-        for (int w = 0; w < n_warps; ++w) {
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+          if (w >= n_warps) break;
           dot += red_dot[i][w];
           ss += red_ss[i][w];
         }
@@ -488,26 +502,66 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
       // Online softmax over tiles of BLOCK_L sources: source i's tile uses the running
       // maximum of every score up to its tile's end; a tile's start rescales by
       // exp(previous maximum - new maximum); the denominator runs in source order.
-      const int bl = a.block_l;
-      for (int i = lane; i < n_src; i += 32) {
-        const int start = i / bl * bl, end = min(start + bl, n_src);
-        float run_max = kNegInf, prev_max = kNegInf;
-        for (int q = 0; q < end; ++q) {
-          run_max = score[q] > run_max ? score[q] : run_max;
-          if (q + 1 == start) prev_max = run_max;
+      // In registers, lane l holding sources l and l + 32 (the second only past 32
+      // sources): the running maximum of scores 0..i is an inclusive scan over the lanes (a
+      // NaN score never becomes the maximum, and of equal scores the first stays, as a loop
+      // over the sources keeps them), read at each tile's end and before its start.
+      const bool two = n_src > 32;  // the same in every lane
+      const auto not_nan = [&](int i) {
+        return i < n_src && score[i] > kNegInf ? score[i] : kNegInf;
+      };
+      const auto scan_max = [&](float m) {
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+          const float o = __shfl_up_sync(0xffffffffu, m, off);
+          if (lane >= off) m = m > o ? m : o;  // of equal values, the earlier
         }
-        weight[i] = dexp(score[i] - run_max);
-        rescale[i] = dexp(prev_max - run_max);
-        starts[i] = i == start;
+        return m;
+      };
+      const float max_lo = scan_max(not_nan(lane));
+      float max_hi = kNegInf;
+      if (two) {
+        const float below = __shfl_sync(0xffffffffu, max_lo, 31);
+        max_hi = scan_max(not_nan(lane + 32));
+        max_hi = max_hi > below ? max_hi : below;
       }
-      __syncwarp();
-      if (lane == 0) {
-        for (int i = 0; i < n_src; ++i) {
-          if (starts[i]) run_sum *= rescale[i];
-          run_sum += weight[i];
+      // The running maximum of scores 0..q (q < n_src; every lane takes part).
+      const auto running_max = [&](int q) {
+        const float lo = __shfl_sync(0xffffffffu, max_lo, q & 31);
+        if (!two) return lo;
+        const float hi = __shfl_sync(0xffffffffu, max_hi, q & 31);
+        return q < 32 ? lo : hi;
+      };
+      // Source i's weight e_i and rescale (1 inside a tile, which changes no value), into
+      // this warp's rows; BLOCK_L is a power of two (block_l_log2).
+      const auto weigh = [&](int i, float& e, float& r) {
+        const int start = i >> a.block_l_log2 << a.block_l_log2;
+        const int end = min(start + (1 << a.block_l_log2), n_src);
+        const float run_max = running_max(max(end - 1, 0));
+        const float before = running_max(max(start - 1, 0));  // every lane shuffles
+        const float prev_max = start > 0 ? before : kNegInf;
+        if (i < n_src) {
+          e = dexp(score[i] - run_max);
+          r = i == start ? dexp(prev_max - run_max) : 1.0f;
+          weight[i] = e;
+          rescale[i] = r;
         }
-      }
-      run_sum = __shfl_sync(0xffffffffu, run_sum, 0);
+      };
+      // The denominator, in source order, by every lane from the lanes' registers (n
+      // sources, from lane 0 on); a rescale of 1 leaves the sum as it is.
+      const auto accumulate = [&](float e, float r, int n) {
+#pragma unroll 4
+        for (int l = 0; l < n; ++l) {
+          const float rl = __shfl_sync(0xffffffffu, r, l);
+          const float el = __shfl_sync(0xffffffffu, e, l);
+          run_sum = __fadd_rn(__fmul_rn(run_sum, rl), el);
+        }
+      };
+      float e_lo = 0.0f, r_lo = 1.0f, e_hi = 0.0f, r_hi = 1.0f;
+      weigh(lane, e_lo, r_lo);
+      if (two) weigh(lane + 32, e_hi, r_hi);
+      accumulate(e_lo, r_lo, min(n_src, 32));
+      if (two) accumulate(e_hi, r_hi, n_src - 32);
       inv_sum = 1.0f / run_sum;  // the mixture is scaled by it: one division a thread
     }
     __syncwarp();
@@ -524,7 +578,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
         for (int j = 0; j < VEC; ++j) m0[k][j] = 0.0f;
       each_source([&](int i, const Raw<VEC>(&cached)[G], bool use_cached) {
         if constexpr (kFallback) {
-          if (starts[i] && rescale[i] != 1.0f) {
+          if (rescale[i] != 1.0f) {
             const float r = rescale[i];
 #pragma unroll
             for (int k = 0; k < G; ++k)
@@ -536,7 +590,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
 #pragma unroll
         for (int k = 0; k < G; ++k) {
           const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-          if (g >= a.groups) break;
+          if (!owns(g)) break;
           float v[VEC];
           source(i, k, g * VEC, cached, use_cached, v);
 #pragma unroll
@@ -553,14 +607,14 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
 #pragma unroll
       for (int k = 0; k < per_thread; ++k) {
         const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (g >= a.groups) break;
+        if (!owns(g)) break;
         const int64_t c = g * VEC;
         float m[VEC];
 #pragma unroll
         for (int j = 0; j < VEC; ++j) m[j] = 0.0f;
         each_source([&](int i, const Raw<VEC>(&cached)[G], bool use_cached) {
           if constexpr (kFallback) {
-            if (starts[i] && rescale[i] != 1.0f) {  // a new tile of BLOCK_L sources
+            if (rescale[i] != 1.0f) {  // a new tile of BLOCK_L sources
               const float r = rescale[i];
 #pragma unroll
               for (int j = 0; j < VEC; ++j) m[j] *= r;
@@ -600,7 +654,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
 #pragma unroll
       for (int k = 0; k < G; ++k) {
         const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (g < a.groups) ow0[k].load(a.out_w + g * VEC);
+        if (owns(g)) ow0[k].load(a.out_w + g * VEC);
       }
     }
   }
@@ -610,7 +664,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
 #pragma unroll
     for (int k = 0; k < per_thread; ++k) {
       const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      if (g >= a.groups) break;
+      if (!owns(g)) break;
       float m[VEC];
       mixture(k, g * VEC, m);
 #pragma unroll
@@ -633,7 +687,7 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
 #pragma unroll
   for (int k = 0; k < per_thread; ++k) {
     const int64_t g = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (g >= a.groups) break;
+    if (!owns(g)) break;
     const int64_t c = g * VEC;
     float m[VEC], o[VEC];
     mixture(k, c, m);
@@ -679,9 +733,9 @@ void allow_smem(const void* kernel, size_t smem) {
 }
 
 // One block per token.
-template <bool kFallback, int VEC, int NREG>
+template <bool kFallback, int VEC, int NREG, bool kFull = false>
 void launch_kernel(const Params& a, unsigned threads, size_t smem) {
-  auto* kernel = attn_res_kernel<kFallback, VEC, NREG>;
+  auto* kernel = attn_res_kernel<kFallback, VEC, NREG, kFull>;
   // The general kernel's mixture in shared memory, beyond the static arrays.
   if (smem > 0) allow_smem(reinterpret_cast<const void*>(kernel), smem);
   kernel<<<static_cast<unsigned>(a.tokens), threads, smem, stream()>>>(a);
@@ -719,7 +773,11 @@ void launch(AttnResArgs& args) {
   a.write_idx = args.write_idx;
   a.eps = args.eps;
   a.out_eps = args.out_eps;
-  a.block_l = attn_res_fallback_block_l(t_count, args.nb);
+  const int block_l = attn_res_fallback_block_l(t_count, args.nb);
+  a.block_l_log2 = std::countr_zero(static_cast<unsigned>(block_l));
+  if (block_l <= 0 || (block_l & (block_l - 1)) != 0)
+    throw std::runtime_error("attn_res on CUDA: BLOCK_L " + std::to_string(block_l) +
+                             " is not a power of two");
   if (t_count > 0) {
     // The block shape, the vector width and the kernel depend on H only.
     const int vec = h % 8 == 0 ? 8 : 1;
@@ -728,7 +786,9 @@ void launch(AttnResArgs& args) {
     if (reg_threads <= kRegThreads) {
       a.per_thread = kRegGroups;
       const auto n = static_cast<unsigned>(reg_threads);
-      if (vec == 8) {
+      if (vec == 8 && a.groups == static_cast<int64_t>(kRegGroups) * reg_threads) {
+        launch_kernel<kFallback, 8, kRegRows, true>(a, n, 0);
+      } else if (vec == 8) {
         launch_kernel<kFallback, 8, kRegRows>(a, n, 0);
       } else {
         launch_kernel<kFallback, 1, kRegRows>(a, n, 0);

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "harness/dump/digest.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 #include "tests/cuda/gpu_test_support.h"
@@ -86,15 +89,17 @@ TEST(CudaAttnResTest, BothVariantsAreCloseToTheCpuAndWriteTheSameState) {
     // (100); the general kernel (rows read again, the mixture in shared memory) at 8
     // channels (9216) and one (1500), and past 48 KiB of mixture (16384, 20001).
     for (int64_t h : {256, 7168, 100, 8192, 9216, 1500, 16384, 20001}) {
-      // Bank rows past the 8 held in registers (nb 10), a source the call writes first
-      // (write_idx 2 < nb 4), no delta nor out_w, no source but the prefix.
+      // Bank rows past the 8 held in registers (nb 10), more sources than a warp has lanes
+      // (nb 40), a source the call writes first (write_idx 2 < nb 4), no delta nor out_w,
+      // no source but the prefix.
       for (auto [nb, write_idx, with_delta, with_out_w] :
            {std::tuple{4, -1, true, true}, std::tuple{3, 3, true, true},
-            std::tuple{10, -1, true, true}, std::tuple{4, 2, true, true},
-            std::tuple{5, -1, false, false}, std::tuple{0, 0, false, true}}) {
+            std::tuple{10, -1, true, true}, std::tuple{40, -1, true, true},
+            std::tuple{4, 2, true, true}, std::tuple{5, -1, false, false},
+            std::tuple{0, 0, false, true}}) {
         SCOPED_TRACE(std::string(variant) + " h=" + std::to_string(h) +
                      " nb=" + std::to_string(nb) + " write_idx=" + std::to_string(write_idx));
-        AttnResCase cpu = attn_res_case(9, h, 12, 7 + h);
+        AttnResCase cpu = attn_res_case(9, h, 48, 7 + h);
         AttnResCase gpu = to_device(cpu, Device::kCuda);
         AttnResArgs a = cpu.args(nb, write_idx, with_delta, with_out_w);
         AttnResArgs b = gpu.args(nb, write_idx, with_delta, with_out_w);
@@ -176,6 +181,44 @@ TEST(CudaAttnResTest, ATokensBitsDoNotDependOnTheCallsTokenCount) {
       EXPECT_TRUE(part.prefix.to(Device::kCpu)
                       .bit_equal(all.prefix.to(Device::kCpu).rows(big - small, big).clone()));
     }
+  }
+}
+
+// Each variant's bits, pinned: XXH64 over the outputs and the state every kernel shape and
+// argument combination writes, at both BLOCK_L values (9 tokens: 4; 300 tokens: 1), against
+// the value committed here. A change of the kernels that keeps their float32 orders keeps
+// these; one that changes any bit fails here first (then the GPU golden must be re-made,
+// scripts/gpu-check.sh's golden-cuda-update, and these values with it).
+TEST(CudaAttnResTest, EachVariantKeepsItsCommittedBits) {
+  SPLITCHECK_REQUIRE_GPU();
+  const std::pair<const char*, uint64_t> pinned[] = {{"native", 0xba125a8b00e5aad2ull},
+                                                     {"fallback", 0x963122b0726f49aeull}};
+  for (auto [variant, expected] : pinned) {
+    Xxh64 bits;
+    for (auto [t, h] : {std::pair<int64_t, int64_t>{9, 256},
+                        {9, 7168},
+                        {300, 7168},
+                        {9, 100},
+                        {9, 9216},
+                        {9, 1500},
+                        {300, 1500}}) {
+      const AttnResCase host = attn_res_case(t, h, 48, 31 + h + t);
+      for (auto [nb, write_idx, with_delta, with_out_w] :
+           {std::tuple{4, -1, true, true}, std::tuple{8, -1, true, true},
+            std::tuple{10, -1, true, true}, std::tuple{40, -1, true, true},
+            std::tuple{4, 2, true, true}, std::tuple{5, -1, false, false},
+            std::tuple{0, 0, false, true}}) {
+        AttnResCase gpu = to_device(host, Device::kCuda);
+        AttnResArgs a = gpu.args(nb, write_idx, with_delta, with_out_w);
+        run_variant("attn_res", variant, &a);
+        for (const Tensor* x : {&gpu.out, &gpu.prefix, &gpu.bank}) {
+          const Tensor back = x->to(Device::kCpu);
+          bits.update({back.bytes(), back.nbytes()});
+        }
+      }
+    }
+    EXPECT_EQ(bits.digest(), expected)
+        << variant << ": bits now 0x" << std::hex << bits.digest() << " (see the comment above)";
   }
 }
 
