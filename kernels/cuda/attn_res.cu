@@ -774,10 +774,10 @@ void launch(AttnResArgs& args) {
   a.eps = args.eps;
   a.out_eps = args.out_eps;
   const int block_l = attn_res_fallback_block_l(t_count, args.nb);
-  a.block_l_log2 = std::countr_zero(static_cast<unsigned>(block_l));
-  if (block_l <= 0 || (block_l & (block_l - 1)) != 0)
+  if (!std::has_single_bit(static_cast<unsigned>(block_l)))
     throw std::runtime_error("attn_res on CUDA: BLOCK_L " + std::to_string(block_l) +
                              " is not a power of two");
+  a.block_l_log2 = std::countr_zero(static_cast<unsigned>(block_l));
   if (t_count > 0) {
     // The block shape, the vector width and the kernel depend on H only.
     const int vec = h % 8 == 0 ? 8 : 1;
