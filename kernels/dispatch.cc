@@ -135,7 +135,9 @@ int32_t find_kernel(std::string_view op, std::string_view variant) {
 int32_t run_kernel(const KernelContext& ctx, std::string_view op, void* args) {
   for (size_t i = 0; i < std::size(kRegistry); ++i) {
     const KernelRow& row = kRegistry[i];
-    if (row.op != op || !row.eligible(args)) continue;
+    if (row.op != op) continue;
+    const VariantOverride* o = ctx.override_variant;
+    if (o != nullptr && o->op == op ? row.variant != o->variant : !row.eligible(args)) continue;
     if (ctx.trace != nullptr) {
       ctx.trace->events.push_back(DispatchEvent{ctx.forward, ctx.layer, ctx.site,
                                                 static_cast<int32_t>(i), ctx.stage, ctx.aux});

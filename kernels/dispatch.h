@@ -49,6 +49,15 @@ struct DispatchTrace {
 };
 
 // What a kernel call is: forwarded to the trace with the chosen variant.
+// A variant a caller picks for an op from its own context rather than from the op's
+// arguments: what fault dispatch.stage_context_fallback restores (a non-first stage
+// taking attn_res.fallback because of where it runs). The registry honours it for that op
+// and records the choice in the trace like any other.
+struct VariantOverride {
+  std::string_view op;
+  std::string_view variant;
+};
+
 struct KernelContext {
   DispatchTrace* trace = nullptr;  // nullptr: do not record (unit tests of one variant)
   int32_t forward = 0;
@@ -56,6 +65,7 @@ struct KernelContext {
   Site site = Site::kEmbed;
   int32_t stage = 0;
   int32_t aux = -1;
+  const VariantOverride* override_variant = nullptr;  // null: eligibility alone decides
 
   KernelContext at(int32_t new_layer, Site new_site) const {
     KernelContext c = *this;

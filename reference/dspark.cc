@@ -171,29 +171,9 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(const ModelConfig& 
   return d;
 }
 
-void DsparkDrafter::set_memo(const MemoUse& memo, ReuseStats* stats) {
-  memo_ = memo;
-  stats_ = stats;
-  ContentHasher h;
-  h.tag("dspark-weights");
-  h.i64(n_taps_);
-  for (const Tensor* t : {embed_, lm_head_, static_cast<const Tensor*>(&ctx_proj_), ctx_norm_,
-                          mask_, norm_, w1_, w2_})
-    h.tensor(t);
-  for (const Layer& l : layers_)
-    for (const Tensor* t : {l.input_norm, l.q, l.k, l.v, l.o}) h.tensor(t);
-  weights_digest_ = h.digest();
-  ContentHasher start;
-  start.tag("dspark-reset");
-  history_ = start.digest();
-}
-
 void DsparkDrafter::reset(int64_t request) {
   request_ = request;
   position_ = 0;
-  ContentHasher start;
-  start.tag("dspark-reset");
-  history_ = start.digest();
   for (Layer& l : layers_) {
     l.cache_k.clear();
     l.cache_v.clear();
@@ -207,50 +187,7 @@ Status DsparkDrafter::observe(const std::vector<int32_t>& ids, const Tensor& tap
                           std::to_string(ids.size()) + " positions and " + std::to_string(n_taps_) +
                           " taps");
   position_ += static_cast<int64_t>(ids.size());
-  const bool reading = memo_.read != nullptr && memo_.mode != ReuseMode::kOff;
-  if (!reading && memo_.fill == nullptr) {
-    for (size_t i = 0; const std::vector<bf16>& r : context_rows(taps)) append_rows_to(i++, r);
-    return Status::ok();
-  }
-  // The rows appended are a function of the taps and the weights alone; everything
-  // observed since reset is what the draft cache holds (propose's key).
-  ContentHasher taps_hash;
-  taps_hash.tensor(&taps);
-  const Digest128 taps_digest = taps_hash.digest();
-  ContentHasher hist;
-  hist.tag("dspark-observe");
-  hist.digest(history_);
-  hist.bytes(ids.data(), ids.size() * sizeof(int32_t));
-  hist.digest(taps_digest);
-  history_ = hist.digest();
-  ContentHasher kh;
-  kh.tag("splitcheck.dspark.observe.v1");
-  kh.config(config_);
-  kh.digest(weights_digest_);
-  kh.digest(taps_digest);
-  const Digest128 key = kh.digest();
-  const std::vector<std::vector<bf16>>* hit = reading ? memo_.read->find_draft_rows(key) : nullptr;
-  if (hit != nullptr && memo_.mode == ReuseMode::kOn) {
-    for (size_t i = 0; i < hit->size(); ++i) append_rows_to(i, (*hit)[i]);
-    if (stats_ != nullptr) ++stats_->draft_rows_hits;
-    return Status::ok();
-  }
-  std::vector<std::vector<bf16>> rows = context_rows(taps);
-  if (hit != nullptr) {
-    const bool same =
-        hit->size() == rows.size() &&
-        std::equal(hit->begin(), hit->end(), rows.begin(), [](const auto& a, const auto& b) {
-          return a.size() == b.size() &&
-                 (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0);
-        });
-    if (!same)
-      return internal_error("dspark context reuse would change the draft cache at request " +
-                            std::to_string(request_) + " position " + std::to_string(position_) +
-                            ": the memo's key misses an input");
-    if (stats_ != nullptr) ++stats_->draft_rows_verified;
-  }
-  for (size_t i = 0; i < rows.size(); ++i) append_rows_to(i, rows[i]);
-  if (memo_.fill != nullptr) memo_.fill->insert_draft_rows(key, std::move(rows));
+  for (size_t i = 0; const std::vector<bf16>& r : context_rows(taps)) append_rows_to(i++, r);
   return Status::ok();
 }
 
@@ -277,40 +214,6 @@ void DsparkDrafter::append_rows_to(size_t i, const std::vector<bf16>& rows) {
 Result<std::vector<int32_t>> DsparkDrafter::propose(int32_t anchor, int gamma) {
   if (anchor < 0 || anchor >= embed_->dim(0))
     return internal_error("dspark drafter: anchor outside the vocabulary");
-  const bool reading = memo_.read != nullptr && memo_.mode != ReuseMode::kOff;
-  if (!reading && memo_.fill == nullptr) return propose_computed(anchor, gamma);
-  ContentHasher h;
-  h.tag("splitcheck.dspark.propose.v1");
-  h.config(config_);
-  h.digest(weights_digest_);
-  h.digest(history_);
-  h.i64(request_);
-  h.i64(position_);
-  h.i64(anchor);
-  h.i64(gamma);
-  h.u64(departure_.seed);
-  uint64_t rate_bits = 0;
-  std::memcpy(&rate_bits, &departure_.rate, sizeof rate_bits);
-  h.u64(rate_bits);
-  const Digest128 key = h.digest();
-  const std::vector<int32_t>* hit = reading ? memo_.read->find_proposal(key) : nullptr;
-  if (hit != nullptr && memo_.mode == ReuseMode::kOn) {
-    if (stats_ != nullptr) ++stats_->proposal_hits;
-    return *hit;
-  }
-  std::vector<int32_t> x = propose_computed(anchor, gamma);
-  if (hit != nullptr) {
-    if (*hit != x)
-      return internal_error("dspark proposal reuse would change the proposals at request " +
-                            std::to_string(request_) + " position " + std::to_string(position_) +
-                            ": the memo's key misses an input");
-    if (stats_ != nullptr) ++stats_->proposal_verified;
-  }
-  if (memo_.fill != nullptr) memo_.fill->insert_proposal(key, x);
-  return x;
-}
-
-std::vector<int32_t> DsparkDrafter::propose_computed(int32_t anchor, int gamma) {
   const int64_t h = config_.hidden_size;
   const int64_t rows = gamma + 1;
   const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};

@@ -29,7 +29,6 @@
 
 #include "kernels/ops.h"
 #include "reference/config.h"
-#include "reference/layer_memo.h"
 #include "reference/speculative.h"
 #include "reference/weights.h"
 
@@ -102,27 +101,13 @@ class DsparkDrafter : public Drafter {
   Result<std::vector<int32_t>> propose(int32_t anchor, int gamma) override;
   // The controlled departures (SPEC 3.3); none until set.
   void set_departure(const Departure& departure) { departure_ = departure; }
-  // From now on, proposals go through `memo` (layer_memo.h): PP=1 fills it, a partitioned
-  // run reads it per its mode. A proposal's key is the config, the digest of every tensor
-  // the drafter reads (its own, and the embedding and lm_head as bound here), the
-  // digest of everything observed since reset (ids and taps, by content: the draft cache
-  // is a function of them and the weights), the request, the position, the anchor, gamma
-  // and the departure settings. observe()'s rows are keyed by the weights digest and the
-  // taps (they read nothing else); a hit appends a copy of them, so the cache stays real.
-  // `stats` (may be null) counts hits and verified proposals.
-  void set_memo(const MemoUse& memo, ReuseStats* stats);
 
  private:
   DsparkDrafter() = default;
-  std::vector<int32_t> propose_computed(int32_t anchor, int gamma);
   // The rows observe() appends for `taps`: per draft layer its K rows, then its V rows.
   std::vector<std::vector<bf16>> context_rows(const Tensor& taps) const;
   // Appends block i of context_rows() to its cache (even i: layer i/2's K, odd: its V).
   void append_rows_to(size_t i, const std::vector<bf16>& rows);
-  MemoUse memo_;
-  ReuseStats* stats_ = nullptr;
-  Digest128 weights_digest_;
-  Digest128 history_;  // everything observed since reset, while a memo is set
   ModelConfig config_;
   Departure departure_;
   int64_t request_ = 0;

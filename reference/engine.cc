@@ -130,14 +130,6 @@ void ReferenceEngine::reset_sequence() {
     caches_.push_back(empty_layer_cache(config_, l));
 }
 
-void ReferenceEngine::set_memo(LayerMemo* memo) {
-  memo_ = memo;
-  layer_digests_.clear();
-  if (memo_ == nullptr) return;
-  for (const LayerWeights& w : layers_) layer_digests_.push_back(layer_weights_digest(w));
-  head_digest_ = head_weights_digest(weights_);
-}
-
 void ReferenceEngine::save_state() { snapshot_ = caches_; }
 
 void ReferenceEngine::restore_state() { caches_ = snapshot_; }
@@ -161,12 +153,8 @@ Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRec
   std::vector<std::pair<int, Tensor>> taps;
   if (captured(0)) taps.emplace_back(0, st.prefix.clone());
   for (int l = 0; l < L; ++l) {
-    if (memo_ != nullptr) {
-      RETURN_IF_ERROR(run_layer_reusing(ctx, c, l, layers_[l], layer_digests_[l], st, caches_[l],
-                                        rec, MemoUse{memo_, nullptr, ReuseMode::kOff}, nullptr));
-    } else {
-      run_layer(ctx, c, l, layers_[l], st, caches_[l], rec);
-    }
+    run_layer(ctx, c, l, layers_[l], st, caches_[l], rec);
+    ++computed_.layers;
     const int k = l + 1;
     if (!captured(k)) continue;
     if (k < L) {
@@ -177,13 +165,8 @@ Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRec
                                     weights_.get("output_attn_res_proj.weight")));
     }
   }
-  HeadOutput head;
-  if (memo_ != nullptr) {
-    ASSIGN_OR_RETURN(head, run_head_reusing(ctx, c, st, weights_, head_digest_,
-                                            MemoUse{memo_, nullptr, ReuseMode::kOff}, nullptr));
-  } else {
-    head = run_head(ctx, c, st, weights_);
-  }
+  const HeadOutput head = run_head(ctx, c, st, weights_);
+  ++computed_.heads;
   record_forward_end(record, req, options_.level, head, st, taps, trace);
   if (record != nullptr && options_.level == DumpLevel::kFull) {
     for (int l = 0; l < L; ++l)

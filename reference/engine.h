@@ -14,11 +14,8 @@
 
 #include "reference/batch.h"
 #include "reference/layer.h"
-#include "reference/layer_memo.h"
 
 namespace splitcheck {
-
-class LayerMemo;
 
 enum class ForwardKind { kPrefill, kDecode, kVerify, kReplay };
 const char* forward_kind_name(ForwardKind kind);
@@ -35,6 +32,23 @@ struct ForwardResult {
   Tensor next_tokens;  // int32 [T]
   // Taps for a drafter, concatenated along the hidden axis in ascending id [T, n*H].
   Tensor taps;
+};
+
+// What an engine computed itself, counted where the work runs: decoder layer calls (one
+// per layer per forward or serving segment), output-head calls, and drafter calls
+// (observe and propose). A sweep states the counts of the engine under test next to
+// PP=1's, so every report shows that each call it judges was run by that engine.
+struct ComputedCalls {
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t drafter = 0;
+  ComputedCalls& operator+=(const ComputedCalls& o) {
+    layers += o.layers;
+    heads += o.heads;
+    drafter += o.drafter;
+    return *this;
+  }
+  bool operator==(const ComputedCalls&) const = default;
 };
 
 struct EngineOptions {
@@ -56,9 +70,9 @@ class Engine {
  public:
   virtual ~Engine() = default;
   // Serving (SPEC 3.4): starts one batched step. Its state updates are applied first, then
-  // its segments run, each on its request's own state (a step may carry updates only). Steps are collected in submission
-  // order; an engine may run several at once (the partitioned engine keeps up to one per
-  // stage in flight). The default refuses: the engine serves one request at a time.
+  // its segments run, each on its request's own state (a step may carry updates only). Steps are
+  // collected in submission order; an engine may run several at once (the partitioned engine keeps
+  // up to one per stage in flight). The default refuses: the engine serves one request at a time.
   virtual Status submit(const BatchRequest& batch, bool record);
   // The oldest submitted step's results; records its forwards into `record` when the step
   // was submitted with record = true and `record` is not null.
@@ -67,6 +81,9 @@ class Engine {
   virtual Result<ForwardResult> forward(const ForwardRequest& request, RunRecord* record) = 0;
   // Starts a new sequence: empty caches.
   virtual void reset_sequence() = 0;
+  // What the engine computed since it was created (drafter calls are counted by whoever
+  // drives the drafter).
+  virtual ComputedCalls computed() = 0;
   // Snapshots every layer's cache (before a speculative verify block).
   virtual void save_state() = 0;
   // Returns every layer's cache to the last snapshot.
@@ -85,9 +102,7 @@ class ReferenceEngine : public Engine {
   void save_state() override;
   void restore_state() override;
   const WeightStore& weights() const { return weights_; }
-  // From now on, inserts every layer call's outcome into `memo` (layer_memo.h), which
-  // must outlive the engine's use of it; nullptr stops filling.
-  void set_memo(LayerMemo* memo);
+  ComputedCalls computed() override { return computed_; }
   const ModelConfig& config() const { return config_; }
   Status submit(const BatchRequest& batch, bool record) override;
   Result<BatchResult> collect(RunRecord* record) override;
@@ -108,9 +123,7 @@ class ReferenceEngine : public Engine {
   std::vector<LayerWeights> layers_;
   std::vector<LayerCache> caches_;
   std::vector<LayerCache> snapshot_;
-  LayerMemo* memo_ = nullptr;
-  std::vector<Digest128> layer_digests_;  // layer_weights_digest per layer, while filling
-  Digest128 head_digest_;                 // head_weights_digest, while filling
+  ComputedCalls computed_;
 };
 
 // Dump helpers shared by both engines.

@@ -78,16 +78,8 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
     std::vector<LayerCache*> caches;
     for (const Segment& seg : batch.segments)
       caches.push_back(&requests_.at(seg.request).caches[l]);
-    if (memo_ != nullptr) {
-      // Filling the memo: each segment's layer call on its own (the MLP is row-wise, so the
-      // bits are those of the batched call), keyed by content like every other call.
-      for (size_t i = 0; i < n; ++i)
-        RETURN_IF_ERROR(run_layer_reusing(ctxs[i], c, l, layers_[l], layer_digests_[l], states[i],
-                                          *caches[i], recs[i],
-                                          MemoUse{memo_, nullptr, ReuseMode::kOff}, nullptr));
-    } else {
-      run_layer_batch(ctxs, c, l, layers_[l], state_ptrs, caches, recs);
-    }
+    run_layer_batch(ctxs, c, l, layers_[l], state_ptrs, caches, recs);
+    computed_.layers += static_cast<int64_t>(n);
     const int k = l + 1;
     if (!captured(k)) continue;
     for (size_t i = 0; i < n; ++i) {
@@ -106,6 +98,7 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
   for (size_t i = 0; i < n; ++i) {
     const Segment& seg = batch.segments[i];
     HeadOutput head = run_head(ctxs[i], c, states[i], weights_);
+    ++computed_.heads;
     RunRecord* r = record != nullptr ? &records[i] : nullptr;
     record_forward_end(r, segment_request(seg), options_.level, head, states[i], taps[i],
                        traces[i]);

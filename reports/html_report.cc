@@ -131,6 +131,15 @@ std::string first_divergence_text(const nlohmann::json& c) {
                      text_of(d.value("cosine", nlohmann::json())));
 }
 
+// A case's message, and for a sweep's case what its engine computed against PP=1.
+std::string message_cell(const nlohmann::json& r, const nlohmann::json& c) {
+  std::string out = esc(str_field(c, "message"));
+  if (c.contains("computed") && r.contains("computed"))
+    out += fmt::format("<br><small class=\"computed\">computed: {}</small>",
+                       esc(computed_text(c["computed"], obj_field(r["computed"], "pp1"))));
+  return out;
+}
+
 std::string cases_table(const nlohmann::json& r) {
   std::string out =
       "<table id=\"cases\"><thead><tr><th>#</th><th>split</th><th>layout</th><th>verdict</th>"
@@ -175,9 +184,8 @@ std::string cases_table(const nlohmann::json& r) {
         esc(verdict), esc(str_field(c, "key")), text_of(c.value("index", nlohmann::json())),
         esc(verdict), first_divergent_layer(c), text_of(c.value("index", nlohmann::json())),
         esc(str_field(c, "key")), esc(str_field(c, "layout")), esc(verdict), esc(verdict),
-        esc(checks), esc(str_field(c, "message")), esc(first_divergence_text(c)), esc(dispatch),
-        taps, c.value("datasets_differing", 0), c.value("datasets_compared", 0),
-        c.value("seconds", 0.0));
+        esc(checks), message_cell(r, c), esc(first_divergence_text(c)), esc(dispatch), taps,
+        c.value("datasets_differing", 0), c.value("datasets_compared", 0), c.value("seconds", 0.0));
   }
   out += "</tbody></table>\n";
   return out;
@@ -444,8 +452,9 @@ std::string render_html(const nlohmann::json& r) {
         "<tr><td>timing</td><td>PP=1 {:.2f} s, sweep {:.2f} s on {} threads</td></tr>\n",
         r["timing"].value("pp1_seconds", 0.0), r["timing"].value("total_seconds", 0.0),
         text_of(r["timing"].value("threads", nlohmann::json())));
-  if (r.contains("reuse"))
-    out += fmt::format("<tr><td>reuse</td><td>{}</td></tr>\n", esc(reuse_line(r["reuse"])));
+  if (r.contains("computed"))
+    out += fmt::format("<tr><td>computed</td><td id=\"computed\">{}</td></tr>\n",
+                       esc(computed_summary(r)));
   out += "</tbody></table>\n</header>\n";
   if (kind == "bisect") out += cause_block(obj_field(r, "bisect"));
   if (kind == "sweep") out += "<h2>Where each split point first diverged</h2>\n" + map_svg(r);

@@ -6,6 +6,7 @@
 // refused by --self-check has one test case, "self-check", in error with the first difference.
 #include <fmt/format.h>
 
+#include "reports/report.h"
 #include "reports/writers.h"
 
 namespace splitcheck {
@@ -54,11 +55,14 @@ std::string render_junit(const nlohmann::json& r) {
     const std::string message = xml_escape(str_field(c, "message"));
     out += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\"", suite,
                        xml_escape(str_field(c, "key")), c.value("seconds", 0.0));
+    out += ">\n";
+    if (c.contains("computed") && r.contains("computed"))
+      out += fmt::format("      <system-out>computed: {}</system-out>\n",
+                         xml_escape(computed_text(c["computed"], obj_field(r["computed"], "pp1"))));
     if (verdict == "pass") {
-      out += "/>\n";
+      out += "    </testcase>\n";
       continue;
     }
-    out += ">\n";
     std::string checks;
     for (const auto& f : c.value("failed_checks", nlohmann::json::array()))
       checks += (checks.empty() ? "" : ", ") + f.get<std::string>();

@@ -79,7 +79,17 @@ std::string render_markdown(const nlohmann::json& r) {
       if (c.is_string()) names += (names.empty() ? "" : ", ") + c.get<std::string>();
     out += fmt::format("Checks evaluated: {}.\n\n", cell(names));
   }
-  if (r.contains("reuse")) out += fmt::format("Reuse: {}.\n\n", cell(reuse_line(r["reuse"])));
+  if (r.contains("computed")) {
+    out += fmt::format("Computed: {}.\n\n", cell(computed_summary(r)));
+    out +=
+        "<details><summary>What each split point computed</summary>\n\n"
+        "| split | verdict | computed (this split point of PP=1's) |\n|---|---|---|\n";
+    for (const nlohmann::json& c : r["cases"])
+      out += fmt::format(
+          "| `{}` | {} | {} |\n", cell(str_field(c, "key")), cell(str_field(c, "verdict")),
+          cell(computed_text(obj_field(c, "computed"), obj_field(r["computed"], "pp1"))));
+    out += "\n</details>\n\n";
+  }
   if (const std::string a = acceptance_line(r); !a.empty())
     out += fmt::format("Speculative decoding: {}.\n\n", cell(a));
   std::vector<const nlohmann::json*> bad, waived;

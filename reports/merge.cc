@@ -315,20 +315,16 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   merged["timing"]["cost_in_pp1_runs"] = pp1 > 0 ? total / pp1 : 0.0;
   merged["timing"]["shards"] = reports.size();
   merged["cases"] = cases;
-  if (first.contains("reuse") && first["reuse"].is_object()) {
-    // What the shards reused, summed; the memo kept is the largest shard's (each shard
-    // builds its own from its own PP=1 run).
-    nlohmann::json& u = merged["reuse"];
-    for (const char* count : {"hits", "misses", "verified", "computed", "memo_dropped"})
-      u[count] = 0;
-    for (const char* most : {"memo_bytes", "memo_entries"}) u[most] = 0;
-    for (const nlohmann::json& r : reports) {
-      const nlohmann::json ru = r.value("reuse", nlohmann::json::object());
-      for (const char* count : {"hits", "misses", "verified", "computed", "memo_dropped"})
-        u[count] = u[count].get<int64_t>() + ru.value(count, int64_t{0});
-      for (const char* most : {"memo_bytes", "memo_entries"})
-        u[most] = std::max(u[most].get<int64_t>(), ru.value(most, int64_t{0}));
-      if (ru.value("mode", "") != first["reuse"].value("mode", "")) u["mode"] = "mixed";
+  if (first.contains("computed") && first["computed"].is_object()) {
+    // What the engine under test computed: the joined cases' calls summed (PP=1's is every
+    // shard's own run of the same workload, so the first shard's).
+    nlohmann::json& u = merged["computed"];
+    for (const char* count : {"layer_calls", "head_calls", "drafter_calls"}) {
+      int64_t sum = 0;
+      for (const nlohmann::json& c : cases)
+        if (c.contains("computed") && c["computed"].is_object())
+          sum += c["computed"].value(count, int64_t{0});
+      u["cases"][count] = sum;
     }
   }
   merged["expect"]["failures"] = result.expect_failures;

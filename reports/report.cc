@@ -96,44 +96,59 @@ nlohmann::json empty_case(const std::string& key, int64_t index) {
           {"stages", nlohmann::json::array()}};
 }
 
-nlohmann::json reuse_json(const ReuseSummary& u) {
-  const bool used = u.mode != ReuseMode::kOff;
-  return {{"mode", reuse_mode_name(u.mode)},
-          {"scope", used ? "layer calls by content" : "none"},
-          {"rule", used ? "PP=1 keeps each layer call's outcome under a digest of everything the "
-                          "call reads (config, layer, the weights as loaded, the entering state "
-                          "and cache); a stage whose call has the same digest, from the weights "
-                          "it loaded and the state it holds, takes a copy of that outcome "
-                          "(verify: computes it and checks it is equal); every other call, the "
-                          "embedding, taps, handoff, head and drafter always run"
-                        : "every split point runs every layer"},
-          {"unused_because", u.unused_because},
-          {"memo_bytes", u.memo_bytes},
-          {"memo_entries", u.memo_entries},
-          {"memory_bound", u.memory_bound},
-          {"memo_dropped", u.memo_dropped},
-          {"hits", u.calls.hits},
-          {"misses", u.calls.misses},
-          {"verified", u.calls.verified},
-          {"computed", u.calls.computed}};
+nlohmann::json computed_json(const ComputedCalls& c) {
+  return {{"layer_calls", c.layers}, {"head_calls", c.heads}, {"drafter_calls", c.drafter}};
 }
 
-std::string reuse_line(const nlohmann::json& u) {
-  const std::string mode = u.value("mode", "off");
-  if (mode == "off") return fmt::format("none ({})", u.value("unused_because", ""));
-  const int64_t hits = u.value("hits", int64_t{0});
-  const int64_t misses = u.value("misses", int64_t{0});
-  const int64_t verified = u.value("verified", int64_t{0});
-  const int64_t computed = u.value("computed", int64_t{0});
-  const int64_t all = hits + misses + verified + computed;
+std::string computed_text(const nlohmann::json& c, const nlohmann::json& of) {
+  auto count = [](const nlohmann::json& j, const char* name) {
+    return j.is_object() ? j.value(name, int64_t{0}) : int64_t{0};
+  };
+  return fmt::format("layer calls {} of {}, head calls {} of {}, drafter calls {} of {}",
+                     count(c, "layer_calls"), count(of, "layer_calls"), count(c, "head_calls"),
+                     count(of, "head_calls"), count(c, "drafter_calls"),
+                     count(of, "drafter_calls"));
+}
+
+std::string computed_text(const ComputedCalls& calls, const ComputedCalls& of) {
+  return computed_text(computed_json(calls), computed_json(of));
+}
+
+std::string computed_summary(const nlohmann::json& r) {
+  const nlohmann::json c = r.value("computed", nlohmann::json::object());
+  const nlohmann::json all = c.value("cases", nlohmann::json::object());
+  const nlohmann::json pp1 = c.value("pp1", nlohmann::json::object());
   return fmt::format(
-      "layer calls by content, {}: {} of {} layer calls taken from PP=1, {} computed and checked "
-      "equal, {} computed (no equal PP=1 input); {:.1f} MiB of PP=1 outcomes kept{}",
-      mode, hits, all, verified, misses + computed,
-      static_cast<double>(u.value("memo_bytes", int64_t{0})) / (1 << 20),
-      u.value("memo_dropped", int64_t{0}) > 0
-          ? fmt::format(" ({} not kept: memory bound)", u.value("memo_dropped", int64_t{0}))
-          : "");
+      "the engine under test ran every call it is judged on, nothing taken from PP=1: {} layer "
+      "calls, {} head calls, {} drafter calls over {} split points; PP=1 ran once ({} layer "
+      "calls, {} head calls, {} drafter calls)",
+      all.value("layer_calls", int64_t{0}), all.value("head_calls", int64_t{0}),
+      all.value("drafter_calls", int64_t{0}),
+      r.contains("cases") && r["cases"].is_array() ? r["cases"].size() : size_t{0},
+      pp1.value("layer_calls", int64_t{0}), pp1.value("head_calls", int64_t{0}),
+      pp1.value("drafter_calls", int64_t{0}));
+}
+
+namespace {
+
+// The report model's `computed` object of a sweep: PP=1's calls and the cases' summed.
+nlohmann::json sweep_computed_json(const SweepResult& r) {
+  ComputedCalls all;
+  for (const CaseResult& c : r.cases) all += c.computed;
+  return {{"pp1", computed_json(r.pp1_computed)},
+          {"cases", computed_json(all)},
+          {"rule",
+           "every split point's stages compute every layer and head call, and its drafter "
+           "every call, of the workload they are judged on; PP=1 runs once per sweep and "
+           "nothing of its outcomes stands in for a stage's work"}};
+}
+
+}  // namespace
+
+std::string computed_summary(const SweepResult& r) {
+  nlohmann::json j{{"computed", sweep_computed_json(r)}, {"cases", nlohmann::json::array()}};
+  for (size_t i = 0; i < r.cases.size(); ++i) j["cases"].push_back(nullptr);
+  return computed_summary(j);
 }
 
 nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
@@ -174,7 +189,7 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                  {"total_seconds", r.total_seconds},
                  {"threads", r.threads},
                  {"cost_in_pp1_runs", r.pp1_seconds > 0 ? r.total_seconds / r.pp1_seconds : 0.0}};
-  j["reuse"] = reuse_json(r.reuse);
+  j["computed"] = sweep_computed_json(r);
   j["lane"] = {{"name", "exact"}, {"rule", "bitwise on the integer bit pattern; no tolerance"}};
   nlohmann::json faults = nlohmann::json::array();
   for (const auto& id : r.scenario.value("faults", std::vector<std::string>{})) {
@@ -240,10 +255,7 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                         {"parameter_bytes", s.parameter_bytes},
                         {"tensors", s.tensors}});
     cj["stages"] = stages;
-    cj["reuse"] = {{"hits", c.reuse.hits},
-                   {"misses", c.reuse.misses},
-                   {"verified", c.reuse.verified},
-                   {"computed", c.reuse.computed}};
+    cj["computed"] = computed_json(c.computed);
     if (c.drafter.method != "none") {
       cj["drafter"] = {{"stage", c.drafter.stage},
                        {"embedding_source", c.drafter.embedding_source},

@@ -21,10 +21,18 @@ struct ReportContext {
 // The report model of a sweep.
 nlohmann::json sweep_report(const SweepResult& result, const ReportContext& context);
 
-// The report's `reuse` object (what the sweep took from PP=1), and the one line that
-// says it in the console, report.html and summary.md.
-nlohmann::json reuse_json(const ReuseSummary& reuse);
-std::string reuse_line(const nlohmann::json& reuse);
+// What an engine computed, as the report's `computed` objects hold it
+// ({"layer_calls", "head_calls", "drafter_calls"}).
+nlohmann::json computed_json(const ComputedCalls& calls);
+// One case's calls against PP=1's, as every report form states them:
+// "layer calls 1728 of 1728, head calls 54 of 54, drafter calls 120 of 120". `of` is
+// PP=1's count for the same workload; the case's own count comes first.
+std::string computed_text(const ComputedCalls& calls, const ComputedCalls& of);
+std::string computed_text(const nlohmann::json& calls, const nlohmann::json& of);
+// The sweep's line: what the engine under test computed over every split point, and
+// that nothing was taken from PP=1 (from the report model's `computed` object).
+std::string computed_summary(const nlohmann::json& report);
+std::string computed_summary(const SweepResult& result);
 
 // The report model of a comparison of dump `b` against dump `a` (kind "compare"): one
 // case per differing, structurally different or missing dataset; counts.total is the

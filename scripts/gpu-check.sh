@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA backend on a GPU machine, in one go (within 10 minutes on one H200):
 # configure with CUDA, build, run the CUDA tests, sweep k3-tiny on the GPU (all 31 split
-# points, layer reuse off so every stage computes), run every fault scenario on the GPU,
+# points, every stage computing every call), run every fault scenario on the GPU,
 # run compute-sanitizer (memcheck, racecheck, synccheck) on the kernel tests, measure the
 # GPU properties (decode vs prefill, verify vs decode, chunked vs whole prefill of
 # k3-tiny), run the approximate lane (CPU and CUDA against the float64 judge), write and
@@ -112,16 +112,16 @@ for name in sorted(os.listdir(os.path.join(root, "scenarios"))):
         json.dump(s, f, indent=2)
 PY
 
-detail="all 31 split points, PP=2, reuse off"
+detail="all 31 split points, PP=2"
 step sweep-k3-tiny-cuda 240 "$build/splitcheck" sweep "$build/scenarios-cuda/default.json" \
-  --reuse off --threads 4 --report "$log/report-default"
+  --threads 4 --report "$log/report-default"
 grep -E "identical|conformant|divergent|split points" "$log/sweep-k3-tiny-cuda.log" | tail -3
 
 # A fault scenario passes when its sweep ran (exit 0 or 1: a fault is a divergence) and
 # its expect block is met (report.json: expect.failures empty).
 sweep_meets_expect() {
   local f="$1" report="$2" rc
-  "$build/splitcheck" sweep "$f" --reuse off --threads 4 --report "$report"
+  "$build/splitcheck" sweep "$f" --threads 4 --report "$report"
   rc=$?
   [[ $rc -le 1 ]] || return $rc
   python3 - "$report/report.json" <<'PY'
@@ -325,7 +325,7 @@ if [[ -n "${GPU_CHECK_ONLY:-}" ]] && [[ "sweep-k3-shape" =~ $GPU_CHECK_ONLY ||
   run_k3=1
 fi
 if [[ $run_k3 -eq 1 ]]; then
-  detail="92 split points, PP=2, summary dumps, reuse off"
+  detail="92 split points, PP=2, summary dumps"
   # The GPU's memory in use, sampled every second while the sweep runs (peak printed).
   mem_pid=""
   if command -v nvidia-smi >/dev/null; then
@@ -334,7 +334,7 @@ if [[ $run_k3 -eq 1 ]]; then
     mem_pid=$!
   fi
   step sweep-k3-shape 480 "$build/splitcheck" sweep "$root/scenarios/gpu/k3-shape.json" \
-    --reuse off --threads 4 --report "$log/report-k3-shape"
+    --threads 4 --report "$log/report-k3-shape"
   [[ -n "$mem_pid" ]] && kill "$mem_pid" 2>/dev/null
   grep -E "^summary:|^time:|expect" "$log/sweep-k3-shape.log" | tail -4
   if [[ -f "$log/report-k3-shape/report.json" ]]; then

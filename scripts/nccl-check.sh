@@ -139,7 +139,7 @@ refused() {
 
 # same_as NAME OTHER: whether sweep NAME's report equals sweep OTHER's (in-process) but for
 # times, the command, the host and the transport's name: the verdict, counts, every case's
-# verdict, failed checks and message, the reuse figures. A row of its own.
+# verdict, failed checks and message, what the stages computed. A row of its own.
 same_as() {
   local name="$1" other="$2" said rc=0
   said="$(python3 - "$out/$name/report.json" "$out/$other/report.json" <<'PY'
@@ -248,7 +248,7 @@ json.dump(s, open(sys.argv[2], "w"), indent=2)
 PY
   t0=$(date +%s.%N)
   rc=0
-  CUDA_VISIBLE_DEVICES=0 "$bin" sweep "$out/k3-shape-one-gpu.json" --reuse off --threads 1 \
+  CUDA_VISIBLE_DEVICES=0 "$bin" sweep "$out/k3-shape-one-gpu.json" --threads 1 \
     --report "$out/k3-shape-one-gpu" >"$out/k3-shape-one-gpu.txt" 2>&1 || rc=$?
   t1=$(date +%s.%N)
   summary="$(grep -E '^summary:' "$out/k3-shape-one-gpu.txt" | sed 's/^summary: //' || true)"

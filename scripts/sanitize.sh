@@ -6,7 +6,7 @@
 #       split into --jobs shards run at once; --all: the whole suite through ctest.
 #   scripts/sanitize.sh tsan [--jobs N] [--filter GTEST_FILTER]
 #       ThreadSanitizer (SPLITCHECK_TSAN) in build-tsan/: the suites that run threads (the
-#       parallel sweep, stages over the inproc transport, the handoff, layer reuse, serving).
+#       parallel sweep, stages over the inproc transport, the handoff, serving).
 # Cheap builds: clang where installed, -O1, CUDA and the benchmarks off, one unity source
 # per 16 files, only the CLI and the test binary. Fails (non-zero) on any test failure or
 # sanitizer report. Prints the CPU (user+sys) and wall seconds of the build and the tests.
@@ -42,7 +42,7 @@ done
 # tests that launch mpirun are left out: the ranks' leak reports name Open MPI's own
 # allocations and its unloaded plugins, not ours), kernels and the reference engine. Left out (long; their code is exercised above): CommittedScenario, EveryDumpLevel,
 # FaultSensitivity, MpiFaultTest, MpiSweepTest (launches mpirun), ServingFaults,
-# BisectFaultTest, CliTest, MergeTest, the three longest LayerReuse tests, CheckpointRun,
+# BisectFaultTest, CliTest, MergeTest, CheckpointRun,
 # DefaultWorkload, ServingEagle3, the larger serving sweep, the approximate lane's
 # failure cases (one lane test stays), the browser and Python adapter tests (other
 # programs). Parameterised suites are named with a leading * ("Scenarios/...").
@@ -50,13 +50,12 @@ asan_subset='*'
 asan_subset+='-*CommittedScenario*:*EveryDumpLevel*:FaultSensitivity.Every*Caught*:*MpiFaultTest*'
 asan_subset+=':MpiSweepTest*'
 asan_subset+=':ServingFaults*:*BisectFaultTest*:CliTest*:MergeTest*:CheckpointRun*'
-asan_subset+=':LayerReuse.ReusedLayersRecordExactly*:LayerReuse.AStageWithOtherWeights*'
-asan_subset+=':LayerReuse.TheMemoryBound*:*DefaultWorkload*:BrowserTest*:PythonAdapterTest*:Cuda*'
+asan_subset+=':*DefaultWorkload*:BrowserTest*:PythonAdapterTest*:Cuda*'
 asan_subset+=':*ServingEagle3*:ServingSweep.BitIdentical*:ApproxLaneTest.Fails*:ApproxCliTest*'
 # The ThreadSanitizer run: the suites that start threads (a sweep runs split points on
 # --threads workers; every stage of a partition is a thread of the inproc transport).
 tsan_subset='GateTest*:GateVerdictTest*:GateRobustnessTest*:Handoff*:Partition*:StageMemory*'
-tsan_subset+=':Tap0Residency*:DrafterRefusal*:SelfCheck*:LayerReuse.VerifyComputes*'
+tsan_subset+=':Tap0Residency*:DrafterRefusal*:SelfCheck*'
 tsan_subset+=':ServingSweep*:BatchInvariance*:WaiverCliTest.Waived*'
 
 launcher=()

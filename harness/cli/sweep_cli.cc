@@ -28,12 +28,6 @@ void SweepCli::add_to(CLI::App& app) {
   command->add_option("--shard", shard, "Run share i of N of the split points, as i/N");
   command->add_option("--filter", filter, "Run only split points whose key contains this");
   command
-      ->add_option("--reuse", reuse,
-                   "Layer reuse by content: on (a stage's layer call whose inputs, weights as "
-                   "loaded included, equal a PP=1 call's takes PP=1's outcome), off (compute "
-                   "everything), verify (compute everything and check every hit is equal)")
-      ->check(CLI::IsMember({"on", "off", "verify"}));
-  command
       ->add_option("--transport", transport,
                    "Where the stages run, overriding the scenario's transport: inproc (threads "
                    "of this process) or mpi (one process per stage: launch with mpirun -np "
@@ -44,9 +38,6 @@ void SweepCli::add_to(CLI::App& app) {
                       "Seconds a receive between stage processes waits before the rank that "
                       "should have sent is reported lost (default 120)");
   command->add_flag("--progress", progress, "Print a progress line on stderr");
-  command->add_option("--reuse-memory", reuse_memory_mib,
-                      "MiB of PP=1 layer outcomes kept for reuse (default 1024); past it, the "
-                      "stages compute the calls PP=1 did not keep; 0: no bound");
   command->add_flag("--self-check", self_check,
                     "Run PP=1 twice before judging any split point; if PP=1 does not reproduce "
                     "itself, judge nothing, name the first difference and exit 4");
@@ -81,8 +72,6 @@ int SweepCli::run() {
   opts.threads = threads;
   opts.filter = filter;
   opts.progress = progress || isatty(STDERR_FILENO) != 0;
-  opts.reuse = *parse_reuse_mode(reuse);
-  opts.reuse_memory_bytes = reuse_memory_mib << 20;
   opts.self_check = self_check;
   if (!shard.empty()) {
     int i = -1, n = -1;
@@ -118,9 +107,7 @@ int SweepCli::run() {
       (*world)->channel = std::move(*nccl);
     }
 #endif
-    if ((*world)->rank() != 0)
-      return serve_stage_rank(*s, **world, effective_reuse(*s, opts.reuse),
-                              opts.reuse_memory_bytes);
+    if ((*world)->rank() != 0) return serve_stage_rank(*s, **world);
     MpiFactory factory(**world);
     opts.transport = &factory;
     const int code = sweep_and_report(*s, opts);
@@ -164,6 +151,8 @@ int SweepCli::sweep_and_report(const Scenario& scenario_in, SweepOptions& opts) 
              s->faults.empty() ? "none" : fmt::format("{}", fmt::join(s->faults, ", ")));
   for (const CaseResult& c : r->cases) {
     fmt::print("  {:<16} {:<16} {}\n", c.key, verdict_name(c.verdict), c.message);
+    fmt::print("  {:<16} {:<16} computed: {}\n", "", "",
+               computed_text(c.computed, r->pp1_computed));
     for (const Waiver& w : c.waivers)
       fmt::print("  {:<16} {:<16} {} ({}, expires {}; {})\n", "", "", w.reason, w.link, w.expires,
                  w.where);
@@ -177,7 +166,7 @@ int SweepCli::sweep_and_report(const Scenario& scenario_in, SweepOptions& opts) 
   fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s on {} threads ({:.1f} PP=1 runs)\n",
              r->pp1_seconds, r->total_seconds, r->threads,
              r->total_seconds / std::max(1e-9, r->pp1_seconds));
-  fmt::print("reuse: {}\n", reuse_line(reuse_json(r->reuse)));
+  fmt::print("computed: {}\n", computed_summary(*r));
   if (r->pp1_acceptance.speculative) {
     const AcceptanceFigures& a = r->pp1_acceptance;
     int equal = 0;

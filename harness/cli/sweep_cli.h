@@ -15,8 +15,6 @@ struct SweepCli {
   int threads = 0;
   std::string shard;
   std::string filter;
-  std::string reuse = "on";
-  size_t reuse_memory_mib = 1024;
   std::string transport;           // overrides the scenario's transport when given
   double transport_timeout = 120;  // seconds a transport's receive waits
   bool progress = false;           // a progress line on stderr even when it is no terminal

@@ -88,9 +88,30 @@ std::string histogram_text(const std::vector<int64_t>& h) {
   return out;
 }
 
-Result<std::unique_ptr<Drafter>> make_drafter(const Scenario& s, const WeightStore& own,
-                                              const DrafterBinding& binding, const MemoUse& memo,
-                                              ReuseStats* reuse) {
+namespace {
+
+// A drafter that counts the calls it forwards to the one it wraps.
+class CountedDrafter : public Drafter {
+ public:
+  CountedDrafter(std::unique_ptr<Drafter> inner, int64_t* calls)
+      : inner_(std::move(inner)), calls_(calls) {}
+  void reset(int64_t request) override { inner_->reset(request); }
+  Status observe(const std::vector<int32_t>& ids, const Tensor& taps) override {
+    ++*calls_;
+    return inner_->observe(ids, taps);
+  }
+  Result<std::vector<int32_t>> propose(int32_t anchor, int gamma) override {
+    ++*calls_;
+    return inner_->propose(anchor, gamma);
+  }
+
+ private:
+  std::unique_ptr<Drafter> inner_;
+  int64_t* calls_;
+};
+
+Result<std::unique_ptr<Drafter>> make_uncounted_drafter(const Scenario& s, const WeightStore& own,
+                                                        const DrafterBinding& binding) {
   const int n_taps = static_cast<int>(s.capture_ids.size());
   const Departure departure{s.model.seed, s.speculative.departure_rate};
   if (s.speculative.method == "eagle3") {
@@ -107,14 +128,21 @@ Result<std::unique_ptr<Drafter>> make_drafter(const Scenario& s, const WeightSto
   ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> d,
                    DsparkDrafter::create(s.model, own, binding, n_taps));
   d->set_departure(departure);
-  d->set_memo(memo, reuse);
   return std::unique_ptr<Drafter>(std::move(d));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Drafter>> make_drafter(const Scenario& s, const WeightStore& own,
+                                              const DrafterBinding& binding, int64_t* calls) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Drafter> d, make_uncounted_drafter(s, own, binding));
+  if (calls == nullptr) return d;
+  return std::unique_ptr<Drafter>(std::make_unique<CountedDrafter>(std::move(d), calls));
 }
 
 Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, const WeightStore& host,
                                          int host_stage, bool host_is_first, WeightSource& source,
-                                         const PreparedWorkload& workload, RunRecord* record,
-                                         const MemoUse& memo, ReuseStats* reuse) {
+                                         const PreparedWorkload& workload, RunRecord* record) {
   if (s.serving.enabled)
     return run_serving_generation(s, engine, host, host_stage, host_is_first, source, workload,
                                   record);
@@ -147,7 +175,8 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, cons
     // proposes nothing: prefill only, no embedding needed.
     binding.embed = binding.embed ? binding.embed : &binding.own_embedding;
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Drafter> drafter, make_drafter(s, own, binding, memo, reuse));
+  ASSIGN_OR_RETURN(std::unique_ptr<Drafter> drafter,
+                   make_drafter(s, own, binding, &out.drafter_calls));
   SpeculativeOptions opts{gen, s.speculative.gamma, batch_invariant(backend_device(s.backend))};
   if (producer) opts.generation.max_new_tokens = 1;
   ASSIGN_OR_RETURN(out.spec,

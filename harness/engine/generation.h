@@ -47,6 +47,7 @@ struct GenerationSummary {
   int strict_correct = 0;
   int flexible_correct = 0;
   DrafterPlacement drafter;
+  int64_t drafter_calls = 0;  // observe and propose calls the drafter computed
 };
 
 // The acceptance figures of SPEC 5.5 for a report.
@@ -77,25 +78,22 @@ std::string histogram_text(const std::vector<int64_t>& histogram);
 std::vector<std::string> drafter_tensor_names(const Scenario& scenario);
 
 // The scenario's drafter (dspark or eagle3) over its own tensors `own` and the embedding
-// `binding` bound, with the scenario's departure settings; DSpark's proposals go through
-// `memo` (`reuse` counts them). An eagle3 drafter without its three taps is
-// StatusCode::kConfigRejected.
+// `binding` bound, with the scenario's departure settings. With `calls`, every observe and
+// propose call the drafter computes adds one to *calls. An eagle3 drafter without its three
+// taps is StatusCode::kConfigRejected.
 Result<std::unique_ptr<Drafter>> make_drafter(const Scenario& scenario, const WeightStore& own,
                                               const DrafterBinding& binding,
-                                              const MemoUse& memo = MemoUse{},
-                                              ReuseStats* reuse = nullptr);
+                                              int64_t* calls = nullptr);
 
 // Runs the scenario's prompts on `engine`. `host` is the weights of the stage where the
 // drafter runs (`host_stage`; `host_is_first` when that stage also holds layer 0).
 // Records "spec" figures (including the GSM8K-style strict and flexible scores) when
-// speculative. A refused drafter binding is StatusCode::kConfigRejected. The DSpark
-// drafter's proposals go through `memo` (DsparkDrafter::set_memo; `reuse` counts them).
+// speculative, and counts the drafter's calls (GenerationSummary::drafter_calls). A
+// refused drafter binding is StatusCode::kConfigRejected.
 Result<GenerationSummary> run_generation(const Scenario& scenario, Engine& engine,
                                          const WeightStore& host, int host_stage,
                                          bool host_is_first, WeightSource& source,
-                                         const PreparedWorkload& workload, RunRecord* record,
-                                         const MemoUse& memo = MemoUse{},
-                                         ReuseStats* reuse = nullptr);
+                                         const PreparedWorkload& workload, RunRecord* record);
 
 // run_generation for a scenario with a `serving` block (serving.h): every prompt a
 // request, served through Engine::submit/collect. `serving` (when not null) receives the

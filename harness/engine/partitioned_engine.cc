@@ -8,8 +8,7 @@ namespace splitcheck {
 
 Result<std::unique_ptr<PartitionedEngine>> PartitionedEngine::create(
     const ModelConfig& config, const Partition& partition, const EngineOptions& options,
-    const FaultSet& faults, WeightSource& source, const LayerMemo* memo, ReuseMode reuse,
-    TransportFactory* transport) {
+    const FaultSet& faults, WeightSource& source, TransportFactory* transport) {
   if (const std::string problem = partition.ownership_problem(); !problem.empty())
     return config_rejected(fmt::format("partition {}: {}", partition.layout(), problem));
   std::unique_ptr<PartitionedEngine> e(new PartitionedEngine());
@@ -22,7 +21,7 @@ Result<std::unique_ptr<PartitionedEngine>> PartitionedEngine::create(
   }
   InprocFactory inproc;
   TransportFactory& factory = transport != nullptr ? *transport : inproc;
-  ASSIGN_OR_RETURN(e->transport_, factory.connect(stages, source, memo, reuse));
+  ASSIGN_OR_RETURN(e->transport_, factory.connect(stages, source));
   return e;
 }
 

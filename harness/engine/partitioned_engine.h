@@ -18,12 +18,9 @@ class PartitionedEngine : public Engine {
  public:
   // Builds every stage (loading only what each holds) through `transport` (null: inproc).
   // A stage that refuses its configuration makes this return StatusCode::kConfigRejected.
-  // With a `memo` (filled by PP=1 and frozen, outliving this engine), every stage looks
-  // its layer calls up in it per `reuse` (reference/layer_memo.h).
   static Result<std::unique_ptr<PartitionedEngine>> create(
       const ModelConfig& config, const Partition& partition, const EngineOptions& options,
-      const FaultSet& faults, WeightSource& source, const LayerMemo* memo = nullptr,
-      ReuseMode reuse = ReuseMode::kOff, TransportFactory* transport = nullptr);
+      const FaultSet& faults, WeightSource& source, TransportFactory* transport = nullptr);
 
   Result<ForwardResult> forward(const ForwardRequest& request, RunRecord* record) override;
   void reset_sequence() override { control(JobKind::kReset); }
@@ -38,8 +35,8 @@ class PartitionedEngine : public Engine {
   Result<BatchResult> collect(RunRecord* record) override;
 
   std::vector<StageHoldings> holdings() const { return transport_->holdings(); }
-  // What the stages' layer calls did with the memo, summed. Read after a run.
-  ReuseStats reuse_stats() { return transport_->reuse_stats(); }
+  // The layer and head calls the stages computed, summed. Read after a run.
+  ComputedCalls computed() override { return transport_->computed(); }
   // The last stage's weights: the drafter's target lm_head and embedding copy live here.
   const WeightStore& last_stage_weights() const { return transport_->last_stage_weights(); }
   // Records /stages/<s>/ (layer range, embedding, owned taps, parameter bytes).

@@ -126,7 +126,7 @@ Result<ReferenceRun> run_reference(const Scenario& s) {
   return run_reference(s, *source);
 }
 
-Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source, LayerMemo* memo) {
+Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source) {
   ReferenceRun run;
   ASSIGN_OR_RETURN(run.workload, prepare_workload(s));
   std::vector<std::string> names;
@@ -138,11 +138,11 @@ Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source, Laye
       ReferenceEngine::create(s.model, std::move(weights),
                               EngineOptions{s.capture_ids, s.dump_level, s.speculative.method,
                                             s.speculative.context_only_producer}));
-  engine->set_memo(memo);
-  ASSIGN_OR_RETURN(run.summary,
-                   run_generation(s, *engine, engine->weights(), 0, true, source, run.workload,
-                                  &run.record, MemoUse{memo, nullptr, ReuseMode::kOff}));
+  ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->weights(), 0, true, source,
+                                               run.workload, &run.record));
   run.generation = run.summary.generation;
+  run.computed = engine->computed();
+  run.computed.drafter = run.summary.drafter_calls;
   return run;
 }
 
@@ -166,6 +166,8 @@ Result<ReferenceRun> run_partitioned(const Scenario& s, const std::vector<int>& 
   ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->last_stage_weights(), last,
                                                last == 0, *source, run.workload, &run.record));
   run.generation = run.summary.generation;
+  run.computed = engine->computed();
+  run.computed.drafter = run.summary.drafter_calls;
   engine->record_holdings(run.record);
   return run;
 }

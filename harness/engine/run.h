@@ -33,14 +33,13 @@ struct ReferenceRun {
   GenerationResult generation;
   PreparedWorkload workload;
   GenerationSummary summary;  // speculative figures and the drafter's binding
+  ComputedCalls computed;     // what the engine computed, drafter calls included
 };
 
 // The PP=1 run of the scenario with everything recorded at the scenario's dump level,
-// over `source` (the scenario's own weights unless given). With `memo`, the engine fills
-// it with every layer call's outcome (reference/layer_memo.h).
+// over `source` (the scenario's own weights unless given).
 Result<ReferenceRun> run_reference(const Scenario& scenario);
-Result<ReferenceRun> run_reference(const Scenario& scenario, WeightSource& source,
-                                   LayerMemo* memo = nullptr);
+Result<ReferenceRun> run_reference(const Scenario& scenario, WeightSource& source);
 
 // One partitioned run of the scenario at the partition with these interior cuts, with
 // /stages/<s>/ recorded (what each stage holds).

@@ -54,7 +54,8 @@ Result<GenerationSummary> run_serving_generation(const Scenario& s, Engine& engi
     RETURN_IF_ERROR(make_drafter(s, own, binding).status());
     opt.gamma = s.speculative.gamma;
     factory = [&](int32_t request) -> Result<std::unique_ptr<Drafter>> {
-      ASSIGN_OR_RETURN(std::unique_ptr<Drafter> d, make_drafter(s, own, binding));
+      ASSIGN_OR_RETURN(std::unique_ptr<Drafter> d,
+                       make_drafter(s, own, binding, &out.drafter_calls));
       d->reset(request);
       return d;
     };

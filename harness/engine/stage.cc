@@ -38,7 +38,26 @@ Tensor bank_rows(const Tensor& bank, int64_t rows) {
   return out;
 }
 
+// dispatch.stage_context_fallback: the variant a non-first stage took from where it ran.
+constexpr VariantOverride kStageContextFallback{"attn_res", "fallback"};
+
+// weights.rebound_after_load: a modified copy of `loaded` (every element doubled, exact in
+// bf16), on its device: what a stage computes with once it re-binds the weight.
+Tensor doubled_copy(const Tensor& loaded) {
+  Tensor host = loaded.to(Device::kCpu);
+  bf16* v = host.data<bf16>();
+  for (int64_t i = 0; i < host.numel(); ++i) v[i] = to_bf16(2.0f * to_f32(v[i]));
+  return host.to(loaded.device());
+}
+
 }  // namespace
+
+KernelContext Stage::context(DispatchTrace* trace, int32_t forward) const {
+  KernelContext ctx{trace, forward, -1, Site::kEmbed, cfg_.index, -1};
+  if (!is_first() && cfg_.faults.has("dispatch.stage_context_fallback"))
+    ctx.override_variant = &kStageContextFallback;
+  return ctx;
+}
 
 bool Stage::captured(int k) const {
   return std::binary_search(cfg_.capture_ids.begin(), cfg_.capture_ids.end(), k);
@@ -168,6 +187,12 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
   }
 
   st->holdings_ = measure_holdings(cfg, st->weights_);
+  if (cfg.faults.has("weights.rebound_after_load") && !st->is_first()) {
+    // After loading (and measuring) what it holds, the stage re-binds its first layer's
+    // input_layernorm to a modified copy: the bytes it computes with are not those it loaded.
+    st->rebound_ = doubled_copy(*st->layers_.front().input_layernorm);
+    st->layers_.front().input_layernorm = &st->rebound_;
+  }
   st->init_caches();
   return st;
 }
@@ -273,15 +298,6 @@ void Stage::save_state() { snapshot_ = caches_; }
 
 void Stage::restore_state() { caches_ = snapshot_; }
 
-void Stage::set_memo(const LayerMemo* memo, ReuseMode mode) {
-  memo_ = memo;
-  memo_mode_ = memo != nullptr ? mode : ReuseMode::kOff;
-  layer_digests_.clear();
-  if (memo_mode_ == ReuseMode::kOff) return;
-  for (const LayerWeights& w : layers_) layer_digests_.push_back(layer_weights_digest(w));
-  if (is_last()) head_digest_ = head_weights_digest(weights_);
-}
-
 void Stage::record_caches(int32_t forward, RunRecord& record) const {
   for (int l = range_.begin; l < range_.end; ++l)
     record.add(forward_path(forward) + "cache/" + std::to_string(l),
@@ -306,21 +322,14 @@ void Stage::read_tap_after(const KernelContext& ctx, int l, const ResidualState&
   }
 }
 
-Status Stage::run_layers(const KernelContext& ctx, ResidualState& st, const LayerRecording& rec,
-                         std::vector<std::pair<int, Tensor>>* taps) {
-  const MemoUse use{nullptr, memo_, memo_mode_};
+void Stage::run_layers(const KernelContext& ctx, ResidualState& st, const LayerRecording& rec,
+                       std::vector<std::pair<int, Tensor>>* taps) {
   for (int l = range_.begin; l < range_.end; ++l) {
     const int i = l - range_.begin;
-    if (memo_mode_ == ReuseMode::kOff) {
-      run_layer(ctx, cfg_.model, l, layers_[i], st, caches_[i], rec);
-      ++reuse_stats_.computed;
-    } else {
-      RETURN_IF_ERROR(run_layer_reusing(ctx, cfg_.model, l, layers_[i], layer_digests_[i], st,
-                                        caches_[i], rec, use, &reuse_stats_));
-    }
+    run_layer(ctx, cfg_.model, l, layers_[i], st, caches_[i], rec);
+    ++computed_.layers;
     read_tap_after(ctx, l, st, taps);
   }
-  return Status::ok();
 }
 
 Status Stage::receive_payload(int32_t forward, int64_t T, const std::vector<std::byte>& in,
@@ -408,7 +417,7 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
                                RunRecord* record, DispatchTrace* trace, const Tensor* in_body) {
   const ModelConfig& c = cfg_.model;
   const int64_t T = static_cast<int64_t>(req.ids.size());
-  KernelContext ctx{trace, req.index, -1, Site::kEmbed, cfg_.index, -1};
+  const KernelContext ctx = context(trace, req.index);
   StageOutput out;
   ResidualState& st = out.state;
   std::vector<std::pair<int, Tensor>>& taps = out.taps;
@@ -417,23 +426,18 @@ Result<StageOutput> Stage::run(const ForwardRequest& req, const std::vector<std:
   if (is_first()) {
     st = embed_state(ctx, c, weights_.get("embed_tokens.weight"), ids_tensor(req.ids));
     if (captured(0)) taps.emplace_back(0, st.prefix.clone());
-    RETURN_IF_ERROR(run_layers(ctx, st, rec, &taps));
+    run_layers(ctx, st, rec, &taps);
   } else {
     if (in == nullptr)
       return internal_error(fmt::format("stage {} received no payload", cfg_.index));
     RETURN_IF_ERROR(receive_payload(req.index, T, *in, in_body, st, taps));
     place_state(st, weights_.device());  // the received state goes where the weights are
-    RETURN_IF_ERROR(run_layers(ctx, st, rec, &taps));
+    run_layers(ctx, st, rec, &taps);
   }
 
   if (is_last()) {
-    if (memo_mode_ == ReuseMode::kOff) {
-      out.head = run_head(ctx, c, st, weights_);
-    } else {
-      ASSIGN_OR_RETURN(out.head,
-                       run_head_reusing(ctx, c, st, weights_, head_digest_,
-                                        MemoUse{nullptr, memo_, memo_mode_}, &reuse_stats_));
-    }
+    out.head = run_head(ctx, c, st, weights_);
+    ++computed_.heads;
     if (!is_first() && captured(0) && !relays_tap0()) {
       // The "resident" tap 0 is a buffer nothing ever filled.
       taps.emplace_back(0, Tensor::zeros(DType::kBF16, {T, c.hidden_size}));

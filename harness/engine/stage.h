@@ -11,7 +11,6 @@
 #include "harness/engine/partition.h"
 #include "harness/verdict/faults.h"
 #include "reference/engine.h"
-#include "reference/layer_memo.h"
 #include "reference/weight_source.h"
 
 namespace splitcheck {
@@ -105,12 +104,8 @@ class Stage {
   void reset_sequence();
   void save_state();
   void restore_state();
-  // From now on, looks every layer call up in `memo` (filled by PP=1, frozen) per `mode`
-  // (reference/layer_memo.h): keys are computed from the weights as this stage loaded
-  // them and from its own state, so only inputs equal to PP=1's are ever reused.
-  void set_memo(const LayerMemo* memo, ReuseMode mode);
-  // What the stage's layer calls did with the memo.
-  const ReuseStats& reuse_stats() const { return reuse_stats_; }
+  // The layer and head calls this stage computed since it was created.
+  const ComputedCalls& computed() const { return computed_; }
   // At the full dump level: each of the stage's layers' cache, as PP=1 records it
   // ("forward/<f>/cache/<l>", reference/engine.h), after forward `forward`.
   void record_caches(int32_t forward, RunRecord& record) const;
@@ -168,6 +163,9 @@ class Stage {
   // (send_device_payload), whole bytes otherwise (send_payload). A forward's and a serving
   // segment's alike.
   void hand_on_payload(int32_t forward, int64_t T, StageOutput& out) const;
+  // The kernel context of this stage's calls in forward `forward` (the dispatch override
+  // of fault dispatch.stage_context_fallback on a non-first stage).
+  KernelContext context(DispatchTrace* trace, int32_t forward) const;
   bool captured(int k) const;
   bool owns_tap(int k) const;
   // Ids of taps that arrive in the payload: captured and owned by an earlier stage.
@@ -179,10 +177,9 @@ class Stage {
   // read at L, or the boundary tap with the stage's own copies.
   void read_tap_after(const KernelContext& ctx, int l, const ResidualState& st,
                       std::vector<std::pair<int, Tensor>>* taps) const;
-  // Runs the stage's layers on `st` (through the memo when one is set); reads the
-  // captured taps.
-  Status run_layers(const KernelContext& ctx, ResidualState& st, const LayerRecording& rec,
-                    std::vector<std::pair<int, Tensor>>* taps);
+  // Runs the stage's layers on `st`; reads the captured taps.
+  void run_layers(const KernelContext& ctx, ResidualState& st, const LayerRecording& rec,
+                  std::vector<std::pair<int, Tensor>>* taps);
 
   StageConfig cfg_;
   StageRange range_;
@@ -190,14 +187,11 @@ class Stage {
   std::vector<LayerWeights> layers_;  // index l - range_.begin
   std::vector<LayerCache> caches_, snapshot_;
   Tensor boundary_norm_, boundary_proj_;  // layer end's AttnRes vectors, for the boundary tap
+  Tensor rebound_;  // fault weights.rebound_after_load: the copy the first layer re-binds to
   StageHoldings holdings_;
   bool tap0_relayed_ = true;
   bool device_payloads_ = false;
-  const LayerMemo* memo_ = nullptr;
-  ReuseMode memo_mode_ = ReuseMode::kOff;
-  std::vector<Digest128> layer_digests_;  // of layers_, as loaded, while a memo is set
-  Digest128 head_digest_;                 // of the head's weights (last stage), likewise
-  ReuseStats reuse_stats_;
+  ComputedCalls computed_;
   // Serving: the stage's per-request state (created on first use) and the request ids of
   // every batched step it ran, in order (what batch.stale_microbatch_state reads).
   std::unique_ptr<RequestStateTable> requests_;

@@ -61,7 +61,7 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
     const Segment& seg = batch.segments[i];
     const int64_t T = static_cast<int64_t>(seg.ids.size());
     RunRecord* record = records != nullptr ? &(*records)[i] : nullptr;
-    ctxs.push_back(KernelContext{&traces[i], seg.index, -1, Site::kEmbed, cfg_.index, -1});
+    ctxs.push_back(context(&traces[i], seg.index));
     recs.push_back(LayerRecording{record, forward_path(seg.index), cfg_.level});
     if (seg.kind == ForwardKind::kVerify) table.snapshot(owner[i]);
     RequestState& rs = table.at(owner[i]);
@@ -92,17 +92,8 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
     std::vector<LayerCache*> caches;
     for (size_t i = 0; i < n; ++i) caches.push_back(&table.at(owner[i]).caches[l - range_.begin]);
     const int li = l - range_.begin;
-    if (memo_mode_ == ReuseMode::kOff) {
-      run_layer_batch(ctxs, c, l, layers_[li], states, caches, recs);
-      reuse_stats_.computed += static_cast<int64_t>(n);
-    } else {
-      // Through PP=1's memo, segment by segment (the bits of the batched call: the MLP is
-      // row-wise); only a segment whose inputs equal PP=1's is taken from it.
-      const MemoUse use{nullptr, memo_, memo_mode_};
-      for (size_t i = 0; i < n; ++i)
-        RETURN_IF_ERROR(run_layer_reusing(ctxs[i], c, l, layers_[li], layer_digests_[li],
-                                          *states[i], *caches[i], recs[i], use, &reuse_stats_));
-    }
+    run_layer_batch(ctxs, c, l, layers_[li], states, caches, recs);
+    computed_.layers += static_cast<int64_t>(n);
     for (size_t i = 0; i < n; ++i) read_tap_after(ctxs[i], l, outs[i].state, &outs[i].taps);
   }
 
@@ -114,6 +105,7 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
     StageOutput& out = outs[i];
     if (is_last()) {
       out.head = run_head(ctxs[i], c, out.state, weights_);
+      ++computed_.heads;
       if (!is_first() && captured(0) && !relays_tap0())
         out.taps.emplace_back(0, Tensor::zeros(DType::kBF16, {T, c.hidden_size}));
       std::stable_sort(out.taps.begin(), out.taps.end(),

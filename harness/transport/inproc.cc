@@ -3,13 +3,11 @@
 namespace splitcheck {
 
 Result<std::unique_ptr<InprocTransport>> InprocTransport::create(
-    const std::vector<StageConfig>& configs, WeightSource& source, const LayerMemo* memo,
-    ReuseMode reuse) {
+    const std::vector<StageConfig>& configs, WeightSource& source) {
   std::unique_ptr<InprocTransport> t(new InprocTransport());
   t->level_ = configs.front().level;
   for (const StageConfig& sc : configs) {
     ASSIGN_OR_RETURN(std::unique_ptr<Stage> stage, Stage::create(sc, source));
-    stage->set_memo(memo, reuse);
     t->stages_.push_back(std::move(stage));
   }
   // Tap 0 travels unless the last stage takes it to be resident (Stage::tap0_resident).
@@ -50,17 +48,15 @@ std::vector<StageHoldings> InprocTransport::holdings() const {
   return h;
 }
 
-ReuseStats InprocTransport::reuse_stats() {
-  ReuseStats sum;
-  for (const auto& s : stages_) sum += s->reuse_stats();
+ComputedCalls InprocTransport::computed() {
+  ComputedCalls sum;
+  for (const auto& s : stages_) sum += s->computed();
   return sum;
 }
 
 Result<std::unique_ptr<Transport>> InprocFactory::connect(const std::vector<StageConfig>& stages,
-                                                          WeightSource& source,
-                                                          const LayerMemo* memo, ReuseMode reuse) {
-  ASSIGN_OR_RETURN(std::unique_ptr<InprocTransport> t,
-                   InprocTransport::create(stages, source, memo, reuse));
+                                                          WeightSource& source) {
+  ASSIGN_OR_RETURN(std::unique_ptr<InprocTransport> t, InprocTransport::create(stages, source));
   return std::unique_ptr<Transport>(std::move(t));
 }
 

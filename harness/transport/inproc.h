@@ -14,14 +14,13 @@ class InprocTransport : public Transport {
  public:
   // Builds every stage and starts their threads (a refusal is kConfigRejected).
   static Result<std::unique_ptr<InprocTransport>> create(const std::vector<StageConfig>& stages,
-                                                         WeightSource& source,
-                                                         const LayerMemo* memo, ReuseMode reuse);
+                                                         WeightSource& source);
   ~InprocTransport() override;
 
   void submit(StageJob job) override;
   StageJob collect() override;
   std::vector<StageHoldings> holdings() const override;
-  ReuseStats reuse_stats() override;
+  ComputedCalls computed() override;
   const WeightStore& last_stage_weights() const override { return stages_.back()->weights(); }
   bool carries_batches() const override { return true; }
 
@@ -40,8 +39,7 @@ class InprocTransport : public Transport {
 class InprocFactory : public TransportFactory {
  public:
   Result<std::unique_ptr<Transport>> connect(const std::vector<StageConfig>& stages,
-                                             WeightSource& source, const LayerMemo* memo,
-                                             ReuseMode reuse) override;
+                                             WeightSource& source) override;
 };
 
 }  // namespace splitcheck

@@ -190,11 +190,11 @@ class MpiTransport : public Transport {
       if (!send_bytes(r, kCommand, command(Command::kEnd), timeout()).is_ok()) return;
   }
 
-  Status build(WeightSource& source, const LayerMemo* memo, ReuseMode reuse);
+  Status build(WeightSource& source);
   void submit(StageJob job) override;
   StageJob collect() override;
   std::vector<StageHoldings> holdings() const override { return holdings_; }
-  ReuseStats reuse_stats() override;
+  ComputedCalls computed() override;
   const WeightStore& last_stage_weights() const override {
     return pp_ == 1 ? stage0_->weights() : head_;
   }
@@ -247,7 +247,7 @@ class MpiTransport : public Transport {
   }
 };
 
-Status MpiTransport::build(WeightSource& source, const LayerMemo* memo, ReuseMode reuse) {
+Status MpiTransport::build(WeightSource& source) {
   const Partition& part = configs_.front().partition;
   WireWriter build;
   build.put(static_cast<int32_t>(Command::kBuild));
@@ -267,7 +267,6 @@ Status MpiTransport::build(WeightSource& source, const LayerMemo* memo, ReuseMod
   Result<std::unique_ptr<Stage>> s0 = Stage::create(configs_.front(), source);
   if (s0.is_ok()) {
     stage0_ = std::move(*s0);
-    stage0_->set_memo(memo, reuse);
     stage0_->set_device_payloads(f_.world().channel->carries_device_bodies());
     holdings_.push_back(stage0_->holdings());
   } else {
@@ -461,19 +460,18 @@ StageJob MpiTransport::collect() {
   return std::move(*job);
 }
 
-ReuseStats MpiTransport::reuse_stats() {
-  ReuseStats sum = stage0_ ? stage0_->reuse_stats() : ReuseStats{};
+ComputedCalls MpiTransport::computed() {
+  ComputedCalls sum = stage0_ ? stage0_->computed() : ComputedCalls{};
   if (!f_.lost().empty()) return sum;
   for (int r = 1; r < pp_; ++r) {
     Result<Message> m = send_bytes(r, kCommand, command(Command::kStats), timeout()).is_ok()
                             ? receive(r, kReply, timeout())
                             : Result<Message>(internal_error("send failed"));
-    ReuseStats s;
+    ComputedCalls s;
     const std::vector<std::byte> bytes = m.is_ok() ? m->bytes : std::vector<std::byte>{};
     WireReader rd(bytes);
-    if (!m.is_ok() || !rd.get(s.hits) || !rd.get(s.misses) || !rd.get(s.verified) ||
-        !rd.get(s.computed)) {
-      (void)lose(fmt::format("{} did not report its reuse", stage_name(r, configs_[r])));
+    if (!m.is_ok() || !rd.get(s.layers) || !rd.get(s.heads)) {
+      (void)lose(fmt::format("{} did not report what it computed", stage_name(r, configs_[r])));
       return sum;
     }
     sum += s;
@@ -484,8 +482,8 @@ ReuseStats MpiTransport::reuse_stats() {
 // Rank r's state between commands.
 class StageRank {
  public:
-  StageRank(const Scenario& s, MpiWorld& world, ReuseMode reuse, size_t memory)
-      : s_(s), world_(world), reuse_(reuse), memory_(memory) {}
+  StageRank(const Scenario& s, MpiWorld& world)
+      : s_(s), world_(world), source_(scenario_weight_source(s)) {}
   int serve();
 
  private:
@@ -499,28 +497,14 @@ class StageRank {
   Status build(WireReader& rd);
   Status start_before_jobs();
   Status serve_job(const Message& envelope);
-  Status fill_memo();
 
   const Scenario& s_;
   MpiWorld& world_;
-  ReuseMode reuse_;
-  size_t memory_;
   std::unique_ptr<WeightSource> source_;
-  std::unique_ptr<LayerMemo> memo_;
   std::optional<StageConfig> config_;
   std::unique_ptr<Stage> stage_;
   bool started_ = false;
 };
-
-Status StageRank::fill_memo() {
-  source_ = scenario_weight_source(s_);
-  if (reuse_ == ReuseMode::kOff) return Status::ok();
-  memo_ = std::make_unique<LayerMemo>(memory_, &layer_key);
-  ASSIGN_OR_RETURN(ReferenceRun ignored, run_reference(s_, *source_, memo_.get()),
-                   fmt::format("rank {}: PP=1 run filling its layer memo", world_.rank()));
-  memo_->freeze();
-  return Status::ok();
-}
 
 Status StageRank::build(WireReader& rd) {
   stage_.reset();
@@ -557,7 +541,6 @@ Status StageRank::build(WireReader& rd) {
   }
   if (stage.is_ok()) {
     stage_ = std::move(*stage);
-    stage_->set_memo(memo_.get(), reuse_);
     stage_->set_device_payloads(world_.channel->carries_device_bodies());
   }
   w.put(static_cast<int32_t>(stage.status().code()));
@@ -623,8 +606,6 @@ Status StageRank::serve_job(const Message& envelope) {
 }
 
 int StageRank::serve() {
-  const Status filled = fill_memo();
-  if (!filled.is_ok()) fmt::print(stderr, "splitcheck: error: {}\n", filled.message());
   // Rank 0 may compute for long between two commands (its own PP=1, comparisons).
   const double idle = std::max(600.0, 10 * timeout());
   for (;;) {
@@ -643,7 +624,7 @@ int StageRank::serve() {
       rd.get(c);
       switch (static_cast<Command>(c)) {
         case Command::kBuild:
-          st = filled.is_ok() ? build(rd) : internal_error(filled.message());
+          st = build(rd);
           break;
         case Command::kStart: {
           uint8_t relayed = 0;
@@ -654,9 +635,9 @@ int StageRank::serve() {
           break;
         }
         case Command::kStats: {
-          const ReuseStats s = stage_ ? stage_->reuse_stats() : ReuseStats{};
+          const ComputedCalls s = stage_ ? stage_->computed() : ComputedCalls{};
           WireWriter w;
-          for (int64_t v : {s.hits, s.misses, s.verified, s.computed}) w.put(v);
+          for (int64_t v : {s.layers, s.heads}) w.put(v);
           st = reply(w.out);
           break;
         }
@@ -795,21 +776,19 @@ void MpiWorld::finish(const std::string& lost, int exit_code) {
 }
 
 Result<std::unique_ptr<Transport>> MpiFactory::connect(const std::vector<StageConfig>& stages,
-                                                       WeightSource& source, const LayerMemo* memo,
-                                                       ReuseMode reuse) {
+                                                       WeightSource& source) {
   const int pp = static_cast<int>(stages.size());
   if (pp > world_.size())
     return invalid_input(fmt::format("partition {} has {} stages; the MPI job has {} ranks",
                                      stages.front().partition.key(), pp, world_.size()));
   if (!lost_.empty()) return internal_error(lost_);
   auto t = std::make_unique<MpiTransport>(*this, stages);
-  RETURN_IF_ERROR(t->build(source, memo, reuse));
+  RETURN_IF_ERROR(t->build(source));
   return std::unique_ptr<Transport>(std::move(t));
 }
 
-int serve_stage_rank(const Scenario& scenario, MpiWorld& world, ReuseMode reuse,
-                     size_t reuse_memory_bytes) {
-  StageRank rank(scenario, world, reuse, reuse_memory_bytes);
+int serve_stage_rank(const Scenario& scenario, MpiWorld& world) {
+  StageRank rank(scenario, world);
   return rank.serve();
 }
 

@@ -2,7 +2,8 @@
 // runs PP=1, holds stage 0 and the generation loop, compares and reports; rank r >= 1
 // holds stage r and serves jobs (serve_stage_rank). The ranks are persistent: rank 0
 // re-partitions them per split point (a Build command carrying the stage ranges), so the
-// processes start and each rank fills its layer memo once per sweep, not once per split.
+// processes start and each rank builds its weight source once per sweep, not once per
+// split; every stage computes every call of its layers.
 //
 // On the wire every message is bytes: commands and replies between rank 0 and a stage
 // rank; between consecutive stages one message of a job envelope (stage_job.h) and the
@@ -117,8 +118,7 @@ class MpiFactory : public TransportFactory {
  public:
   explicit MpiFactory(MpiWorld& world) : world_(world) {}
   Result<std::unique_ptr<Transport>> connect(const std::vector<StageConfig>& stages,
-                                             WeightSource& source, const LayerMemo* memo,
-                                             ReuseMode reuse) override;
+                                             WeightSource& source) override;
   int max_stages() const override { return world_.size(); }
   std::string lost() const override { return lost_; }
   // Records that a rank was lost (the first reason is kept).
@@ -132,11 +132,8 @@ class MpiFactory : public TransportFactory {
   std::string lost_;
 };
 
-// Rank r >= 1: fills this rank's own layer memo with a PP=1 run of the scenario (when
-// `reuse` is not off: the memo is deterministic, so it holds the same outcomes as rank
-// 0's), then serves Build, Start, job, Stats, End, Ping and Quit messages until Quit.
+// Rank r >= 1: serves Build, Start, job, Stats, End, Ping and Quit messages until Quit.
 // Returns the process's exit code (0 after Quit; 3 when rank 0 stopped talking).
-int serve_stage_rank(const Scenario& scenario, MpiWorld& world, ReuseMode reuse,
-                     size_t reuse_memory_bytes);
+int serve_stage_rank(const Scenario& scenario, MpiWorld& world);
 
 }  // namespace splitcheck

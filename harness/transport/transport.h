@@ -72,8 +72,8 @@ class Transport {
   virtual StageJob collect() = 0;
   // What each stage holds, in stage order.
   virtual std::vector<StageHoldings> holdings() const = 0;
-  // What the stages' layer calls did with the memo, summed (read after the run).
-  virtual ReuseStats reuse_stats() = 0;
+  // The layer and head calls the stages computed, summed (read after the run).
+  virtual ComputedCalls computed() = 0;
   // The last stage's weights as it placed them: the drafter beside the last stage binds
   // its target lm_head and embedding copy here.
   virtual const WeightStore& last_stage_weights() const = 0;
@@ -82,14 +82,13 @@ class Transport {
 };
 
 // How a partition's stages are built: one StageConfig per stage, every stage loading only
-// what it holds from `source`, each looking its layer calls up in `memo` per `reuse`.
+// what it holds from `source`.
 class TransportFactory {
  public:
   virtual ~TransportFactory() = default;
   // A stage that refuses its configuration makes this return StatusCode::kConfigRejected.
   virtual Result<std::unique_ptr<Transport>> connect(const std::vector<StageConfig>& stages,
-                                                     WeightSource& source, const LayerMemo* memo,
-                                                     ReuseMode reuse) = 0;
+                                                     WeightSource& source) = 0;
   // The most stages one partition may have (the ranks an MPI job was given).
   virtual int max_stages() const { return std::numeric_limits<int>::max(); }
   // Why no further partition can run (a process of the transport was lost); empty while

@@ -6,9 +6,8 @@ namespace splitcheck {
 
 namespace {
 
-// SPEC 6, one row per fault. `caught_by` names a row of the check registry. Layer reuse
-// is by content (reference/layer_memo.h), so no fault needs it switched off: a fault that
-// changes a layer's inputs or weights changes its key, and that layer is computed.
+// SPEC 6, one row per fault. `caught_by` names a row of the check registry. Every fault is
+// caught at default settings: the engine under test computes every call it is judged on.
 constexpr FaultInfo kFaults[] = {
     {"handoff.no_zero_delta", "receiver passes no delta after folding it", "dispatch",
      "dispatch mismatch (native at PP=1, fallback here) at the first layer of each non-first "
@@ -39,7 +38,7 @@ constexpr FaultInfo kFaults[] = {
     {"weights.stage_layer_offset",
      "the first stage of a cut at b loads layer b's weights for its last layer b-1 (a layer "
      "range read one past its end)",
-     "tensors", "tensor divergence at layer b-1 at every split point, whatever the sweep reuses"},
+     "tensors", "tensor divergence at layer b-1 at every split point"},
     {"partition.remainder_dropped",
      "a balanced partition gives each stage floor(L/pp) layers and drops the remainder "
      "(Megatron-LM issue 1304, mlx-lm issue 1688)",
@@ -64,6 +63,17 @@ constexpr FaultInfo kFaults[] = {
      "tensors",
      "divergence of that request from its first chunked step; none when prompts fit in one "
      "step"},
+    {"dispatch.stage_context_fallback",
+     "a non-first stage chooses attn_res's variant from where it runs (the stage it is, not "
+     "the op's arguments): fallback where PP=1 takes native",
+     "dispatch",
+     "dispatch mismatch at every layer of the non-first stage that PP=1 runs native, with the "
+     "numeric divergence where the variants disagree; caught at default settings"},
+    {"weights.rebound_after_load",
+     "after loading, a non-first stage re-binds one layer weight to a modified copy (the bytes "
+     "it computes with are not the bytes it loaded)",
+     "tensors",
+     "tensor divergence at that layer from the first forward; caught at default settings"},
 };
 
 }  // namespace

@@ -16,7 +16,7 @@ Result<SelfCheckResult> check_pp1_reproduces(const Scenario& scenario, WeightSou
   r.ran = true;
   Result<ReferenceRun> second = internal_error("PP=1 self-check run did not start");
   try {
-    second = run_reference(scenario, weights, nullptr);
+    second = run_reference(scenario, weights);
   } catch (const std::exception& e) {
     return internal_error(fmt::format("PP=1 self-check run: exception: {}", e.what()));
   }

@@ -26,8 +26,8 @@ struct SelfCheckResult {
   double seconds = 0;            // of the second run and its comparison
 };
 
-// Runs PP=1 of `scenario` again over `weights` (without the layer memo, so every call is
-// computed) and compares its record with `first` over every check.
+// Runs PP=1 of `scenario` again over `weights` and compares its record with `first` over
+// every check.
 Result<SelfCheckResult> check_pp1_reproduces(const Scenario& scenario, WeightSource& weights,
                                              const RunRecord& first);
 

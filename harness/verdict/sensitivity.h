@@ -48,7 +48,7 @@ struct SensitivityTable {
 
 // Sweeps every scenario of `scenario_paths` (each must enable a fault) at each seed of
 // `seeds` (overriding model.seed), with and without its faults. `options` is used for
-// every sweep (threads, reuse). A scenario that cannot be loaded or swept is an error.
+// every sweep (threads). A scenario that cannot be loaded or swept is an error.
 Result<SensitivityTable> fault_sensitivity(const std::vector<std::string>& scenario_paths,
                                            const std::vector<uint64_t>& seeds,
                                            const SweepOptions& options);

@@ -22,9 +22,8 @@ std::optional<std::string> compare_records_exactly(const RunRecord& a, const Run
 std::optional<std::string> compare_request_alone(const RunRecord& batched, const RunRecord& alone,
                                                  int32_t request);
 
-// Serves PP=1's batched run `batched` again on a reference engine over `source` without a
-// memo (every MLP over the step's concatenated rows) and requires the same record; then
-// serves every request alone and compares each with compare_request_alone. On a backend
+// Serves every request of PP=1's batched run `batched` alone on a reference engine over
+// `source` and compares each with compare_request_alone. On a backend
 // that is not batch-invariant (kernels/batch.h) a request that differs alone is measured
 // (BatchInvariance::not_invariant), not a failure.
 Result<BatchInvariance> check_requests_alone(const Scenario& scenario, WeightSource& source,

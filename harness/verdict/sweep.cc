@@ -463,9 +463,8 @@ Status check_transport(const Scenario& s, const SweepOptions& options,
 // One case: builds the partitioned engine, runs the workload, compares with PP=1 and
 // evaluates the selected checks.
 void run_case(const Scenario& s, const Partition& part, const EngineOptions& engine_options,
-              const FaultSet& faults, WeightSource& source, const LayerMemo* memo, ReuseMode reuse,
-              TransportFactory* transport, const PreparedWorkload& workload,
-              const RunRecord& ref_record, CaseResult& c) {
+              const FaultSet& faults, WeightSource& source, TransportFactory* transport,
+              const PreparedWorkload& workload, const RunRecord& ref_record, CaseResult& c) {
   const std::function<bool(std::string_view)> selected = [&](std::string_view check) {
     return std::find(s.checks.begin(), s.checks.end(), check) != s.checks.end();
   };
@@ -484,19 +483,17 @@ void run_case(const Scenario& s, const Partition& part, const EngineOptions& eng
     if (selected("partition")) c.failed_checks.push_back("partition");
     return;
   }
-  Result<std::unique_ptr<PartitionedEngine>> engine = PartitionedEngine::create(
-      s.model, part, engine_options, faults, source, memo, reuse, transport);
+  Result<std::unique_ptr<PartitionedEngine>> engine =
+      PartitionedEngine::create(s.model, part, engine_options, faults, source, transport);
   if (!engine.is_ok()) return refused(engine.status());
   c.stages = (*engine)->holdings();
   RunRecord rec;
   const int last = part.stages() - 1;
-  ReuseStats drafter_reuse;
-  Result<GenerationSummary> g =
-      run_generation(s, **engine, (*engine)->last_stage_weights(), last, last == 0, source,
-                     workload, &rec, MemoUse{nullptr, memo, reuse}, &drafter_reuse);
-  c.reuse = (*engine)->reuse_stats();
-  c.reuse += drafter_reuse;
+  Result<GenerationSummary> g = run_generation(s, **engine, (*engine)->last_stage_weights(), last,
+                                               last == 0, source, workload, &rec);
+  c.computed = (*engine)->computed();
   if (!g.is_ok()) return refused(g.status());
+  c.computed.drafter = g->drafter_calls;
   c.acceptance = acceptance_figures(*g);
   c.drafter = g->drafter;
   Status st = compare_records(ref_record, rec, c, s.checks);
@@ -518,15 +515,6 @@ void run_case(const Scenario& s, const Partition& part, const EngineOptions& eng
 }
 
 }  // namespace
-
-ReuseMode effective_reuse(const Scenario& s, ReuseMode requested, std::string* why) {
-  if (requested == ReuseMode::kOff || backend_device(s.backend) != Device::kCuda) return requested;
-  if (why != nullptr)
-    *why =
-        "backend cuda: the layer memo would keep device tensors and digest every weight on the "
-        "host";
-  return ReuseMode::kOff;
-}
 
 Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   const auto t0 = Clock::now();
@@ -553,26 +541,16 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   RETURN_IF_ERROR(check_not_empty(s, options, all.size(), parts.size()));
   RETURN_IF_ERROR(check_transport(s, options, parts));
 
-  // PP=1, once, over the weight source every split point shares; it fills the memo of
-  // layer outcomes that the stages look their layer calls up in.
+  // PP=1, once, over the weight source every split point shares. Nothing of its outcomes
+  // stands in for a stage's work: every partition computes every call it is judged on.
   const FaultSet faults{s.faults};
-  ReuseSummary& reuse = result.reuse;
-  std::string reuse_off_because = "--reuse off";
-  reuse.mode = effective_reuse(s, options.reuse, &reuse_off_because);
-  reuse.memory_bound = options.reuse_memory_bytes;
-  std::unique_ptr<LayerMemo> memo;
-  if (reuse.mode == ReuseMode::kOff) {
-    reuse.unused_because = reuse_off_because;
-  } else {
-    memo = std::make_unique<LayerMemo>(options.reuse_memory_bytes, options.reuse_key);
-  }
   const auto t_ref = Clock::now();
   std::unique_ptr<WeightSource> own_source;
   if (options.weights == nullptr) own_source = scenario_weight_source(s);
   WeightSource& source = options.weights != nullptr ? *options.weights : *own_source;
   Result<ReferenceRun> ref_run = internal_error("PP=1 run did not start");
   try {
-    ref_run = run_reference(s, source, memo.get());
+    ref_run = run_reference(s, source);
   } catch (const std::exception& e) {
     return internal_error(fmt::format("PP=1 run: exception: {}", e.what()));
   }
@@ -582,12 +560,7 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   result.pp1_acceptance = acceptance_figures(ref.summary);
   result.pp1_drafter = ref.summary.drafter;
   result.pp1_seconds = seconds_since(t_ref);
-  if (memo) {
-    memo->freeze();
-    reuse.memo_bytes = memo->bytes();
-    reuse.memo_entries = memo->entries();
-    reuse.memo_dropped = memo->dropped();
-  }
+  result.pp1_computed = ref.computed;
   if (options.self_check) {
     // A PP=1 that differs from itself is never reported as a PP divergence: refuse.
     ASSIGN_OR_RETURN(result.self_check, check_pp1_reproduces(s, source, ref_record));
@@ -624,8 +597,8 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
           c.verdict = Verdict::kSkipped;
           c.message = "not run: " + options.transport->lost();
         } else {
-          run_case(s, parts[i], engine_options, faults, source, memo.get(), reuse.mode,
-                   options.transport, workload, ref_record, c);
+          run_case(s, parts[i], engine_options, faults, source, options.transport, workload,
+                   ref_record, c);
         }
       } catch (const std::exception& e) {
         c.verdict = Verdict::kError;
@@ -656,7 +629,6 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
   for (std::thread& t : pool) t.join();
   result.total_seconds = seconds_since(t0);
-  for (const CaseResult& c : result.cases) reuse.calls += c.reuse;
   // `expect` speaks of the whole sweep: a filtered or sharded run cannot meet or miss it
   // (splitcheck merge evaluates it once the shards are joined). Errors still count.
   const bool partial = !options.filter.empty() || options.shard_count > 1;

@@ -24,7 +24,6 @@
 #include "harness/transport/transport.h"
 #include "harness/verdict/self_check.h"
 #include "harness/verdict/waivers.h"
-#include "reference/layer_memo.h"
 
 namespace splitcheck {
 
@@ -70,7 +69,10 @@ struct CaseResult {
   AcceptanceFigures acceptance;  // this partition's speculative figures
   DrafterPlacement drafter;      // what the drafter on the last stage was bound to
   std::string refusal_probe;     // what a missing drafter embedding placeholder gets
-  ReuseStats reuse;              // what this split point's layer calls did with the memo
+  // What the engine under test computed for this split point: its stages' layer and head
+  // calls and its drafter's calls (every one of them run by the partition, none taken
+  // from PP=1); SweepResult::pp1_computed is the same count for PP=1.
+  ComputedCalls computed;
   // Serving scenarios (SPEC 3.4): the request of the first divergence (-1: none or not
   // serving), and every request with a differing dataset, ascending.
   int32_t first_divergence_request = -1;
@@ -103,14 +105,6 @@ struct SweepOptions {
   int shard_count = 1;
   std::string filter;     // run only cases whose key contains this
   bool progress = false;  // a progress line on stderr
-  // Layer reuse by content (reference/layer_memo.h): on by default; verify computes
-  // everything and checks that every hit would have given the same bits.
-  ReuseMode reuse = ReuseMode::kOn;
-  // Bound on the PP=1 outcomes kept in the memo; past it, PP=1 keeps no more and the
-  // stages compute what is missing (0: no bound).
-  size_t reuse_memory_bytes = size_t{1} << 30;
-  // The memo's key function; tests give a broken one to show that verify catches it.
-  LayerKeyFn reuse_key = &layer_key;
   // Run PP=1 twice before judging any split point (harness/verdict/self_check.h); when
   // the two runs differ, no split point is judged and the exit code is 4.
   bool self_check = false;
@@ -129,17 +123,6 @@ struct SweepOptions {
   TransportFactory* transport = nullptr;
 };
 
-// What the sweep reused, over all its split points.
-struct ReuseSummary {
-  ReuseMode mode = ReuseMode::kOff;
-  std::string unused_because;  // why nothing was reused, when nothing could be
-  size_t memo_bytes = 0;       // PP=1 outcomes kept
-  size_t memo_entries = 0;
-  size_t memory_bound = 0;   // --reuse-memory in bytes (0: none)
-  int64_t memo_dropped = 0;  // PP=1 outcomes not kept because of the bound
-  ReuseStats calls;          // layer calls of every split point's stages, summed
-};
-
 struct SweepResult {
   std::string scenario_name;
   std::string scenario_sha256;
@@ -148,7 +131,7 @@ struct SweepResult {
   std::vector<CaseResult> cases;
   AcceptanceFigures pp1_acceptance;  // PP=1's speculative figures
   DrafterPlacement pp1_drafter;
-  ReuseSummary reuse;
+  ComputedCalls pp1_computed;        // what PP=1 computed (once per sweep, shared by every case)
   BatchInvariance batch_invariance;  // serving scenarios only
   std::vector<int32_t> requests;     // serving scenarios: the request ids, ascending
   double pp1_seconds = 0;
@@ -169,12 +152,6 @@ struct SweepResult {
   // scenario's `expect` is not met or a waiver of it has expired, 0 otherwise.
   int exit_code() const;
 };
-
-// The layer reuse a sweep of `scenario` runs with: `requested`, except off on the cuda
-// backend, where the memo would keep device tensors and digest every weight through the
-// host (79.5 GiB per split point at k3-shape); `why` (when given) then says so.
-ReuseMode effective_reuse(const Scenario& scenario, ReuseMode requested,
-                          std::string* why = nullptr);
 
 // Runs the sweep. A Status error means the scenario or an input is invalid (or an
 // internal failure); a divergence is a result, not an error.

@@ -1,15 +1,19 @@
-// The sweep's cost as a multiple of one PP=1 run, measured in one process: a plain PP=1
-// run (no memo), then the full sweep with layer reuse by content off and on, on one
-// thread and on every core (default scenario), and on one thread for the scenarios with
-// more stage boundaries (pp3-pairwise, every-layer). BM_ReuseRatio alternates off and on
-// runs and reports the median of their ratios, which a noisy machine moves less than
-// either time.
+// What a sweep costs when the engine under test computes every call it is judged on, and
+// how much running split points in parallel buys back, measured in one run per scenario:
+// one PP=1 run, the sum of the cases' own times, the sweep's wall time on 1 and on 2
+// threads, the ratio of the two walls (target on 2 cores: at most 0.55) and the parallel
+// efficiency (1-thread wall / (2 x 2-thread wall)). Scenarios: the default (PP=2, every
+// split point) and pp3-pairwise (PP=3, pairs of cuts). Every sweep must be conformant,
+// or the benchmark aborts: a fast wrong answer is not a figure.
+//
+//   ./build/sweep_benchmark --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
+#include "harness/engine/run.h"
 #include "harness/verdict/sweep.h"
 
 namespace splitcheck {
@@ -18,11 +22,12 @@ namespace {
 Scenario committed_scenario(const std::string& name) {
   Result<Scenario> s =
       load_scenario(std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/" + name + ".json");
-  if (!s.is_ok()) std::abort();
+  if (!s.is_ok()) {
+    std::fprintf(stderr, "%s\n", s.status().message().c_str());
+    std::abort();
+  }
   return *s;
 }
-
-Scenario default_scenario() { return committed_scenario("default"); }
 
 double seconds_of(const auto& fn) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -30,87 +35,49 @@ double seconds_of(const auto& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double plain_pp1_seconds(const Scenario& s) {
-  return seconds_of([&] {
-    Result<ReferenceRun> r = run_reference(s);
-    if (!r.is_ok()) std::abort();
-  });
-}
-
-double sweep_seconds(const Scenario& s, int threads, ReuseMode reuse) {
+// The sweep's wall time on `threads` threads; `cases_seconds` receives the sum of the
+// cases' own times.
+double sweep_wall(const Scenario& s, int threads, double* cases_seconds) {
   SweepOptions opts;
   opts.threads = threads;
-  opts.reuse = reuse;
-  return seconds_of([&] {
-    Result<SweepResult> r = run_sweep(s, opts);
-    if (!r.is_ok() || !r->conformant()) std::abort();
-  });
-}
-
-void BM_Pp1Run(benchmark::State& state) {
-  const Scenario s = default_scenario();
-  for (auto _ : state) benchmark::DoNotOptimize(plain_pp1_seconds(s));
-}
-BENCHMARK(BM_Pp1Run)->Unit(benchmark::kSecond)->Iterations(3);
-
-// Args: threads (0: one per core), reuse (0 off, 1 on).
-void BM_Sweep(benchmark::State& state) {
-  const Scenario s = default_scenario();
-  const ReuseMode reuse = state.range(1) != 0 ? ReuseMode::kOn : ReuseMode::kOff;
-  double ratio = 0;
-  for (auto _ : state) {
-    const double pp1 = plain_pp1_seconds(s);
-    ratio = sweep_seconds(s, static_cast<int>(state.range(0)), reuse) / pp1;
+  Result<SweepResult> r = internal_error("not run");
+  const double wall = seconds_of([&] { r = run_sweep(s, opts); });
+  if (!r.is_ok() || !r->conformant()) {
+    std::fprintf(stderr, "sweep of %s is not conformant\n", s.name.c_str());
+    std::abort();
   }
-  state.counters["cost_in_pp1_runs"] = ratio;
+  if (cases_seconds != nullptr) {
+    *cases_seconds = 0;
+    for (const CaseResult& c : r->cases) *cases_seconds += c.seconds;
+  }
+  return wall;
 }
-BENCHMARK(BM_Sweep)
-    ->ArgNames({"threads", "reuse"})
-    ->Args({1, 0})
-    ->Args({1, 1})
-    ->Args({0, 0})
-    ->Args({0, 1})
-    ->Unit(benchmark::kSecond)
-    ->Iterations(1);
 
-// One thread, reuse off (0) or on (1), on the scenarios whose partitions have more stage
-// boundaries than PP=2.
-void BM_SweepDeeper(benchmark::State& state, const char* name) {
+void BM_SweepParallel(benchmark::State& state, const char* name) {
   const Scenario s = committed_scenario(name);
-  const ReuseMode reuse = state.range(0) != 0 ? ReuseMode::kOn : ReuseMode::kOff;
-  double ratio = 0;
   for (auto _ : state) {
-    const double pp1 = plain_pp1_seconds(s);
-    ratio = sweep_seconds(s, 1, reuse) / pp1;
+    const double pp1 = seconds_of([&] {
+      if (!run_reference(s).is_ok()) std::abort();
+    });
+    double cases = 0;
+    const double one = sweep_wall(s, 1, &cases);
+    const double two = sweep_wall(s, 2, nullptr);
+    state.counters["pp1_s"] = pp1;
+    state.counters["cases_sum_s"] = cases;
+    state.counters["wall_1t_s"] = one;
+    state.counters["wall_2t_s"] = two;
+    state.counters["2t_over_1t"] = two / one;
+    state.counters["efficiency"] = one / (2 * two);
   }
-  state.counters["cost_in_pp1_runs"] = ratio;
 }
-BENCHMARK_CAPTURE(BM_SweepDeeper, pp3_pairwise, "pp3-pairwise")
-    ->ArgName("reuse")
-    ->Arg(1)
-    ->Arg(0)
+BENCHMARK_CAPTURE(BM_SweepParallel, default, "default")
     ->Unit(benchmark::kSecond)
-    ->Iterations(1);
-BENCHMARK_CAPTURE(BM_SweepDeeper, every_layer, "every-layer")
-    ->ArgName("reuse")
-    ->Arg(1)
-    ->Arg(0)
+    ->Iterations(1)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_SweepParallel, pp3_pairwise, "pp3-pairwise")
     ->Unit(benchmark::kSecond)
-    ->Iterations(1);
-
-void BM_ReuseRatio(benchmark::State& state) {
-  const Scenario s = default_scenario();
-  const int threads = static_cast<int>(state.range(0));
-  std::vector<double> ratios;
-  for (auto _ : state) {
-    const double off = sweep_seconds(s, threads, ReuseMode::kOff);
-    const double on = sweep_seconds(s, threads, ReuseMode::kOn);
-    ratios.push_back(off / on);
-  }
-  std::sort(ratios.begin(), ratios.end());
-  state.counters["off_over_on_median"] = ratios[ratios.size() / 2];
-}
-BENCHMARK(BM_ReuseRatio)->ArgName("threads")->Arg(0)->Unit(benchmark::kSecond)->Iterations(3);
+    ->Iterations(1)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace splitcheck

@@ -193,25 +193,32 @@ TEST_F(CliTest, CompareRefusesNonHdf5AndTruncatedDumpsNamingTheFile) {
 
 bool committed_goldens_exist() { return fs::exists(SPLITCHECK_SOURCE_DIR "/golden/MANIFEST.json"); }
 
-TEST_F(CliTest, SweepSaysWhatItReusedInEachModeAndRefusesAnUnknownMode) {
+TEST_F(CliTest, SweepStatesWhatTheEngineUnderTestComputedInEveryReportForm) {
   const std::string scenario = quote(small_scenario("small.json").string());
-  const CliResult on = cli("sweep " + scenario + " --threads 1");
-  EXPECT_EQ(on.code, 0) << on.out << on.err;
-  EXPECT_NE(on.out.find("reuse: layer calls by content, on: 4 of 4 layer calls taken from PP=1"),
-            std::string::npos)
-      << on.out;
-  const CliResult verify = cli("sweep " + scenario + " --reuse verify");
-  EXPECT_EQ(verify.code, 0) << verify.out << verify.err;
-  EXPECT_NE(verify.out.find("verify: 0 of 4 layer calls taken from PP=1, 4 computed and checked "
-                            "equal"),
-            std::string::npos)
-      << verify.out;
-  const CliResult off = cli("sweep " + scenario + " --reuse off");
-  EXPECT_EQ(off.code, 0) << off.out << off.err;
-  EXPECT_NE(off.out.find("reuse: none (--reuse off)"), std::string::npos) << off.out;
-  const CliResult bad = cli("sweep " + scenario + " --reuse maybe");
-  EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.err.find("--reuse"), std::string::npos) << bad.err;
+  const fs::path dir = path("report");
+  const CliResult r = cli("sweep " + scenario + " --threads 1 --report " + quote(dir.string()));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // Two layers, one prompt, a prefill and a decode: 4 layer calls and 2 head calls, made by
+  // the split point's stages themselves, as many as PP=1's.
+  const std::string line = "layer calls 4 of 4, head calls 2 of 2, drafter calls 0 of 0";
+  EXPECT_NE(r.out.find("computed: " + line), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nothing taken from PP=1"), std::string::npos) << r.out;
+  const nlohmann::json report = nlohmann::json::parse(read_text(dir / "report.json"));
+  ASSERT_EQ(report["cases"].size(), 1u);
+  EXPECT_EQ(report["cases"][0]["computed"], report["computed"]["pp1"]);
+  EXPECT_EQ(report["computed"]["pp1"]["layer_calls"], 4);
+  EXPECT_FALSE(report.contains("reuse"));
+  for (const char* form : {"report.html", "junit.xml", "summary.md"})
+    EXPECT_NE(read_text(dir / form).find(line), std::string::npos) << form;
+}
+
+TEST_F(CliTest, SweepHasNoModeThatTakesLayerCallsFromPp1) {
+  const std::string scenario = quote(small_scenario("small.json").string());
+  for (const char* option : {"--reuse on", "--reuse off", "--reuse-memory 16"}) {
+    const CliResult r = cli("sweep " + scenario + " " + option);
+    EXPECT_EQ(r.code, 2) << option << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find(std::string(option).substr(0, 7)), std::string::npos) << r.err;
+  }
 }
 
 TEST_F(CliTest, GoldenVerifyPassesOnCommittedGoldens) {

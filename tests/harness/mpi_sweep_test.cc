@@ -275,16 +275,15 @@ bool running(pid_t pid) {
 }
 
 TEST_F(MpiSweepTest, ARankKilledMidSweepIsAnErrorVerdictAndNothingIsLeftBehind) {
-  // --enable-recovery keeps rank 0 alive when another rank dies, so it can report. Reuse
-  // off: no rank runs PP=1 for a memo, so no healthy rank is slow to answer the first build.
+  // --enable-recovery keeps rank 0 alive when another rank dies, so it can report.
   const fs::path err = path("stderr.txt"), pid_file = path("mpirun.pid");
-  const std::string cmd = mpirun_command(3,
-                                         scenario("pp3-pairwise.json") + " --progress " +
-                                             "--reuse off --transport-timeout 10 --report " +
-                                             quote(path("report").string()),
-                                         "--enable-recovery") +
-                          " >" + quote(path("stdout.txt").string()) + " 2>" + quote(err.string()) +
-                          " & echo $! >" + quote(pid_file.string());
+  const std::string cmd =
+      mpirun_command(3,
+                     scenario("pp3-pairwise.json") + " --progress " +
+                         "--transport-timeout 10 --report " + quote(path("report").string()),
+                     "--enable-recovery") +
+      " >" + quote(path("stdout.txt").string()) + " 2>" + quote(err.string()) + " & echo $! >" +
+      quote(pid_file.string());
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
   pid_t mpirun_pid = 0;

@@ -373,8 +373,8 @@ TEST(ScenarioErrorTest, FilesNameThemselves) {
   EXPECT_EQ(w.status().message(), wrong + ": /workload/prompts: expected integer, got string");
 }
 
-TEST(FaultRegistryTest, ThirteenFaultsEachCaughtByARegisteredCheck) {
-  ASSERT_EQ(fault_registry().size(), 13u);
+TEST(FaultRegistryTest, FifteenFaultsEachCaughtByARegisteredCheck) {
+  ASSERT_EQ(fault_registry().size(), 15u);
   std::set<std::string_view> ids;
   for (const FaultInfo& f : fault_registry()) {
     EXPECT_TRUE(ids.insert(f.id).second) << "duplicate " << f.id;
@@ -393,6 +393,8 @@ TEST(FaultRegistryTest, ThirteenFaultsEachCaughtByARegisteredCheck) {
   EXPECT_EQ(find_fault("draft.vocab_from_embedding")->caught_by, "embedding");
   EXPECT_EQ(find_fault("pd.producer_embedding")->caught_by, "memory");
   EXPECT_EQ(find_fault("weights.stage_layer_offset")->caught_by, "tensors");
+  EXPECT_EQ(find_fault("dispatch.stage_context_fallback")->caught_by, "dispatch");
+  EXPECT_EQ(find_fault("weights.rebound_after_load")->caught_by, "tensors");
   EXPECT_EQ(find_fault("partition.remainder_dropped")->caught_by, "partition");
   EXPECT_EQ(find_fault("spec.rollback_last_stage_only")->caught_by, "tensors");
   EXPECT_EQ(find_fault("batch.stale_microbatch_state")->caught_by, "tensors");

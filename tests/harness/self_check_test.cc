@@ -53,10 +53,8 @@ TEST(SelfCheck, ANondeterministicKernelIsRefusedNeverReportedAsADivergence) {
   {
     // Without the gate the injected difference is blamed on the partition: the lie the
     // gate exists to prevent.
-    // (Reuse off: with it on, the split point would take PP=1's flipped layer outcome.)
     ArmedNondeterminism armed;
     SweepOptions no_gate;
-    no_gate.reuse = ReuseMode::kOff;
     Result<SweepResult> r = run_sweep(small_scenario(), no_gate);
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     ASSERT_EQ(r->cases.size(), 1u);
