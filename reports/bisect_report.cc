@@ -54,6 +54,7 @@ Result<nlohmann::json> bisect_report(const BisectResult& r, const Scenario& s,
     nlohmann::json where = {{"forward", f.forward}, {"layer", f.layer},     {"site", f.site},
                             {"token", f.token},     {"channel", f.channel}, {"dataset", f.dataset}};
     if (f.request >= 0) where["request"] = f.request;
+    if (f.step >= 0) where["step"] = f.step;
     c["location"] = where;
     cases.push_back(c);
     bisect["cause"] = f.cause;

@@ -60,7 +60,9 @@ int BisectCli::run() {
 
   fmt::print("bisect {}: first failing split {} ({}), verdict {}\n", s->name, f.key, f.layout,
              verdict_name(f.verdict));
-  if (f.request >= 0) fmt::print("  first diverging request: {}\n", f.request);
+  if (f.request >= 0)
+    fmt::print("  first diverging request: {}{}\n", f.request,
+               f.step >= 0 ? fmt::format(" (scheduler step {})", f.step) : std::string());
   if (!f.dataset.empty()) {
     fmt::print("  first divergence: forward {}, layer {}, site {}, token {}, channel {} ({})\n",
                f.forward, f.layer, f.site, f.token, f.channel, f.dataset);

@@ -32,6 +32,9 @@ bool dispatch_first(const CaseResult& c) {
   return c.first_divergence_layer < 0 || d.layer <= c.first_divergence_layer;
 }
 
+// A partition that owns some layer twice or never: rejected before anything ran.
+bool is_structural(const CaseResult& c) { return has_check(c, "partition"); }
+
 // The first layer of every stage but the first: the layers that read a handoff.
 bool is_stage_first_layer(const CaseResult& c, int32_t layer) {
   return std::find(c.cuts.begin(), c.cuts.end(), layer) != c.cuts.end();
@@ -46,6 +49,7 @@ BisectFinding finding_of(const CaseResult& c) {
   f.cause = classify_cause(c);
   f.message = c.message;
   f.request = c.first_divergence_request;
+  f.step = c.first_divergence_step;
   if (c.first_divergence) {
     f.dataset = c.first_divergence->path;
     f.forward = c.first_divergence_forward;
@@ -61,6 +65,17 @@ BisectFinding finding_of(const CaseResult& c) {
   return f;
 }
 
+// What is wrong with the structure of `s`'s partition `key` ("layers 28-29 owned by no
+// stage"); empty when it owns every layer exactly once or `s` has no such partition.
+std::string ownership_problem_of(const Scenario& s, const std::string& key) {
+  Result<std::vector<Partition>> parts =
+      enumerate_partitions(s.partitions, s.model.num_hidden_layers, FaultSet{s.faults});
+  if (!parts.is_ok()) return "";
+  for (const Partition& p : *parts)
+    if (p.key() == key) return p.ownership_problem();
+  return "";
+}
+
 // One reduction attempt: the scenario as JSON, parsed, swept, classified.
 struct Trial {
   bool same = false;
@@ -70,7 +85,8 @@ struct Trial {
 }  // namespace
 
 std::string classify_cause(const CaseResult& c) {
-  if (c.verdict == Verdict::kConfigRejected) return kCauseConfigRejected;
+  if (c.verdict == Verdict::kConfigRejected)
+    return is_structural(c) ? kCauseStructural : kCauseConfigRejected;
   if (c.verdict == Verdict::kError) return kCauseError;
   if (has_check(c, "embedding") || has_check(c, "memory")) return kCauseEmbedding;
   if (c.first_divergence && c.first_divergence->nan_mismatch) return kCauseNan;
@@ -83,9 +99,13 @@ std::string classify_cause(const CaseResult& c) {
       c.dispatch && c.dispatch->site != "tap" && c.dispatch->forward <= c.first_divergence_forward;
   if (first_is_tap && !dispatch_before) return kCauseTapSource;
   if (dispatch_first(c)) return kCauseDispatch;
-  if (c.first_divergence && c.first_divergence_layer >= 0 &&
-      is_stage_first_layer(c, c.first_divergence_layer))
-    return kCauseHandoff;
+  if (c.first_divergence && c.first_divergence_layer >= 0) {
+    // Everything before the first divergence in execution order is identical, so this
+    // layer's inputs within the forward are too.
+    if (c.first_divergence_site == "pre_attn" && is_stage_first_layer(c, c.first_divergence_layer))
+      return kCauseHandoff;
+    return c.first_divergence_layer_ran_before ? kCauseCarriedState : kCauseLayerWeights;
+  }
   return kCausePropagated;
 }
 
@@ -135,10 +155,21 @@ Status write_json_atomically(const std::string& path, const json& j) {
 }
 
 Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
+  const std::string where = s.source_path.empty() ? s.name : s.source_path;
+  if (s.transport != "inproc")
+    return invalid_input(fmt::format(
+        "bisect refused ({}): {} runs its stages over the {} transport, and bisect sweeps "
+        "its reduced scenarios in this process with in-process stages only; set "
+        "\"transport\": \"inproc\" to bisect the partition's arithmetic, or sweep it under "
+        "mpirun to judge the transport",
+        kRefusedTransport, where, s.transport));
   BisectResult out;
   out.before = scenario_size(s);
+  // Bisect judges split points only: serving every request alone (the batch invariance)
+  // is the sweep's business and would double the cost of every trial.
   SweepOptions sweep_options;
   sweep_options.threads = options.threads;
+  sweep_options.requests_alone = false;
   // The split points in enumeration order, a batch at a time, up to the first failing
   // batch: cases are independent, so this finds what a full sweep would find first.
   const std::string base_dir =
@@ -146,16 +177,25 @@ Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
   ASSIGN_OR_RETURN(
       std::vector<Partition> parts,
       enumerate_partitions(s.partitions, s.model.num_hidden_layers, FaultSet{s.faults}));
+  // A partition whose cuts do not say what it owns (a planner's ranges that leave layers
+  // unowned, or own them twice) is swept through the scenario's own partition spec: an
+  // explicit list of its cuts would be a different, well-formed partition.
+  const bool expressible_as_cuts = std::all_of(
+      parts.begin(), parts.end(), [](const Partition& p) { return p.ownership_problem().empty(); });
   const size_t batch = std::max<size_t>(
       8, options.threads > 0 ? static_cast<size_t>(options.threads)
                              : static_cast<size_t>(std::thread::hardware_concurrency()));
   std::optional<BisectFinding> first;
   for (size_t begin = 0; begin < parts.size() && !first; begin += batch) {
     json j = resolved_scenario_json(s);
-    json list = json::array();
-    for (size_t i = begin; i < std::min(parts.size(), begin + batch); ++i)
-      list.push_back(parts[i].cuts());
-    j["partitions"] = {{"pp", s.partitions.pp}, {"splits", list}};
+    if (expressible_as_cuts) {
+      json list = json::array();
+      for (size_t i = begin; i < std::min(parts.size(), begin + batch); ++i)
+        list.push_back(parts[i].cuts());
+      j["partitions"] = {{"pp", s.partitions.pp}, {"splits", list}};
+    } else {
+      begin = parts.size();
+    }
     ASSIGN_OR_RETURN(Scenario part, parse_scenario(j, s.name, base_dir));
     ASSIGN_OR_RETURN(SweepResult r, run_sweep(part, sweep_options));
     ++out.sweeps;
@@ -167,7 +207,12 @@ Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
   }
   out.conformant = false;
   out.finding = *first;
-  const std::string cause = first->cause;
+  if (const std::string problem = ownership_problem_of(s, first->key); !problem.empty()) {
+    out.finding.cause = kCauseStructural;
+    out.finding.message = fmt::format("partition {}: {}", first->layout, problem);
+  }
+  const std::string cause = out.finding.cause;
+  const bool structural = cause == kCauseStructural;
 
   json best = resolved_scenario_json(s);
   best["name"] = s.name + "-repro";
@@ -175,17 +220,19 @@ Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
   if (s.expect.contains("caught_by")) expect["caught_by"] = s.expect["caught_by"];
   best["expect"] = expect;
 
-  // Sweeps `j` (one partition) and says whether it still fails with the cause.
+  // Sweeps `j` and says whether it still fails with the cause.
   auto trial = [&](const json& j) -> Result<Trial> {
     ASSIGN_OR_RETURN(Scenario t, parse_scenario(j, s.name + "-repro", base_dir));
-    SweepOptions o;
+    SweepOptions o = sweep_options;
     o.threads = 1;
     ASSIGN_OR_RETURN(SweepResult r, run_sweep(t, o));
     ++out.sweeps;
     Trial tr;
     if (std::optional<BisectFinding> f = first_failure(r)) {
       tr.finding = *f;
-      tr.same = f->cause == cause;
+      if (f->verdict == Verdict::kConfigRejected && !ownership_problem_of(t, f->key).empty())
+        tr.finding.cause = kCauseStructural;
+      tr.same = tr.finding.cause == cause;
     }
     return tr;
   };
@@ -207,11 +254,17 @@ Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
     }
     return Status::ok();
   };
+  auto kept = [&](size_t steps_before) {
+    return out.steps.size() > steps_before && out.steps.back().ends_with(": kept");
+  };
 
   // The failing split alone; this one must keep the failure or there is nothing to shrink.
+  // A structural verdict keeps the scenario's own partition spec (it enumerates to the one
+  // malformed partition, or to it among well-formed ones that pass).
   {
     json j = best;
-    j["partitions"] = {{"pp", s.partitions.pp}, {"splits", json::array({first->cuts})}};
+    if (!structural)
+      j["partitions"] = {{"pp", s.partitions.pp}, {"splits", json::array({first->cuts})}};
     ASSIGN_OR_RETURN(Trial t, trial(j));
     if (!t.same) {
       return internal_error(fmt::format("{}: {} alone does not reproduce the cause {} (got {})",
@@ -219,57 +272,25 @@ Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
                                         t.finding.cause.empty() ? "pass" : t.finding.cause));
     }
     best = std::move(j);
-    out.steps.push_back(fmt::format("partitions: only {}: kept", first->key));
+    out.steps.push_back(structural ? fmt::format("partitions: as the scenario plans them "
+                                                 "({}): kept",
+                                                 first->key)
+                                   : fmt::format("partitions: only {}: kept", first->key));
   }
-  // Fewer prompts, smallest first: 1, 2, 4, ... below the current count. A serving
-  // fault may need several requests in flight to show, so one prompt is not enough to try.
-  // Explicit arrival steps keep one per remaining prompt.
-  const int prompts = s.workload.prompts;
-  for (int n = 1; n < prompts; n *= 2) {
-    const size_t steps_before = out.steps.size();
-    RETURN_IF_ERROR(attempt(fmt::format("prompts -> {}", n), [n](json& j) {
-      if (j["workload"]["prompts"].get<int>() <= n) return false;
-      j["workload"]["prompts"] = n;
-      if (j.contains("serving") && j["serving"].contains("arrival_steps") &&
-          j["serving"]["arrival_steps"].is_array() && j["serving"]["arrival_steps"].size() > 0) {
-        json& steps = j["serving"]["arrival_steps"];
-        steps.erase(steps.begin() + std::min<std::ptrdiff_t>(n, std::ssize(steps)), steps.end());
-      }
-      return true;
-    }));
-    if (out.steps.size() > steps_before && out.steps.back().ends_with(": kept")) break;
+  if (structural) {
+    // Nothing was computed for the partition: no layer, token or request to narrow. Only
+    // PP=1's share of the repro shrinks, so that replaying it is quick.
+    out.steps.push_back(
+        "structural verdict at configuration: nothing was computed for this partition, so "
+        "there is no numeric divergence to narrow");
   }
-  // Serving: lower concurrency, smallest first, while the cause still shows.
-  if (s.serving.enabled) {
-    for (int n = 1; n < s.serving.max_in_flight; n *= 2) {
-      const size_t steps_before = out.steps.size();
-      RETURN_IF_ERROR(attempt(fmt::format("serving.max_in_flight -> {}", n), [n](json& j) {
-        if (j["serving"]["max_in_flight"].get<int>() <= n) return false;
-        j["serving"]["max_in_flight"] = n;
-        return true;
-      }));
-      if (out.steps.size() > steps_before && out.steps.back().ends_with(": kept")) break;
-    }
-  }
-  for (int n : {1, 2}) {
-    RETURN_IF_ERROR(attempt(fmt::format("max_new_tokens -> {}", n), [n](json& j) {
-      if (j["workload"]["max_new_tokens"].get<int>() <= n) return false;
-      j["workload"]["max_new_tokens"] = n;
-      return true;
-    }));
-  }
-  for (int n : {4, 8}) {
-    RETURN_IF_ERROR(attempt(fmt::format("max_prompt_tokens -> {}", n), [n](json& j) {
-      const int cur = j["workload"]["max_prompt_tokens"].get<int>();
-      if (cur != 0 && cur <= n) return false;
-      j["workload"]["max_prompt_tokens"] = n;
-      return true;
-    }));
-  }
-  // Fewer layers: multiples of the AttnRes block size S that still hold every cut, so
-  // each layer keeps its place in its block; capture ids past the end are dropped and
-  // the final capture (id L) follows the new L. Not with a checkpoint (its shapes are fixed).
-  if (s.checkpoint.empty()) {
+
+  // Fewer layers first, since every later trial then costs less: multiples of the AttnRes
+  // block size S that still hold every cut, so each layer keeps its place in its block;
+  // capture ids past the end are dropped and the final capture (id L) follows the new L.
+  // Not with a checkpoint (its shapes are fixed), nor for a structural verdict (the
+  // layer count is what the planner got wrong).
+  if (s.checkpoint.empty() && !structural) {
     const int layers = s.model.num_hidden_layers;
     const int block = std::max(1, s.model.attn_res_block_size);
     const int last_cut = first->cuts.empty() ? 0 : first->cuts.back();
@@ -291,10 +312,62 @@ Result<BisectResult> bisect(const Scenario& s, const BisectOptions& options) {
         j["capture_ids"] = ids;
         return true;
       }));
-      if (out.steps.size() > steps_before && out.steps.back().ends_with(": kept")) break;
+      if (kept(steps_before)) break;
+    }
+  }
+  // Fewer decode steps (a serving workload's steps follow from them).
+  for (int n : {1, 2, 4}) {
+    const size_t steps_before = out.steps.size();
+    RETURN_IF_ERROR(attempt(fmt::format("max_new_tokens -> {}", n), [n](json& j) {
+      if (j["workload"]["max_new_tokens"].get<int>() <= n) return false;
+      j["workload"]["max_new_tokens"] = n;
+      return true;
+    }));
+    if (kept(steps_before)) break;
+  }
+  for (int n : {4, 8}) {
+    const size_t steps_before = out.steps.size();
+    RETURN_IF_ERROR(attempt(fmt::format("max_prompt_tokens -> {}", n), [n](json& j) {
+      const int cur = j["workload"]["max_prompt_tokens"].get<int>();
+      if (cur != 0 && cur <= n) return false;
+      j["workload"]["max_prompt_tokens"] = n;
+      return true;
+    }));
+    if (kept(steps_before)) break;
+  }
+  // Fewer prompts, smallest first: 1, 2, 4, ... below the current count. A serving
+  // fault may need several requests in flight to show, so one prompt is not enough to try.
+  // Explicit arrival steps keep one per remaining prompt.
+  const int prompts = s.workload.prompts;
+  for (int n = 1; n < prompts; n *= 2) {
+    const size_t steps_before = out.steps.size();
+    RETURN_IF_ERROR(attempt(fmt::format("prompts -> {}", n), [n](json& j) {
+      if (j["workload"]["prompts"].get<int>() <= n) return false;
+      j["workload"]["prompts"] = n;
+      if (j.contains("serving") && j["serving"].contains("arrival_steps") &&
+          j["serving"]["arrival_steps"].is_array() && j["serving"]["arrival_steps"].size() > 0) {
+        json& steps = j["serving"]["arrival_steps"];
+        steps.erase(steps.begin() + std::min<std::ptrdiff_t>(n, std::ssize(steps)), steps.end());
+      }
+      return true;
+    }));
+    if (kept(steps_before)) break;
+  }
+  // Serving: lower concurrency, smallest first, while the cause still shows.
+  if (s.serving.enabled) {
+    for (int n = 1; n < s.serving.max_in_flight; n *= 2) {
+      const size_t steps_before = out.steps.size();
+      RETURN_IF_ERROR(attempt(fmt::format("serving.max_in_flight -> {}", n), [n](json& j) {
+        if (j["serving"]["max_in_flight"].get<int>() <= n) return false;
+        j["serving"]["max_in_flight"] = n;
+        return true;
+      }));
+      if (kept(steps_before)) break;
     }
   }
 
+  // Where the repro fails: a serving repro names its own first diverging request and step,
+  // which may differ from the full scenario's once requests are dropped.
   ASSIGN_OR_RETURN(Scenario repro, parse_scenario(best, s.name + "-repro", base_dir));
   out.after = scenario_size(repro);
   out.repro = resolved_scenario_json(repro);

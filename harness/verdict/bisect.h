@@ -13,13 +13,30 @@
 
 namespace splitcheck {
 
-// The causes `bisect` names, in the order they are tested.
+// The causes `bisect` names, in the order they are tested. Each follows from where the
+// first divergence lies in execution order, whatever the fault behind it:
+// - partition structure: some layer is owned by no stage or by two; a verdict at
+//   configuration, before anything runs (nothing numeric to minimise);
+// - config-rejected: the partition was refused at configuration for another reason;
+// - dispatch mismatch: a kernel variant differs at or before the first numeric divergence;
+// - handoff input differs: the first divergence is the `pre_attn` of a non-first stage's
+//   first layer, the first value computed from what the stage received;
+// - carried state: a layer differs although an earlier forward computed it identically
+//   and everything before it in this forward is identical: its caches, positions or
+//   per-request state carried from an earlier forward differ (serving, rollback);
+// - layer weights: a layer differs in the first forward that computes it, with identical
+//   inputs and the same kernel variants: the stage computes it with other weights;
+// - propagated from earlier: the first divergence lies outside the layers (output, logits)
+//   and nothing before it explains it.
+inline constexpr const char* kCauseStructural = "partition structure";
 inline constexpr const char* kCauseConfigRejected = "config-rejected";
 inline constexpr const char* kCauseEmbedding = "embedding";
 inline constexpr const char* kCauseNan = "NaN";
 inline constexpr const char* kCauseDispatch = "dispatch mismatch";
 inline constexpr const char* kCauseTapSource = "tap source";
 inline constexpr const char* kCauseHandoff = "handoff input differs";
+inline constexpr const char* kCauseCarriedState = "carried state";
+inline constexpr const char* kCauseLayerWeights = "layer weights";
 inline constexpr const char* kCausePropagated = "propagated from earlier";
 inline constexpr const char* kCauseError = "error";
 
@@ -38,6 +55,7 @@ struct BisectFinding {
   int64_t token = -1;    // row of the first differing element
   int64_t channel = -1;  // column of the first differing element
   int32_t request = -1;  // serving scenarios: the request that diverged first; -1 otherwise
+  int32_t step = -1;     // serving scenarios: the scheduler step of that forward
 };
 
 // The sizes a minimisation shrinks.
@@ -64,6 +82,10 @@ struct BisectResult {
 struct BisectOptions {
   int threads = 0;  // for the first, full sweep; 0: one per core
 };
+
+// Why `bisect` refuses a scenario without sweeping it (a Status of kInvalidInput, exit 2),
+// named at the start of the message: "bisect refused (<reason>): ...".
+inline constexpr const char* kRefusedTransport = "transport";  // stages not in-process
 
 // Names the probable cause of a non-pass case (one of the kCause* strings).
 std::string classify_cause(const CaseResult& c);

@@ -65,6 +65,16 @@ int32_t request_of(const RunRecord& ref, const std::string& path) {
   return -1;
 }
 
+// The integer attribute `name` of the forward that holds `path`; -1 when none.
+int64_t forward_attr(const RunRecord& ref, const std::string& path, const char* name) {
+  if (path.rfind("forward/", 0) != 0) return -1;
+  auto it = ref.attrs().find(path.substr(0, path.find('/', 8)));
+  if (it == ref.attrs().end()) return -1;
+  auto a = it->second.find(name);
+  if (a == it->second.end() || !std::holds_alternative<int64_t>(a->second)) return -1;
+  return std::get<int64_t>(a->second);
+}
+
 int32_t layer_of(const std::string& path) {
   const size_t p = path.find("/layers/");
   return p == std::string::npos ? -1 : std::atoi(path.c_str() + p + 8);
@@ -243,6 +253,15 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
   };
   std::map<int, TapVerdict> taps;
   std::set<std::string> seen;
+  // The first forward (in execution order) that computes each layer.
+  std::map<int32_t, int32_t> first_forward_of_layer;
+  for (const RecordEntry& e : ref.entries()) {
+    const int32_t f = forward_of(e.path);
+    const int32_t l = layer_of(e.path);
+    if (f < 0 || l < 0) continue;
+    auto [it, inserted] = first_forward_of_layer.try_emplace(l, f);
+    if (!inserted) it->second = std::min(it->second, f);
+  }
   for (const RecordEntry& e : ref.entries()) {
     const std::string check = check_of(e.path);
     if (!selected(check)) continue;
@@ -292,6 +311,10 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
       c.first_divergence_layer = layer_of(e.path);
       c.first_divergence_site = site_of(e.path);
       c.first_divergence_request = request;
+      c.first_divergence_step = static_cast<int32_t>(forward_attr(ref, e.path, "step"));
+      if (auto it = first_forward_of_layer.find(c.first_divergence_layer);
+          it != first_forward_of_layer.end())
+        c.first_divergence_layer_ran_before = it->second < c.first_divergence_forward;
     }
   }
   for (const RecordEntry& e : cand.entries()) {

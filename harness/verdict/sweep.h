@@ -59,6 +59,11 @@ struct CaseResult {
   int32_t first_divergence_forward = -1;
   int32_t first_divergence_layer = -1;
   std::string first_divergence_site;
+  // Whether an earlier forward than the first divergence's computed its layer (and, being
+  // earlier, computed it identically): the layer's weights and code have then been shown
+  // equal to PP=1's, so what differs is state carried between forwards (caches, positions,
+  // per-request bookkeeping). False in a layer's first forward, and outside layers.
+  bool first_divergence_layer_ran_before = false;
   std::optional<DispatchMismatch> dispatch;
   int64_t dispatch_mismatches = 0;
   std::vector<TapVerdict> taps;
@@ -76,6 +81,7 @@ struct CaseResult {
   // Serving scenarios (SPEC 3.4): the request of the first divergence (-1: none or not
   // serving), and every request with a differing dataset, ascending.
   int32_t first_divergence_request = -1;
+  int32_t first_divergence_step = -1;  // serving: the scheduler step of that forward
   std::vector<int32_t> diverged_requests;
   std::vector<Waiver> waivers;  // the waivers that made this case kWaived
 };
