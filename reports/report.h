@@ -26,6 +26,12 @@ nlohmann::json sweep_report(const SweepResult& result, const ReportContext& cont
 nlohmann::json reuse_json(const ReuseSummary& reuse);
 std::string reuse_line(const nlohmann::json& reuse);
 
+// The report's `placement` object (the transport, and for each stage its rank, process,
+// host and device), and the one line that says it in the console, report.html and
+// summary.md: "mpi: stage 0 on rank 0 (pid 7, host h, cpu), stage 1 on rank 1 (...)".
+nlohmann::json placement_json(const StagesPlacement& placement);
+std::string placement_line(const nlohmann::json& placement);
+
 // The report model of a comparison of dump `b` against dump `a` (kind "compare"): one
 // case per differing, structurally different or missing dataset; counts.total is the
 // datasets seen in either file, counts.pass the equal ones.
