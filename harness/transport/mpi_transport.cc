@@ -855,7 +855,8 @@ void MpiWorld::greet(const std::string& backend) {
     Result<Message> m = receive(r, kHello, timeout_s);
     StagePlacement& p = placements_[static_cast<size_t>(r)];
     p.stage = p.rank = r;
-    WireReader rd(m.is_ok() ? m->bytes : std::vector<std::byte>{});
+    const std::vector<std::byte> bytes = m.is_ok() ? m->bytes : std::vector<std::byte>{};
+    WireReader rd(bytes);
     int64_t pid = 0;
     if (!m.is_ok() || !rd.get(pid) || !rd.get_string(p.host) || !rd.get_string(p.device)) {
       setup_failure_ =
