@@ -447,6 +447,12 @@ std::string render_html(const nlohmann::json& r) {
   if (kind == "sweep")
     out += fmt::format("<tr><td>injected faults</td><td>{}</td></tr>\n",
                        faults.empty() ? "none" : faults);
+  if (r.contains("placement"))
+    out += fmt::format("<tr><td>stages ran</td><td>{}</td></tr>\n",
+                       esc(placement_line(r["placement"])));
+  for (size_t i = 0; i < r.value("placement_by_shard", nlohmann::json::array()).size(); ++i)
+    out += fmt::format("<tr><td>shard {} stages ran</td><td>{}</td></tr>\n", i,
+                       esc(placement_line(r["placement_by_shard"][i])));
   if (r.contains("timing"))
     out += fmt::format(
         "<tr><td>timing</td><td>PP=1 {:.2f} s, sweep {:.2f} s on {} threads</td></tr>\n",

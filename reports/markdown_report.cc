@@ -73,6 +73,11 @@ std::string render_markdown(const nlohmann::json& r) {
                      counts.value("diverged", 0), counts.value("config_rejected", 0),
                      counts.value("error", 0), counts.value("skipped", 0), counts.value("total", 0),
                      counts.value("waived", 0));
+  if (r.contains("placement"))
+    out += fmt::format("Stages ran on {}.\n\n", cell(placement_line(r["placement"])));
+  for (size_t i = 0; i < r.value("placement_by_shard", nlohmann::json::array()).size(); ++i)
+    out += fmt::format("Shard {}'s stages ran on {}.\n\n", i,
+                       cell(placement_line(r["placement_by_shard"][i])));
   if (r.contains("checks") && r["checks"].is_array()) {
     std::string names;
     for (const auto& c : r["checks"])

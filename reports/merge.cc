@@ -292,6 +292,11 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
     merged["serving"]["matrix"] = serving_matrix;
     merged["serving"]["batch_invariance"] = serving_invariance;
   }
+  // Each shard ran its stages in its own processes (on its own CI machine, say).
+  merged.erase("placement");
+  merged["placement_by_shard"] = nlohmann::json::array();
+  for (const nlohmann::json& r : reports)
+    if (r.contains("placement")) merged["placement_by_shard"].push_back(r["placement"]);
   merged["verdict"] = result.conformant() ? "conformant" : "divergent";
   merged["command"] = unsharded_command(first.value("command", ""), report_dir);
   merged["counts"] = {{"total", result.cases.size()},

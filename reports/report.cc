@@ -151,6 +151,38 @@ std::string computed_summary(const SweepResult& r) {
   return computed_summary(j);
 }
 
+nlohmann::json placement_json(const StagesPlacement& p) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StagePlacement& s : p.stages)
+    stages.push_back({{"stage", s.stage},
+                      {"rank", s.rank},
+                      {"pid", s.pid},
+                      {"host", s.host},
+                      {"device", s.device}});
+  return {{"transport", p.transport}, {"stages", stages}};
+}
+
+std::string placement_line(const nlohmann::json& p) {
+  const nlohmann::json stages = p.value("stages", nlohmann::json::array());
+  std::string out = p.value("transport", "?") + ":";
+  // Consecutive stages at one place are one group: "stages 0-2 on rank 0 (...)".
+  const auto place = [](const nlohmann::json& s) {
+    return fmt::format("rank {} (pid {}, host {}, {})", s.value("rank", -1),
+                       s.value("pid", int64_t{-1}), s.value("host", "?"), s.value("device", "?"));
+  };
+  for (size_t i = 0; i < stages.size();) {
+    size_t j = i + 1;
+    while (j < stages.size() && place(stages[j]) == place(stages[i])) ++j;
+    const int first = stages[i].value("stage", -1), last = stages[j - 1].value("stage", -1);
+    out += fmt::format(
+        "{} {} on {}", i == 0 ? "" : ",",
+        j - i == 1 ? fmt::format("stage {}", first) : fmt::format("stages {}-{}", first, last),
+        place(stages[i]));
+    i = j;
+  }
+  return out;
+}
+
 nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   nlohmann::json j;
   j["format"] = "splitcheck.report";
@@ -185,6 +217,7 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                  {"waived", r.count(Verdict::kWaived)}};
   // Waived cases and expired waivers (harness/verdict/waivers.h).
   j["waivers"] = {{"failures", r.waiver_failures}};
+  j["placement"] = placement_json(r.placement);
   j["timing"] = {{"pp1_seconds", r.pp1_seconds},
                  {"total_seconds", r.total_seconds},
                  {"threads", r.threads},

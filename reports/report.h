@@ -34,6 +34,12 @@ std::string computed_text(const nlohmann::json& calls, const nlohmann::json& of)
 std::string computed_summary(const nlohmann::json& report);
 std::string computed_summary(const SweepResult& result);
 
+// The report's `placement` object (the transport, and for each stage its rank, process,
+// host and device), and the one line that says it in the console, report.html and
+// summary.md: "mpi: stage 0 on rank 0 (pid 7, host h, cpu), stage 1 on rank 1 (...)".
+nlohmann::json placement_json(const StagesPlacement& placement);
+std::string placement_line(const nlohmann::json& placement);
+
 // The report model of a comparison of dump `b` against dump `a` (kind "compare"): one
 // case per differing, structurally different or missing dataset; counts.total is the
 // datasets seen in either file, counts.pass the equal ones.

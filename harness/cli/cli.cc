@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <filesystem>
 
 #include "harness/cli/approx_cli.h"
@@ -298,6 +299,7 @@ int run_cli_unguarded(int argc, char** argv) {
   props->add_option("--json", props_json, "Also write the JSON to this file");
 
   for (int i = 0; i < argc; ++i) sweep_cli.command_line += (i ? " " : "") + std::string(argv[i]);
+  sweep_cli.args.assign(argv + std::min(argc, 1), argv + argc);
   bisect_cli.command_line = sweep_cli.command_line;
   try {
     app.parse(argc, argv);

@@ -4,6 +4,11 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "harness/cli/rank_launcher.h"
 #include "harness/verdict/sweep.h"
 #include "reports/report.h"
 #if SPLITCHECK_HAVE_MPI
@@ -34,9 +39,16 @@ void SweepCli::add_to(CLI::App& app) {
                    "<stages>; rank 0 sweeps and reports), nccl (as mpi, the payload sent by "
                    "NCCL between one GPU per rank)")
       ->check(CLI::IsMember({"inproc", "mpi", "nccl"}));
+  command
+      ->add_option("--ranks", ranks,
+                   "Run the stages as N processes: starts `mpirun -np N` on this binary (the "
+                   "transport mpi unless --transport nccl), supervises it, and exits with the "
+                   "verdict's code also when a rank dies; no process is left behind")
+      ->check(CLI::Range(1, 4096));
   command->add_option("--transport-timeout", transport_timeout,
-                      "Seconds a receive between stage processes waits before the rank that "
-                      "should have sent is reported lost (default 120)");
+                      "Seconds a receive between stage processes, or their setup (MPI_Init, "
+                      "each rank's hello), waits before the rank that should have sent is "
+                      "reported lost (default 120)");
   command->add_flag("--progress", progress, "Print a progress line on stderr");
   command->add_flag("--self-check", self_check,
                     "Run PP=1 twice before judging any split point; if PP=1 does not reproduce "
@@ -47,6 +59,15 @@ void SweepCli::add_to(CLI::App& app) {
 }
 
 int SweepCli::run() {
+  if (ranks > 0) return launch();
+  const int code = run_here();
+  // Every way rank 0 ends without MPI_Abort (invalid input, say) reaches the launcher too.
+  const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (env_rank == nullptr || std::string(env_rank) == "0") record_verdict(code);
+  return code;
+}
+
+int SweepCli::run_here() {
   Result<Scenario> s = load_scenario(scenario);
   if (!s.is_ok()) {
     fmt::print(stderr, "splitcheck: error: {}\n", s.status().message());
@@ -84,14 +105,33 @@ int SweepCli::run() {
   }
 #if SPLITCHECK_HAVE_MPI
   if (s->transport == "mpi" || s->transport == "nccl") {
-    Result<std::unique_ptr<MpiWorld>> world = MpiWorld::init(nullptr, nullptr);
+    // OpenMPI 4's mpirun --enable-recovery returns 0 whatever the ranks return
+    // (rank_launcher.h): its exit status would say pass for any verdict.
+    const char* recovery = std::getenv("OMPI_MCA_orte_enable_recovery");
+    if (recovery != nullptr && std::string(recovery) == "1" && !launched_by_ranks()) {
+      if (std::getenv("OMPI_COMM_WORLD_RANK") == nullptr ||
+          std::string(std::getenv("OMPI_COMM_WORLD_RANK")) == "0")
+        fmt::print(stderr,
+                   "splitcheck: error: mpirun --enable-recovery exits 0 whatever the verdict; "
+                   "run `splitcheck sweep --ranks N ...` (it starts mpirun itself and exits with "
+                   "the verdict's code, also when a rank dies)\n");
+      return 2;
+    }
+    const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    record_rank_started(env_rank != nullptr ? std::atoi(env_rank) : 0);
+    Result<std::unique_ptr<MpiWorld>> world = MpiWorld::init(transport_timeout);
     if (!world.is_ok()) {
       fmt::print(stderr, "splitcheck: error: {}\n", world.status().message());
       return 3;
     }
-    (*world)->timeout_s = transport_timeout;
+    if ((*world)->rank() != 0 && !(*world)->setup_failure().empty()) {
+      fmt::print(stderr, "splitcheck: error: rank {}: {}; exiting\n", (*world)->rank(),
+                 (*world)->setup_failure());
+      std::fflush(stderr);
+      ::_exit(3);
+    }
 #if SPLITCHECK_HAVE_NCCL
-    if (s->transport == "nccl") {
+    if (s->transport == "nccl" && (*world)->setup_failure().empty()) {
       Result<std::unique_ptr<PayloadChannel>> nccl = make_nccl_channel(**world);
       if (!nccl.is_ok() && nccl.status().code() == StatusCode::kInvalidInput) {
         // Every rank refused alike (nccl_channel.h): rank 0 says why, all exit 2.
@@ -107,15 +147,49 @@ int SweepCli::run() {
       (*world)->channel = std::move(*nccl);
     }
 #endif
+    (*world)->greet(s->backend);
     if ((*world)->rank() != 0) return serve_stage_rank(*s, **world);
     MpiFactory factory(**world);
     opts.transport = &factory;
     const int code = sweep_and_report(*s, opts);
+    record_verdict(code);
     (*world)->finish(factory.lost(), code);
     return code;
   }
 #endif
   return sweep_and_report(*s, opts);
+}
+
+int SweepCli::launch() {
+  if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr) {
+    fmt::print(stderr, "splitcheck: error: --ranks starts mpirun itself; run it without mpirun\n");
+    return 2;
+  }
+#ifndef SPLITCHECK_MPIEXEC
+  fmt::print(stderr,
+             "splitcheck: error: --ranks needs the mpi transport, and this build has none "
+             "(configure with -DSPLITCHECK_MPI=ON)\n");
+  return 2;
+#else
+  std::vector<std::string> rank_args;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--ranks") {
+      ++i;  // and its value
+      continue;
+    }
+    if (args[i].rfind("--ranks=", 0) == 0) continue;
+    rank_args.push_back(args[i]);
+  }
+  // The ranks run the scenario's transport when it has one of processes, else mpi.
+  if (transport.empty()) {
+    std::ifstream in(scenario);
+    const nlohmann::json spec = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const std::string named = spec.is_object() ? spec.value("transport", "") : "";
+    if (named != "mpi" && named != "nccl")
+      rank_args.insert(rank_args.end(), {"--transport", "mpi"});
+  }
+  return launch_ranks(SPLITCHECK_MPIEXEC, ranks, rank_args);
+#endif
 }
 
 int SweepCli::sweep_and_report(const Scenario& scenario_in, SweepOptions& opts) {
@@ -158,6 +232,7 @@ int SweepCli::sweep_and_report(const Scenario& scenario_in, SweepOptions& opts) 
                  w.where);
   }
   fmt::print("checks: {}\n", fmt::join(r->checks, ", "));
+  fmt::print("stages: {}\n", placement_line(placement_json(r->placement)));
   fmt::print("summary: {} pass, {} diverged, {} config-rejected, {} error, {} skipped, {} waived\n",
              r->count(Verdict::kPass), r->count(Verdict::kDiverged),
              r->count(Verdict::kConfigRejected), r->count(Verdict::kError),

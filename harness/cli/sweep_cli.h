@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "harness/verdict/sweep.h"
 
@@ -19,6 +20,8 @@ struct SweepCli {
   double transport_timeout = 120;  // seconds a transport's receive waits
   bool progress = false;           // a progress line on stderr even when it is no terminal
   std::string command_line;        // recorded in the report as the command to reproduce
+  std::vector<std::string> args;   // the arguments after the program name, as given
+  int ranks = 0;                   // --ranks N: start mpirun -np N and supervise it
   bool self_check = false;
   std::string waivers;  // waiver file (harness/verdict/waivers.h)
   void add_to(CLI::App& app);
@@ -29,6 +32,10 @@ struct SweepCli {
  private:
   // Runs the sweep with `opts`, prints it and writes the reports; the exit code.
   int sweep_and_report(const Scenario& s, SweepOptions& opts);
+  // The sweep in this process (under mpirun: as its rank); the exit code.
+  int run_here();
+  // --ranks: runs this sweep under mpirun, supervised (rank_launcher.h); the exit code.
+  int launch();
   std::vector<Waiver> waiver_list_;  // read from `waivers` before the sweep
 };
 

@@ -2,13 +2,17 @@
 
 #include <fmt/format.h>
 #include <mpi.h>
+#include <signal.h>
 
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <deque>
+#include <future>
 #include <thread>
 #include <utility>
 
+#include "harness/cli/rank_launcher.h"
 #include "harness/engine/run.h"
 #include "harness/engine/wire.h"
 
@@ -20,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 // Message tags: commands from rank 0 and their replies; between consecutive stages a job
 // message (the envelope and the payload's announcement, frame_job_message); the last
 // stage's finished envelope to rank 0.
-enum Tag : int { kCommand = 1, kReply = 2, kEnvelope = 3, kResult = 5 };
+enum Tag : int { kCommand = 1, kReply = 2, kEnvelope = 3, kResult = 5, kHello = 6 };
 enum class Command : int32_t { kBuild = 1, kStart = 2, kStats = 3, kEnd = 4, kPing = 5, kQuit = 6 };
 
 // Sleeps a little between polls once a wait has lasted a while: a waiting rank must not
@@ -504,9 +508,11 @@ class StageRank {
   std::optional<StageConfig> config_;
   std::unique_ptr<Stage> stage_;
   bool started_ = false;
+  int builds_ = 0;  // Build commands taken (the test-only fault hook counts them)
 };
 
 Status StageRank::build(WireReader& rd) {
+  test_kill_point(world_.rank(), fmt::format("build-{}", ++builds_));
   stage_.reset();
   config_.reset();
   started_ = false;
@@ -741,15 +747,63 @@ Result<std::vector<std::byte>> mpi_receive_bytes(int from, int tag, double timeo
   return std::move(m.bytes);
 }
 
-Result<std::unique_ptr<MpiWorld>> MpiWorld::init(int* argc, char*** argv) {
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : fallback;
+}
+
+}  // namespace
+
+void test_kill_point(int rank, const std::string& point) {
+  const char* v = std::getenv("SPLITCHECK_TEST_KILL_RANK");
+  if (v != nullptr && std::string(v) == fmt::format("{}:{}", rank, point)) {
+    fmt::print(stderr, "splitcheck: rank {}: test fault hook: SIGKILL at {}\n", rank, point);
+    std::fflush(stderr);
+    ::raise(SIGKILL);
+  }
+}
+
+Result<std::unique_ptr<MpiWorld>> MpiWorld::init(double timeout_s) {
   std::unique_ptr<MpiWorld> w(new MpiWorld());
-  int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
-    return internal_error("MPI_Init_thread failed");
+  w->timeout_s = timeout_s;
+  // Before MPI_Init returns, the launcher's environment says who this is.
+  w->rank_ = env_int("OMPI_COMM_WORLD_RANK", 0);
+  w->size_ = env_int("OMPI_COMM_WORLD_SIZE", 1);
+  test_kill_point(w->rank_, "init");
+  // MPI_Init waits for every rank to join; a rank that died first would hang it forever,
+  // so it runs on its own thread and this one waits at most the deadline.
+  struct Joined {
+    int rc = MPI_ERR_OTHER;
+    int provided = 0;
+  };
+  auto joined = std::make_shared<std::promise<Joined>>();
+  std::future<Joined> done = joined->get_future();
+  std::thread([joined] {
+    Joined j;
+    j.rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &j.provided);
+    joined->set_value(j);
+  }).detach();
+  if (done.wait_for(std::chrono::duration<double>(timeout_s)) != std::future_status::ready) {
+    w->setup_failure_ = fmt::format(
+        "the MPI job did not start: not every one of its {} ranks joined (MPI_Init) within {} s{}",
+        w->size_, timeout_s, [&] {
+          const std::string who = ranks_not_joined(w->size_);
+          return who.empty() ? std::string() : ": " + who;
+        }());
+    w->finished_ = true;  // nothing to finalise
+    w->channel = std::make_unique<MpiChannel>();
+    return w;
+  }
+  const Joined j = done.get();
+  if (j.rc != MPI_SUCCESS) return internal_error("MPI_Init_thread failed");
+  w->initialized_ = true;
   // Errors come back as return codes (a dead peer is a verdict, not an abort).
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  if (provided < MPI_THREAD_SERIALIZED) {
+  if (j.provided < MPI_THREAD_SERIALIZED) {
     MPI_Finalize();
+    w->finished_ = true;
     return internal_error("MPI provides no MPI_THREAD_SERIALIZED support");
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &w->rank_);
@@ -758,12 +812,57 @@ Result<std::unique_ptr<MpiWorld>> MpiWorld::init(int* argc, char*** argv) {
   return w;
 }
 
+void MpiWorld::greet(const std::string& backend) {
+  const StagePlacement me = this_process_placement(rank_, rank_, backend);
+  placements_.assign(static_cast<size_t>(size_), StagePlacement{});
+  placements_[static_cast<size_t>(rank_)] = me;
+  if (!initialized_) return;
+  if (rank_ != 0) {
+    test_kill_point(rank_, "hello");
+    WireWriter w;
+    w.put(static_cast<int64_t>(me.pid));
+    w.put_string(me.host);
+    w.put_string(me.device);
+    const Status st = send_bytes(0, kHello, w.out, timeout_s);
+    if (!st.is_ok()) {
+      fmt::print(stderr, "splitcheck: error: rank {}: hello to rank 0: {}; exiting\n", rank_,
+                 st.message());
+      std::fflush(stderr);
+      ::_exit(3);
+    }
+    return;
+  }
+  for (int r = 1; r < size_; ++r) {
+    Result<Message> m = receive(r, kHello, timeout_s);
+    StagePlacement& p = placements_[static_cast<size_t>(r)];
+    p.stage = p.rank = r;
+    const std::vector<std::byte> bytes = m.is_ok() ? m->bytes : std::vector<std::byte>{};
+    WireReader rd(bytes);
+    int64_t pid = 0;
+    if (!m.is_ok() || !rd.get(pid) || !rd.get_string(p.host) || !rd.get_string(p.device)) {
+      setup_failure_ =
+          fmt::format("the MPI job did not start: rank {} died or hangs during setup: {}", r,
+                      m.is_ok() ? fmt::format("malformed hello of {} bytes", m->bytes.size())
+                                : fmt::format("no hello within {} s", timeout_s));
+      return;
+    }
+    p.pid = pid;
+  }
+}
+
 MpiWorld::~MpiWorld() {
   if (!finished_) MPI_Finalize();
 }
 
 void MpiWorld::finish(const std::string& lost, int exit_code) {
   finished_ = true;
+  if (!initialized_) {
+    // MPI never started here: nothing to tell the other ranks or to finalise.
+    fmt::print(stderr, "splitcheck: rank {}: {}; exiting {}\n", rank_, lost, exit_code);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::_exit(exit_code);
+  }
   if (!lost.empty()) {
     fmt::print(stderr, "splitcheck: rank 0: {}; aborting the MPI job (exit {})\n", lost, exit_code);
     std::fflush(stdout);
@@ -775,6 +874,15 @@ void MpiWorld::finish(const std::string& lost, int exit_code) {
   MPI_Finalize();
 }
 
+std::vector<StagePlacement> MpiFactory::placement(int stages, const std::string&) const {
+  std::vector<StagePlacement> out;
+  // A rank that never said hello (setup failed) ran no stage.
+  for (int s = 0; s < stages && s < static_cast<int>(world_.placements().size()); ++s)
+    if (world_.placements()[static_cast<size_t>(s)].pid != 0)
+      out.push_back(world_.placements()[static_cast<size_t>(s)]);
+  return out;
+}
+
 Result<std::unique_ptr<Transport>> MpiFactory::connect(const std::vector<StageConfig>& stages,
                                                        WeightSource& source) {
   const int pp = static_cast<int>(stages.size());
@@ -782,6 +890,10 @@ Result<std::unique_ptr<Transport>> MpiFactory::connect(const std::vector<StageCo
     return invalid_input(fmt::format("partition {} has {} stages; the MPI job has {} ranks",
                                      stages.front().partition.key(), pp, world_.size()));
   if (!lost_.empty()) return internal_error(lost_);
+  if (!world_.setup_failure().empty()) {
+    mark_lost(world_.setup_failure());
+    return internal_error(world_.setup_failure());
+  }
   auto t = std::make_unique<MpiTransport>(*this, stages);
   RETURN_IF_ERROR(t->build(source));
   return std::unique_ptr<Transport>(std::move(t));

@@ -90,18 +90,40 @@ Status mpi_send_bytes(int to, int tag, const std::vector<std::byte>& bytes, doub
 Result<std::vector<std::byte>> mpi_receive_bytes(int from, int tag, double timeout_s);
 
 // MPI_Init / MPI_Finalize for this process, and what the ranks share.
+//
+// Setup runs under the transport's deadline like every receive: MPI_Init (which waits for
+// every rank to join) and each rank's hello to rank 0 (its pid, host and device). A rank
+// that dies or hangs during setup does not hang rank 0: rank 0 records why in
+// setup_failure(), the sweep's first split point fails with it (the rest are skipped), and
+// the report is written as for a rank lost mid-sweep.
+//
+// Test-only fault hook: SPLITCHECK_TEST_KILL_RANK=<rank>:<point> makes that rank
+// raise(SIGKILL) at a named point: `init` (before MPI_Init), `hello` (after MPI_Init,
+// before its hello), `build-<k>` (on its k-th Build command: mid-sweep). The tests of
+// tests/harness/mpi_sweep_test.cc kill ranks with it; nothing else sets it.
 class MpiWorld {
  public:
-  // Initialises MPI (thread support: serialized). Fails when MPI cannot start.
-  static Result<std::unique_ptr<MpiWorld>> init(int* argc, char*** argv);
+  // Initialises MPI (thread support: serialized), waiting at most `timeout_s` for every
+  // rank to join. Fails when MPI cannot start; a rank that did not join in time is not a
+  // failure here but setup_failure() (rank 0 reports it; another rank exits 3).
+  static Result<std::unique_ptr<MpiWorld>> init(double timeout_s);
   ~MpiWorld();
   int rank() const { return rank_; }
   int size() const { return size_; }
   // Receives and sends give up after this many seconds (--transport-timeout).
   double timeout_s = 120;
+  // Each rank >= 1 sends rank 0 its placement (its pid, host and device computing on
+  // `backend`); rank 0 waits for every rank's under the deadline. Rank 0 keeps a failure in
+  // setup_failure(); a rank >= 1 that cannot send exits 3.
+  void greet(const std::string& backend);
+  // Why the MPI job did not start (a rank did not join or did not say hello in time); empty
+  // when it did.
+  const std::string& setup_failure() const { return setup_failure_; }
+  // Rank r's placement as its hello said (rank 0's own included); valid after greet().
+  const std::vector<StagePlacement>& placements() const { return placements_; }
   // Rank 0, at the end of a sweep: tells every stage rank to quit and finalises; when a
   // rank was lost (`lost` non-empty), aborts the whole MPI job instead with `exit_code`,
-  // so that no process is left behind.
+  // so that no process is left behind (without MPI, when it never started: exits).
   void finish(const std::string& lost, int exit_code);
   // How payloads travel between stage ranks (MPI messages unless replaced).
   std::unique_ptr<PayloadChannel> channel;
@@ -110,8 +132,15 @@ class MpiWorld {
   MpiWorld() = default;
   int rank_ = 0;
   int size_ = 1;
+  bool initialized_ = false;  // MPI_Init returned in time
   bool finished_ = false;
+  std::string setup_failure_;
+  std::vector<StagePlacement> placements_;
 };
+
+// The test-only fault hook above: raises SIGKILL when SPLITCHECK_TEST_KILL_RANK names
+// `rank` and `point`.
+void test_kill_point(int rank, const std::string& point);
 
 // Rank 0's factory: builds each partition's stages on ranks 0..pp-1.
 class MpiFactory : public TransportFactory {
@@ -120,6 +149,8 @@ class MpiFactory : public TransportFactory {
   Result<std::unique_ptr<Transport>> connect(const std::vector<StageConfig>& stages,
                                              WeightSource& source) override;
   int max_stages() const override { return world_.size(); }
+  // Stage s on rank s, as rank s's hello said.
+  std::vector<StagePlacement> placement(int stages, const std::string& backend) const override;
   std::string lost() const override { return lost_; }
   // Records that a rank was lost (the first reason is kept).
   void mark_lost(const std::string& why) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "harness/engine/stage_job.h"
+#include "harness/transport/placement.h"
 
 namespace splitcheck {
 
@@ -94,6 +95,13 @@ class TransportFactory {
   // Why no further partition can run (a process of the transport was lost); empty while
   // it can.
   virtual std::string lost() const { return {}; }
+  // Where stages 0..stages-1 of its partitions run, computing on `backend` (in-process
+  // unless overridden: every stage a thread of this process, rank 0).
+  virtual std::vector<StagePlacement> placement(int stages, const std::string& backend) const {
+    std::vector<StagePlacement> out;
+    for (int s = 0; s < stages; ++s) out.push_back(this_process_placement(s, 0, backend));
+    return out;
+  }
 };
 
 }  // namespace splitcheck

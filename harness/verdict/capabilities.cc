@@ -30,8 +30,8 @@ std::string mpi_unavailable() {
   // OpenMPI's launcher (mpirun, orterun) sets these in every process it starts.
   if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr)
     return "";
-  return "this process was not launched by mpirun (run: mpirun -np <stages> splitcheck sweep "
-         "...); the stages would run as threads of one process instead";
+  return "this process was not launched by mpirun (run: splitcheck sweep --ranks <stages> ..., "
+         "which starts mpirun itself); the stages would run as threads of one process instead";
 #else
   return "this build has no MPI transport (configure with -DSPLITCHECK_MPI=ON); the stages "
          "would run as threads of one process instead";

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "harness/engine/partitioned_engine.h"
+#include "harness/transport/inproc.h"
 #include "harness/verdict/checks.h"
 #include "harness/verdict/serving_checks.h"
 #include "harness/verdict/stage_checks.h"
@@ -652,6 +653,12 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
   for (std::thread& t : pool) t.join();
   result.total_seconds = seconds_since(t0);
+  int most_stages = 1;
+  for (const Partition& p : parts) most_stages = std::max(most_stages, p.stages());
+  result.placement.transport = s.transport;
+  result.placement.stages = options.transport != nullptr
+                                ? options.transport->placement(most_stages, s.backend)
+                                : InprocFactory().placement(most_stages, s.backend);
   // `expect` speaks of the whole sweep: a filtered or sharded run cannot meet or miss it
   // (splitcheck merge evaluates it once the shards are joined). Errors still count.
   const bool partial = !options.filter.empty() || options.shard_count > 1;

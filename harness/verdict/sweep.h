@@ -138,6 +138,7 @@ struct SweepResult {
   AcceptanceFigures pp1_acceptance;  // PP=1's speculative figures
   DrafterPlacement pp1_drafter;
   ComputedCalls pp1_computed;        // what PP=1 computed (once per sweep, shared by every case)
+  StagesPlacement placement;         // the transport, and where each stage ran
   BatchInvariance batch_invariance;  // serving scenarios only
   std::vector<int32_t> requests;     // serving scenarios: the request ids, ascending
   double pp1_seconds = 0;

@@ -77,6 +77,7 @@ DeviceInfo device_info() {
   cudaDeviceProp prop{};
   SPLITCHECK_CUDA_CHECK(cudaGetDevice(&dev));
   SPLITCHECK_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  info.index = dev;
   info.name = prop.name;
   info.cc_major = prop.major;
   info.cc_minor = prop.minor;

@@ -28,6 +28,7 @@ std::string unavailable_reason();
 // What results depend on (cuBLAS promises run-to-run bits only within one toolkit
 // version, one architecture and one SM count): recorded in dumps and golden fingerprints.
 struct DeviceInfo {
+  int index = 0;     // the current device (cudaGetDevice)
   std::string name;  // "NVIDIA H200"
   int cc_major = 0;  // compute capability
   int cc_minor = 0;

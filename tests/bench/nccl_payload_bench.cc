@@ -54,13 +54,13 @@ double seconds(std::chrono::steady_clock::time_point t0) {
 }
 
 int run(int argc, char** argv) {
-  Result<std::unique_ptr<MpiWorld>> world = MpiWorld::init(&argc, &argv);
-  if (!world.is_ok() || (*world)->size() != 2) {
+  (void)argc, (void)argv;
+  Result<std::unique_ptr<MpiWorld>> world = MpiWorld::init(/*timeout_s=*/300);
+  if (!world.is_ok() || !(*world)->setup_failure().empty() || (*world)->size() != 2) {
     fmt::print(stderr, "nccl_payload_bench: run under mpirun -np 2\n");
     return 2;
   }
   MpiWorld& w = **world;
-  w.timeout_s = 300;
   const int rank = w.rank();
   if (const std::string why = nccl_device_problem(); !why.empty()) {
     fmt::print(stderr, "nccl_payload_bench: rank {}: {}\n", rank, why);

@@ -1,14 +1,17 @@
 // The mpi transport with real processes: sweeps launched by mpirun (one rank per stage),
-// against inproc; refusals outside mpirun or with too few ranks; a rank killed mid-sweep.
+// against inproc; refusals outside mpirun or with too few ranks; `sweep --ranks N` exiting
+// with the verdict's code as the shell sees it (0, 1, 2; 3 when a rank is killed during
+// setup or mid-sweep by the test-only SPLITCHECK_TEST_KILL_RANK hook), leaving no process.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "tests/cli_fixture.h"
 
@@ -88,6 +91,7 @@ json without_volatile(json r) {
   r.erase("timing");
   r.erase("command");
   r.erase("provenance");
+  r.erase("placement");
   r["scenario"].erase("sha256");
   r["scenario"]["resolved"].erase("transport");
   for (json& c : r["cases"]) c.erase("seconds");
@@ -245,28 +249,6 @@ TEST_F(MpiSweepTest, APartitionRejectedAtConfigurationNeedsNoRanks) {
   EXPECT_EQ(without_volatile(r), without_volatile(report("in")));
 }
 
-// The processes whose parent is `pid`, with their MPI rank (from their environment).
-std::map<int, pid_t> ranks_of(pid_t parent) {
-  std::map<int, pid_t> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = file_text(e.path() / "stat");
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    char state = 0;
-    int ppid = 0;
-    if (std::sscanf(stat.c_str() + close + 2, "%c %d", &state, &ppid) != 2 || ppid != parent)
-      continue;
-    const std::string env = file_text(e.path() / "environ");
-    const std::string key = std::string("OMPI_COMM_WORLD_RANK=");
-    const size_t at = env.find(key);
-    if (at != std::string::npos)
-      out[std::atoi(env.c_str() + at + key.size())] = static_cast<pid_t>(std::stoi(name));
-  }
-  return out;
-}
-
 // Whether `pid` still runs (a zombie has ended).
 bool running(pid_t pid) {
   const std::string stat = file_text(fs::path("/proc") / std::to_string(pid) / "stat");
@@ -274,57 +256,176 @@ bool running(pid_t pid) {
   return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] != 'Z';
 }
 
-TEST_F(MpiSweepTest, ARankKilledMidSweepIsAnErrorVerdictAndNothingIsLeftBehind) {
-  // --enable-recovery keeps rank 0 alive when another rank dies, so it can report.
-  const fs::path err = path("stderr.txt"), pid_file = path("mpirun.pid");
-  const std::string cmd =
-      mpirun_command(3,
-                     scenario("pp3-pairwise.json") + " --progress " +
-                         "--transport-timeout 10 --report " + quote(path("report").string()),
-                     "--enable-recovery") +
-      " >" + quote(path("stdout.txt").string()) + " 2>" + quote(err.string()) + " & echo $! >" +
-      quote(pid_file.string());
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
-  pid_t mpirun_pid = 0;
-  while (mpirun_pid == 0 && std::chrono::steady_clock::now() < deadline) {
-    mpirun_pid = std::atoi(file_text(pid_file).c_str());
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+// The processes (not zombies) whose environment holds `marker`: everything a run started,
+// mpirun and its ranks included, inherits it.
+std::vector<pid_t> processes_marked(const std::string& marker) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stoi(name));
+    if (pid == ::getpid() || !running(pid)) continue;
+    if (file_text(e.path() / "environ").find(marker) != std::string::npos) out.push_back(pid);
   }
-  ASSERT_GT(mpirun_pid, 0);
-  // Mid-sweep: once rank 0 says three split points are done.
-  while (file_text(err).find("[3/") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const std::map<int, pid_t> ranks = ranks_of(mpirun_pid);
-  ASSERT_EQ(ranks.size(), 3u) << file_text(err);
-  ASSERT_EQ(::kill(ranks.at(1), SIGKILL), 0);
-  while (running(mpirun_pid) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_FALSE(running(mpirun_pid)) << "mpirun still runs: " << file_text(err);
-  for (const auto& [rank, pid] : ranks) EXPECT_FALSE(running(pid)) << "rank " << rank << " left";
+  return out;
+}
 
-  ASSERT_TRUE(fs::exists(path("report") / "report.json")) << file_text(err);
-  const json r = report("report");
-  EXPECT_EQ(r["verdict"], "divergent");
-  EXPECT_EQ(r["exit_code"], 3);
-  EXPECT_EQ(r["counts"]["error"], 1);
-  int passed = 0, skipped = 0;
-  std::string error_key, error_message;
-  for (const json& c : r["cases"]) {
-    passed += c["verdict"] == "pass";
-    skipped += c["verdict"] == "skipped";
-    if (c["verdict"] == "error") {
-      error_key = c["key"];
-      error_message = c["message"];
+// `splitcheck sweep --ranks N` as the shell runs it: its exit status as the shell sees it,
+// with `env` (NAME=value ...) before it, and every process it started checked gone after.
+class RanksTest : public MpiSweepTest {
+ protected:
+  CliResult ranks(int n, const std::string& args, const std::string& env = "") {
+    const std::string marker =
+        "SPLITCHECK_TEST_RUN=" + std::to_string(::getpid()) + "-" + std::to_string(++runs_);
+    const fs::path out = path("ranks-stdout.txt"), err = path("ranks-stderr.txt");
+    const std::string cmd = "env " + marker + " " + env + " timeout -s KILL 300 " +
+                            quote(SPLITCHECK_BINARY) + " sweep --ranks " + std::to_string(n) + " " +
+                            args + " >" + quote(out.string()) + " 2>" + quote(err.string()) +
+                            "; echo $? >" + quote(path("status.txt").string());
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+    const int status = std::atoi(file_text(path("status.txt")).c_str());
+    // Nothing it started outlives it: not mpirun, not a rank.
+    std::vector<pid_t> left = processes_marked(marker);
+    for (int i = 0; i < 20 && !left.empty(); ++i) {  // a moment for the kernel to reap
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      left = processes_marked(marker);
     }
+    EXPECT_TRUE(left.empty()) << left.size() << " process(es) left behind, first pid "
+                              << (left.empty() ? 0 : left[0]);
+    for (pid_t pid : left) ::kill(pid, SIGKILL);
+    return {status, file_text(out), file_text(err)};
   }
-  EXPECT_GE(passed, 3) << "the split points before the kill passed";
-  EXPECT_EQ(passed + skipped + 1, r["counts"]["total"].get<int>());
-  EXPECT_GT(skipped, 0) << "the sweep stopped";
-  EXPECT_NE(error_message.find("rank 1 (stage 1"), std::string::npos) << error_message;
-  EXPECT_NE(error_message.find(error_key), std::string::npos) << error_message;
-  EXPECT_NE(file_text(err).find("aborting the MPI job"), std::string::npos) << file_text(err);
+  // The one case whose verdict is error, and how many passed and were skipped.
+  struct Outcome {
+    std::string error_key, error_message;
+    int passed = 0, skipped = 0;
+  };
+  static Outcome outcome(const json& r) {
+    Outcome o;
+    for (const json& c : r["cases"]) {
+      o.passed += c["verdict"] == "pass";
+      o.skipped += c["verdict"] == "skipped";
+      if (c["verdict"] == "error") {
+        o.error_key = c["key"];
+        o.error_message = c["message"];
+      }
+    }
+    return o;
+  }
+  int runs_ = 0;
+};
+
+TEST_F(RanksTest, APassingSweepExitsZeroAndSaysWhereEachStageRan) {
+  const CliResult r = ranks(2, scenario("default.json") + " --filter split-13 --report " +
+                                   quote(path("report").string()));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const json rep = report("report");
+  EXPECT_EQ(rep["exit_code"], 0);
+  EXPECT_EQ(rep["counts"]["pass"], 1);
+  const json& p = rep["placement"];
+  EXPECT_EQ(p["transport"], "mpi");
+  ASSERT_EQ(p["stages"].size(), 2u) << p.dump();
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(p["stages"][s]["stage"], s);
+    EXPECT_EQ(p["stages"][s]["rank"], s);
+    EXPECT_EQ(p["stages"][s]["device"], "cpu");
+    EXPECT_FALSE(p["stages"][s]["host"].get<std::string>().empty());
+  }
+  EXPECT_NE(p["stages"][0]["pid"], p["stages"][1]["pid"]) << "one process per stage";
+  EXPECT_NE(p["stages"][0]["pid"].get<int64_t>(), ::getpid());
+  const std::string line =
+      fmt::format("stages: mpi: stage 0 on rank 0 (pid {}, host {}, cpu), stage 1 on rank 1",
+                  p["stages"][0]["pid"].get<int64_t>(), p["stages"][0]["host"].get<std::string>());
+  EXPECT_NE(r.out.find(line), std::string::npos) << r.out;
+  EXPECT_NE(file_text(path("report") / "summary.md").find("Stages ran on mpi: stage 0 on rank 0"),
+            std::string::npos);
+  EXPECT_NE(file_text(path("report") / "report.html").find("stage 1 on rank 1"), std::string::npos);
+}
+
+TEST_F(RanksTest, ADivergingSweepExitsOne) {
+  const CliResult r = ranks(2, scenario("fault-handoff-no-zero-delta.json") +
+                                   " --filter split-13 --report " + quote(path("report").string()));
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_EQ(report("report")["counts"]["diverged"], 1);
+}
+
+TEST_F(RanksTest, InvalidInputExitsTwo) {
+  std::ofstream(path("bad.json")) << "{ not json";
+  const CliResult r = ranks(2, quote(path("bad.json").string()));
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+}
+
+TEST_F(RanksTest, ARankKilledMidSweepExitsThreeNamingTheRank) {
+  // Rank 1 dies as it is asked to build its stage of the third split point.
+  const CliResult r =
+      ranks(2,
+            scenario("default.json") + " --filter split-1 --transport-timeout 20 --report " +
+                quote(path("report").string()),
+            "SPLITCHECK_TEST_KILL_RANK=1:build-3");
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  ASSERT_TRUE(fs::exists(path("report") / "report.json")) << r.err;
+  const json rep = report("report");
+  EXPECT_EQ(rep["exit_code"], 3);
+  const Outcome o = outcome(rep);
+  EXPECT_EQ(o.passed, 2) << "the split points before the kill passed";
+  EXPECT_EQ(o.passed + o.skipped + 1, rep["counts"]["total"].get<int>());
+  EXPECT_GT(o.skipped, 0) << "the sweep stopped";
+  EXPECT_NE(o.error_message.find("rank 1 (stage 1"), std::string::npos) << o.error_message;
+  EXPECT_NE(o.error_message.find(o.error_key), std::string::npos) << o.error_message;
+  EXPECT_NE(r.err.find("aborting the MPI job"), std::string::npos) << r.err;
+}
+
+TEST_F(RanksTest, ARankKilledBeforeItsHelloExitsThreeNamingTheRank) {
+  // Setup: rank 1 joined MPI and dies before it tells rank 0 where it runs.
+  const CliResult r =
+      ranks(2,
+            scenario("default.json") + " --filter split-13 --transport-timeout 5 --report " +
+                quote(path("report").string()),
+            "SPLITCHECK_TEST_KILL_RANK=1:hello");
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  ASSERT_TRUE(fs::exists(path("report") / "report.json")) << r.err;
+  const Outcome o = outcome(report("report"));
+  EXPECT_NE(o.error_message.find("rank 1 died or hangs during setup"), std::string::npos)
+      << o.error_message;
+}
+
+TEST_F(RanksTest, ARankKilledBeforeMpiInitExitsThreeNamingTheRank) {
+  // Setup: rank 1 dies before MPI_Init, which would wait for it forever on rank 0.
+  const CliResult r =
+      ranks(2,
+            scenario("default.json") + " --filter split-13 --transport-timeout 5 --report " +
+                quote(path("report").string()),
+            "SPLITCHECK_TEST_KILL_RANK=1:init");
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  ASSERT_TRUE(fs::exists(path("report") / "report.json")) << r.err;
+  const Outcome o = outcome(report("report"));
+  EXPECT_NE(o.error_message.find("the MPI job did not start"), std::string::npos)
+      << o.error_message;
+  EXPECT_NE(o.error_message.find("rank 1 (pid"), std::string::npos) << o.error_message;
+  EXPECT_NE(o.error_message.find("ended before it joined"), std::string::npos) << o.error_message;
+}
+
+TEST_F(MpiSweepTest, PlainMpirunExitsWithTheVerdictWhenNoRankDies) {
+  // Without --enable-recovery mpirun returns rank 0's exit code.
+  const CliResult diverged =
+      mpirun(2, scenario("fault-handoff-no-zero-delta.json") + " --filter split-13");
+  EXPECT_EQ(diverged.code, 1) << diverged.out << diverged.err;
+}
+
+TEST_F(MpiSweepTest, MpirunWithRecoveryIsRefusedForItsExitStatus) {
+  // mpirun --enable-recovery returns 0 whatever the ranks return: nothing runs under it.
+  const fs::path err = path("stderr.txt");
+  const std::string cmd = mpirun_command(2,
+                                         scenario("default.json") + " --filter split-13 --report " +
+                                             quote(path("report").string()),
+                                         "--enable-recovery") +
+                          " >/dev/null 2>" + quote(err.string());
+  (void)std::system(cmd.c_str());
+  EXPECT_NE(file_text(err).find("mpirun --enable-recovery exits 0 whatever the verdict"),
+            std::string::npos)
+      << file_text(err);
+  EXPECT_NE(file_text(err).find("--ranks N"), std::string::npos) << file_text(err);
+  EXPECT_FALSE(fs::exists(path("report") / "report.json"));
 }
 
 }  // namespace
