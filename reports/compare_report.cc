@@ -70,7 +70,7 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
   j["lane"] = approximate ? nlohmann::json{{"name", "approximate"},
                                            {"rule",
                                             "bfloat16 within 2 ULP, cosine >= 0.999, "
-                                            "int32 exact, NaN bit for bit"}}
+                                            "int32 exact, NaN and infinities bit for bit"}}
                           : nlohmann::json{{"name", "exact"},
                                            {"rule",
                                             "bitwise on the integer bit pattern; no "
@@ -78,6 +78,14 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
   j["digests"] = r.digests_trusted ? "trusted" : "verified";
   j["unverified_datasets"] = r.datasets_unverified;
   j["digests_rule"] = digests_line(r);
+  const char* placement = r.placement == PlacementJudgement::kJudged        ? "judged"
+                          : r.placement == PlacementJudgement::kNotJudged   ? "not-judged"
+                          : r.placement == PlacementJudgement::kNotRecorded ? "not-recorded"
+                                                                            : "not-asked";
+  j["placement"] = {{"judgement", placement},
+                    {"stages_a", r.stages_a},
+                    {"stages_b", r.stages_b},
+                    {"line", placement_line(r)}};
   j["cases"] = cases;
   return j;
 }

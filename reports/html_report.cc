@@ -24,7 +24,7 @@ constexpr const char* kStyle = R"css(
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1d2327;background:#fff}
 h1{font-size:22px;margin:0 0 6px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
 .verdict{display:inline-block;padding:4px 12px;border-radius:4px;color:#fff;font-weight:700;letter-spacing:.04em}
-.verdict.conformant{background:#1a7f37}.verdict.divergent{background:#cf222e}
+.verdict.conformant{background:#1a7f37}.verdict.divergent{background:#cf222e}.verdict.no-data{background:#9a6700}
 table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
 code,pre{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}
@@ -357,6 +357,12 @@ std::string render_html(const nlohmann::json& r) {
       esc(r.value("exit_code", 0) != 0 ? std::string("divergent") : verdict), esc(verdict),
       text_of(r.value("exit_code", nlohmann::json())),
       esc(verdict == "refused" ? "REFUSED: PP=1 does not reproduce itself; no split point judged"
+          : verdict == "no-data"
+              ? (r.value("exit_code", 0) != 0
+                     ? "NO DATA COMPARED: every split point passed, but its selected checks "
+                       "compared no data"
+                     : "NO DATA COMPARED, as the scenario's expect asks: its selected checks "
+                       "compared no data")
           : verdict != "conformant" ? "DIVERGENT"
           : kind == "compare"       ? "CONFORMANT: the dumps are bit-identical"
           : r.value("exit_code", 0) != 0 && !waiver_failures(r).empty()
@@ -426,6 +432,12 @@ std::string render_html(const nlohmann::json& r) {
                     esc(str_field(r, "digests")),
                     str_field(r, "digests") == "trusted" ? "<b>UNVERIFIED</b>: " : "",
                     esc(str_field(r, "digests_rule")));
+    if (const nlohmann::json& p = obj_field(r, "placement"); p.contains("judgement"))
+      out += fmt::format(
+          "<tr><td>placement</td><td id=\"placement\" data-placement=\"{}\">{}{}</td></tr>\n",
+          esc(str_field(p, "judgement")),
+          str_field(p, "judgement") == "not-judged" ? "<b>NOT JUDGED</b>: " : "",
+          esc(str_field(p, "line")));
   } else {
     out +=
         fmt::format("<tr><td>scenario</td><td><code>{}</code> sha256 <code>{}</code></td></tr>\n",

@@ -18,9 +18,14 @@ std::string render_junit(const nlohmann::json& r) {
       expect.contains("met") && expect["met"].is_boolean() && !expect["met"].get<bool>();
   // A sweep refused by --self-check judged nothing: one test case, "self-check", in error.
   const bool refused = str_field(r, "verdict") == "refused";
-  const int64_t total = counts.value("total", 0) + (expect_unmet ? 1 : 0) + (refused ? 1 : 0);
-  const int64_t failures =
-      counts.value("diverged", 0) + counts.value("config_rejected", 0) + (expect_unmet ? 1 : 0);
+  // A sweep whose checks compared no data: one test case, "no-data", failed unless the
+  // scenario's expect asks for exactly that verdict (exit code 0).
+  const bool no_data = str_field(r, "verdict") == "no-data";
+  const bool no_data_fails = no_data && r.value("exit_code", 1) != 0;
+  const int64_t total =
+      counts.value("total", 0) + (expect_unmet ? 1 : 0) + (refused ? 1 : 0) + (no_data ? 1 : 0);
+  const int64_t failures = counts.value("diverged", 0) + counts.value("config_rejected", 0) +
+                           (expect_unmet ? 1 : 0) + (no_data_fails ? 1 : 0);
   const int64_t errors = counts.value("error", 0) + (refused ? 1 : 0);
   const int64_t skipped = counts.value("skipped", 0);
   const double seconds = r.contains("timing") ? r["timing"].value("total_seconds", 0.0) : 0.0;
@@ -44,6 +49,12 @@ std::string render_junit(const nlohmann::json& r) {
                        xml_escape(str_field(r, "digests")));
     out += fmt::format("      <property name=\"digests_rule\" value=\"{}\"/>\n",
                        xml_escape(str_field(r, "digests_rule")));
+  }
+  if (const nlohmann::json& p = obj_field(r, "placement"); p.contains("line")) {
+    out += fmt::format("      <property name=\"placement\" value=\"{}\"/>\n",
+                       xml_escape(str_field(p, "judgement")));
+    out += fmt::format("      <property name=\"placement_line\" value=\"{}\"/>\n",
+                       xml_escape(str_field(p, "line")));
   }
   out += fmt::format("      <property name=\"command\" value=\"{}\"/>\n",
                      xml_escape(str_field(r, "command")));
@@ -83,9 +94,14 @@ std::string render_junit(const nlohmann::json& r) {
     }
     out += "    </testcase>\n";
   }
+  // One system-out for what a compare verdict does not rest on.
+  std::string caveats;
   if (str_field(r, "digests") == "trusted")
-    out += fmt::format("    <system-out>UNVERIFIED: {}</system-out>\n",
-                       xml_escape(str_field(r, "digests_rule")));
+    caveats += "UNVERIFIED: " + xml_escape(str_field(r, "digests_rule"));
+  if (str_field(obj_field(r, "placement"), "judgement") == "not-judged")
+    caveats += std::string(caveats.empty() ? "" : "\n") +
+               "NOT JUDGED: " + xml_escape(str_field(obj_field(r, "placement"), "line"));
+  if (!caveats.empty()) out += fmt::format("    <system-out>{}</system-out>\n", caveats);
   if (refused) {
     const nlohmann::json& sc = obj_field(r, "self_check");
     out += fmt::format(
@@ -95,6 +111,20 @@ std::string render_junit(const nlohmann::json& r) {
         "{}</error>\n    </testcase>\n",
         suite, sc.value("datasets_differing", 0), sc.value("datasets_compared", 0),
         xml_escape(str_field(sc, "first_difference")));
+  }
+  if (no_data) {
+    const std::string what =
+        "no data compared: every split point passed, but its selected checks compared no "
+        "dataset and judged no stage";
+    out += fmt::format("    <testcase classname=\"{}\" name=\"no-data\" time=\"0.000\">\n", suite);
+    out += no_data_fails
+               ? fmt::format("      <failure type=\"no-data\" message=\"{}\">{}</failure>\n",
+                             xml_escape(what), xml_escape(what))
+               : fmt::format(
+                     "      <system-out>{} (the scenario's expect asks for the verdict "
+                     "no-data)</system-out>\n",
+                     xml_escape(what));
+    out += "    </testcase>\n";
   }
   if (expect_unmet) {
     std::string fails;

@@ -34,14 +34,17 @@ std::string render_markdown(const nlohmann::json& r) {
   // (an unmet expect): the headline says so.
   const bool gate_ok = r.value("exit_code", ok ? 0 : 1) == 0;
   const bool refused = verdict == "refused";
+  const bool no_data = verdict == "no-data";
   std::string out = fmt::format(
       "## splitcheck {}: **{}** {}\n\n", cell(str_field(r, "kind", "sweep")),
       refused                       ? "REFUSED: PP=1 DOES NOT REPRODUCE ITSELF"
+      : no_data && gate_ok          ? "NO DATA COMPARED (AS THE SCENARIO'S EXPECT ASKS)"
+      : no_data                     ? "NO DATA COMPARED"
       : !ok                         ? "DIVERGENT"
       : gate_ok                     ? "CONFORMANT"
       : !waiver_failures(r).empty() ? "FAILED: A WAIVER HAS EXPIRED"
                                     : "CONFORMANT, BUT THE SCENARIO'S EXPECT IS NOT MET",
-      ok && gate_ok ? "✅" : "❌");
+      (ok || no_data) && gate_ok ? "✅" : "❌");
   const std::string kind = str_field(r, "kind", "sweep");
   if (kind == "compare") {
     const nlohmann::json& in = obj_field(r, "inputs");
@@ -51,6 +54,10 @@ std::string render_markdown(const nlohmann::json& r) {
     const bool trusted = str_field(r, "digests") == "trusted";
     out += fmt::format("{}Digests {}: {}.\n\n", trusted ? "⚠️ " : "",
                        trusted ? "**UNVERIFIED**" : "verified", cell(str_field(r, "digests_rule")));
+    if (const nlohmann::json& p = obj_field(r, "placement"); p.contains("line"))
+      out += fmt::format("{}Placement: {}.\n\n",
+                         str_field(p, "judgement") == "not-judged" ? "⚠️ **NOT JUDGED** " : "",
+                         cell(str_field(p, "line")));
   } else {
     const nlohmann::json& scenario = obj_field(r, "scenario");
     out +=

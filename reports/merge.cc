@@ -181,6 +181,7 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   result.scenario_sha256 = sha;
   result.model_sha256 = first["scenario"].value("model_sha256", "");
   result.scenario = resolved;
+  result.checks = first.value("checks", std::vector<std::string>{});
   for (const nlohmann::json& c : cases) {
     CaseResult cr;
     cr.key = c["key"];
@@ -188,6 +189,9 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
                      paths[key_from[cr.key]] + ": case " + cr.key);
     cr.message = c.value("message", "");
     cr.failed_checks = c.value("failed_checks", std::vector<std::string>{});
+    cr.datasets_compared = c.value("datasets_compared", int64_t{0});
+    if (const auto it = c.find("stages"); it != c.end() && it->is_array())
+      cr.stages.resize(it->size());  // compared_data() reads only whether stages were measured
     result.cases.push_back(std::move(cr));
   }
   // What `expect` reads besides the cases: PP=1's acceptance (equal in every shard) and,
@@ -297,7 +301,7 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   merged["placement_by_shard"] = nlohmann::json::array();
   for (const nlohmann::json& r : reports)
     if (r.contains("placement")) merged["placement_by_shard"].push_back(r["placement"]);
-  merged["verdict"] = result.conformant() ? "conformant" : "divergent";
+  merged["verdict"] = result.verdict_word();
   merged["command"] = unsharded_command(first.value("command", ""), report_dir);
   merged["counts"] = {{"total", result.cases.size()},
                       {"pass", result.count(Verdict::kPass)},

@@ -69,7 +69,8 @@ nlohmann::json diff_json(const TensorDiff& d) {
           {"max_ulp", d.max_ulp},
           {"max_abs", d.max_abs},
           {"cosine", d.cosine},
-          {"nan_mismatch", d.nan_mismatch}};
+          {"nan_mismatch", d.nan_mismatch},
+          {"non_finite_mismatch", d.non_finite_mismatch}};
 }
 
 nlohmann::json provenance_json(const std::string& backend) {
@@ -190,7 +191,7 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   j["kind"] = "sweep";
   // A sweep whose PP=1 did not reproduce itself judged nothing (--self-check): "refused".
   const bool refused = r.refused_to_judge();
-  j["verdict"] = refused ? "refused" : r.conformant() ? "conformant" : "divergent";
+  j["verdict"] = r.verdict_word();
   j["exit_code"] = r.exit_code();
   if (r.self_check.ran)
     j["self_check"] = {{"reproduced", r.self_check.reproduced},

@@ -130,12 +130,12 @@ int cmd_compare(const std::string& a, const std::string& b, bool approximate, bo
   CompareOptions opts;
   opts.approximate = approximate;
   opts.trust_digest = trust_digests;
-  // Which stage ran an event, and what each stage holds, differ by design between
-  // partitions; the embedding and memory checks of a sweep judge the latter.
-  opts.ignore_prefixes = {"/stage_trace", "/stages"};
+  // Placement (/stages, /stage_trace) is judged when both dumps record it; a PP=1 dump
+  // records none, and the console and every report form then say it was not judged.
+  opts.judge_placement = true;
   Result<CompareResult> r = compare_dumps(a, b, opts);
   if (!r.is_ok()) return report_status(r.status());
-  fmt::print("{}\n{}\n", verdict(*r), digests_line(*r));
+  fmt::print("{}\n{}\n{}\n", verdict(*r), digests_line(*r), placement_line(*r));
   if (!report_dir.empty()) {
     Status st =
         write_reports(report_dir, compare_report(*r, a, b, ReportContext{command}, approximate));

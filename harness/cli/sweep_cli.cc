@@ -278,7 +278,13 @@ int SweepCli::sweep_and_report(const Scenario& scenario_in, SweepOptions& opts) 
     }
     fmt::print("report: {}/report.json\n", report_dir);
   }
-  if (r->conformant() && !r->expect_failures.empty())
+  if (r->no_data_compared())
+    fmt::print(
+        "result: no data compared: the selected checks ({}) compared no dataset and "
+        "judged no stage{}\n",
+        fmt::join(r->checks, ", "),
+        r->exit_code() == 0 ? " (the scenario's expect asks for the verdict no-data)" : "");
+  else if (r->conformant() && !r->expect_failures.empty())
     fmt::print("result: every split point passed, but the scenario's expect is not met\n");
   return r->exit_code();
 }

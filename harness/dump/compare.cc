@@ -91,6 +91,12 @@ class DiffStats {
         nan_mismatch_ = true;
         continue;
       }
+      // Different bits with an infinity on either side: infinity against a finite value, or
+      // infinities of opposite sign. No ULP or abs distance describes it.
+      if (!std::isfinite(va) || !std::isfinite(vb)) {
+        non_finite_mismatch_ = true;
+        continue;
+      }
       double ulp =
           dtype_ == DType::kI32
               ? std::fabs(va - vb)
@@ -110,6 +116,7 @@ class DiffStats {
     diff.max_ulp = max_ulp_;
     diff.max_abs = max_abs_;
     diff.nan_mismatch = nan_mismatch_;
+    diff.non_finite_mismatch = nan_mismatch_ || non_finite_mismatch_;
     if (norm_a_ == 0 && norm_b_ == 0) {
       diff.cosine = 1;
     } else if (norm_a_ == 0 || norm_b_ == 0) {
@@ -138,11 +145,13 @@ class DiffStats {
   double max_ulp_ = 0, max_abs_ = 0;
   double dot_ = 0, norm_a_ = 0, norm_b_ = 0;
   bool nan_mismatch_ = false;
+  bool non_finite_mismatch_ = false;
 };
 
 // Applies the approximate lane's thresholds (CompareOptions) to a finished diff.
 void apply_tolerance(const CompareOptions& options, DType dtype, TensorDiff& diff) {
-  if (!options.approximate || diff.mismatches == 0 || diff.nan_mismatch) return;
+  // A non-finite value the other side does not match bit for bit is never within it.
+  if (!options.approximate || diff.mismatches == 0 || diff.non_finite_mismatch) return;
   double max_ulp = dtype == DType::kBF16  ? options.max_ulp_bf16
                    : dtype == DType::kF32 ? options.max_ulp_f32
                                           : 0;
@@ -371,8 +380,10 @@ std::string describe_attribute(const std::optional<AttributeValue>& v) {
 // dataset in either file, appending one AttributeDiff per differing attribute.
 Status compare_attributes(const DumpReader& ra, const DumpReader& rb, const CompareOptions& options,
                           CompareResult& result) {
+  // The reference (A) alone says what is volatile, and `volatile` itself is always
+  // compared: a candidate cannot exempt an attribute by listing it.
   std::set<std::string> volatile_root = volatile_names(ra.header().volatile_attrs);
-  volatile_root.merge(volatile_names(rb.header().volatile_attrs));
+  volatile_root.erase("volatile");
   std::set<std::string> objects(ra.objects().begin(), ra.objects().end());
   objects.insert(rb.objects().begin(), rb.objects().end());
   for (const std::string& object : objects) {
@@ -423,13 +434,37 @@ const TensorDiff* CompareResult::first_divergence() const {
   return nullptr;
 }
 
+namespace {
+
+// The /stages/<s> groups a dump records.
+int64_t stage_groups(const DumpReader& r) {
+  return std::count_if(r.objects().begin(), r.objects().end(), [](const std::string& o) {
+    return o.rfind("/stages/", 0) == 0 && o.find('/', 8) == std::string::npos;
+  });
+}
+
+}  // namespace
+
 Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
-                                    const CompareOptions& options) {
+                                    const CompareOptions& options_in) {
   ASSIGN_OR_RETURN(DumpReader ra, DumpReader::open(a));
   ASSIGN_OR_RETURN(DumpReader rb, DumpReader::open(b));
   MappedFile fa(a), fb(b);
   CompareResult result;
-  result.digests_trusted = options.trust_digest;
+  result.digests_trusted = options_in.trust_digest;
+  CompareOptions options = options_in;
+  if (options.judge_placement) {
+    result.stages_a = stage_groups(ra);
+    result.stages_b = stage_groups(rb);
+    if (result.stages_a > 0 && result.stages_b > 0) {
+      result.placement = PlacementJudgement::kJudged;
+    } else {
+      result.placement = result.stages_a + result.stages_b > 0 ? PlacementJudgement::kNotJudged
+                                                               : PlacementJudgement::kNotRecorded;
+      options.ignore_prefixes.push_back("/stages");
+      options.ignore_prefixes.push_back("/stage_trace");
+    }
+  }
   std::vector<std::byte> buf_a, buf_b;
   auto stop = [&] {
     return options.stop_at_first &&
@@ -568,6 +603,26 @@ std::string digests_line(const CompareResult& result) {
   return "digests TRUSTED, not verified (--trust-digests): " +
          std::to_string(result.datasets_unverified) +
          " datasets taken as equal on their stored digests alone, unread";
+}
+
+std::string placement_line(const CompareResult& r) {
+  switch (r.placement) {
+    case PlacementJudgement::kNotAsked:
+      return "";
+    case PlacementJudgement::kJudged:
+      return "placement judged: " + std::to_string(r.stages_a) + " stages in A, " +
+             std::to_string(r.stages_b) + " in B (/stages and /stage_trace compared)";
+    case PlacementJudgement::kNotJudged: {
+      const bool a_lacks = r.stages_a == 0;
+      return std::string("placement not judged: ") + (a_lacks ? "A" : "B") +
+             " records no /stages (" + (a_lacks ? "B" : "A") + " records " +
+             std::to_string(a_lacks ? r.stages_b : r.stages_a) +
+             " stages); /stages and /stage_trace not compared";
+    }
+    case PlacementJudgement::kNotRecorded:
+      return "placement not recorded by either dump (no /stages): not judged";
+  }
+  return "";
 }
 
 std::string verdict(const CompareResult& result) {

@@ -44,7 +44,11 @@ struct TensorDiff {
   double max_abs = 0;  // over mismatching non-NaN pairs
   double cosine = 1;   // over the whole tensor, finite pairs only, in double
   bool digest_equal = false;
-  bool nan_mismatch = false;      // some mismatching pair has a NaN on either side
+  bool nan_mismatch = false;  // some mismatching pair has a NaN on either side
+  // Some mismatching pair has a NaN or an infinity on either side (a NaN or infinity
+  // against a finite value, infinities of opposite sign, NaNs of different bits): never
+  // within the approximate lane's tolerance. Such pairs stay out of max_ulp and max_abs.
+  bool non_finite_mismatch = false;
   bool within_tolerance = false;  // approximate lane only: differs, but within thresholds
 };
 
@@ -73,13 +77,30 @@ struct CompareOptions {
   //  - int32 (token ids): exact, always.
   //  - every dtype: cosine >= 0.999 over the tensor, i.e. the direction of the hidden
   //    state is kept to about 2.6 degrees; a wrong op or layer gives far less.
-  //  - a NaN that is not matched bit for bit always fails.
+  //  - a NaN or an infinity that is not matched bit for bit always fails: NaN or inf
+  //    against a finite value, and +inf against -inf, are divergences whatever the ULP
+  //    distance (inf is one bf16 ULP from the largest finite value) or the cosine (taken
+  //    over finite pairs only) say.
   bool approximate = false;
   double max_ulp_bf16 = 2;
   double max_ulp_f32 = std::numeric_limits<double>::infinity();
   double min_cosine = 0.999;
   // Datasets whose path starts with one of these are skipped in both files.
   std::vector<std::string> ignore_prefixes;
+  // The placement (`/stages`: each stage's layer range, embedding, drafter embedding and
+  // measured parameter bytes; `/stage_trace`: which stage ran each dispatch event). On
+  // (`compare`): judged like every other dataset and attribute when both files record
+  // `/stages`; skipped, and CompareResult::placement says which file lacks it, when only
+  // one does. Off: compared as any other path (unless ignore_prefixes skips them).
+  bool judge_placement = false;
+};
+
+// What a comparison with CompareOptions::judge_placement said about placement.
+enum class PlacementJudgement {
+  kNotAsked,     // judge_placement off
+  kJudged,       // both files record /stages: compared
+  kNotJudged,    // only one does: /stages and /stage_trace skipped
+  kNotRecorded,  // neither does (PP=1 dumps, external engines): nothing to judge
 };
 
 // An attribute that carries results and differs between the files (or exists in only
@@ -105,6 +126,10 @@ struct CompareResult {
   // were taken as equal on their stored digests, unread and unchecked.
   bool digests_trusted = false;
   int64_t datasets_unverified = 0;
+  // CompareOptions::judge_placement: whether /stages and /stage_trace were judged, and
+  // stages_a / stages_b, the /stages/<s> groups each file records.
+  PlacementJudgement placement = PlacementJudgement::kNotAsked;
+  int64_t stages_a = 0, stages_b = 0;
 
   // True when nothing differs (diffs within the approximate lane's tolerance aside).
   bool equal() const;
@@ -143,6 +168,11 @@ std::string attribute_line(const AttributeDiff& diff);
 // One line that says what the verdict rests on: digests verified, or trusted (with the
 // count of datasets taken as equal unread).
 std::string digests_line(const CompareResult& result);
+
+// One line about placement (CompareOptions::judge_placement): "placement judged: 3 stages
+// in A, 3 in B", "placement not judged: B records no /stages (A records 3 stages)", or
+// "placement not recorded by either dump"; "" when not asked.
+std::string placement_line(const CompareResult& result);
 
 // One line for a whole comparison: "equal (N datasets)" (with "on K unverified digests"
 // when digests were trusted), or the first divergence in execution order, a structural

@@ -169,6 +169,13 @@ Result<ReferenceRun> run_partitioned(const Scenario& s, const std::vector<int>& 
   run.computed = engine->computed();
   run.computed.drafter = run.summary.drafter_calls;
   engine->record_holdings(run.record);
+  // The drafter's embedding on its stage (SPEC 5.4): judged by `compare` with the rest of
+  // the placement.
+  if (const DrafterPlacement& d = run.summary.drafter; d.embedding_source != "none") {
+    const std::string g = "stages/" + std::to_string(d.stage);
+    run.record.set_attr(g, "drafter_embedding", d.embedding_source);
+    run.record.set_attr(g, "drafter_same_object_as_target", int64_t{d.same_object_as_target});
+  }
   return run;
 }
 

@@ -67,8 +67,11 @@ void accumulate_errors(LaneErrors& errors, const f64::Matrix& reference, const T
     if (std::isfinite(ref[i])) scale = std::max(scale, std::fabs(ref[i]));
   for (size_t i = 0; i < n; ++i) {
     const double v = value_at(out, i);
-    if (!std::isfinite(v)) {
-      errors.non_finite += std::isfinite(ref[i]);
+    if (!std::isfinite(v) || !std::isfinite(ref[i])) {
+      // A NaN or an infinity on either side must be matched by the other: NaN by NaN, an
+      // infinity by the infinity of the same sign. Anything else is outside the lane.
+      const bool matched = std::isnan(v) ? std::isnan(ref[i]) : v == ref[i];
+      errors.non_finite += !matched;
       errors.beyond += !correctly_rounded(out, i, ref[i]);
       continue;
     }

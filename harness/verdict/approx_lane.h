@@ -22,11 +22,13 @@ namespace splitcheck {
 struct LaneErrors {
   int64_t calls = 0;
   int64_t elements = 0;
-  double max_abs = 0;      // max |out - ref|
-  double max_rel = 0;      // max over calls of max |out - ref| / max |ref| of that call
-  double sum_abs = 0;      // sum |out - ref| (mean_abs = sum_abs / elements)
-  int64_t beyond = 0;      // elements whose value is not the dtype's rounding of ref
-  int64_t non_finite = 0;  // elements not finite where ref is finite
+  double max_abs = 0;  // max |out - ref|
+  double max_rel = 0;  // max over calls of max |out - ref| / max |ref| of that call
+  double sum_abs = 0;  // sum |out - ref| (mean_abs = sum_abs / elements)
+  int64_t beyond = 0;  // elements whose value is not the dtype's rounding of ref
+  // Elements where either side is NaN or infinite and the other does not match it (NaN
+  // against a number, inf against a finite value, +inf against -inf).
+  int64_t non_finite = 0;
   double mean_abs() const { return elements ? sum_abs / static_cast<double>(elements) : 0; }
   double beyond_fraction() const {
     return elements ? static_cast<double>(beyond) / static_cast<double>(elements) : 0;
@@ -44,7 +46,7 @@ struct LaneThresholds {
   const char* why = "";            // the justification, shown in reports
 };
 LaneThresholds lane_thresholds(DType out_dtype);
-// True when the errors are within the thresholds (and nothing finite became non-finite).
+// True when the errors are within the thresholds (and no non-finite value is unmatched).
 bool within_lane(const LaneErrors& errors, DType out_dtype);
 
 // One registry row's judgement.

@@ -528,7 +528,8 @@ Status parse_expect(const ScenarioReader& r, const json& j, const Scenario& s) {
     RETURN_IF_ERROR(r.boolean(*v, ptr + "/every_accepted_length").status());
   }
   if (const json* v = member(j, "verdict")) {
-    RETURN_IF_ERROR(r.one_of(*v, ptr + "/verdict", {"conformant", "divergent"}).status());
+    RETURN_IF_ERROR(
+        r.one_of(*v, ptr + "/verdict", {"conformant", "divergent", "no-data"}).status());
   }
   if (const json* v = member(j, "identical_splits")) {
     RETURN_IF_ERROR(r.integer(*v, ptr + "/identical_splits", 0, kMaxPartitions).status());

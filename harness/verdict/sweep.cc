@@ -232,9 +232,30 @@ bool SweepResult::conformant() const {
   });
 }
 
+bool SweepResult::compared_data() const {
+  const bool judges_stages = std::any_of(checks.begin(), checks.end(), [](const std::string& n) {
+    return n == "memory" || n == "embedding";
+  });
+  return std::any_of(cases.begin(), cases.end(), [&](const CaseResult& c) {
+    return c.datasets_compared > 0 || (judges_stages && !c.stages.empty());
+  });
+}
+
+std::string SweepResult::verdict_word() const {
+  if (refused_to_judge()) return "refused";
+  if (no_data_compared()) return "no-data";
+  return conformant() ? "conformant" : "divergent";
+}
+
 int SweepResult::exit_code() const {
   if (refused_to_judge()) return 4;
   if (count(Verdict::kError) > 0) return 3;
+  // Passes that compared nothing are exit 0 only where `expect` asks for exactly that.
+  const nlohmann::json expect =
+      scenario.is_object() ? scenario.value("expect", nlohmann::json()) : nlohmann::json();
+  if (no_data_compared() &&
+      !(expect.is_object() && expect.value("verdict", nlohmann::json()) == "no-data"))
+    return 1;
   return conformant() && expect_failures.empty() && waiver_failures.empty() ? 0 : 1;
 }
 
@@ -328,7 +349,9 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
   for (const auto& [id, t] : taps) c.taps.push_back(t);
   if (c.failed_checks.empty()) {
     c.verdict = Verdict::kPass;
-    c.message = fmt::format("bit-identical ({} datasets)", c.datasets_compared);
+    c.message = c.datasets_compared > 0
+                    ? fmt::format("bit-identical ({} datasets)", c.datasets_compared)
+                    : "no data compared";
   } else {
     c.verdict = Verdict::kDiverged;
     const std::string detail = case_message(c);
@@ -349,9 +372,14 @@ std::vector<std::string> expect_failures_of(const nlohmann::json& expect, const 
   };
   if (expect.contains("verdict")) {
     const std::string want = expect["verdict"].get<std::string>();
-    const std::string got = r.conformant() ? "conformant" : "divergent";
+    const std::string got = r.verdict_word();
     if (want != got) fails.push_back(fmt::format("expected verdict {}, got {}", want, got));
   }
+  if (r.no_data_compared() && expect.value("verdict", "") != "no-data")
+    fails.push_back(fmt::format(
+        "no data compared: the selected checks ({}) compared no dataset and judged no stage; "
+        "only \"expect\": {{\"verdict\": \"no-data\"}} accepts that",
+        fmt::join(r.checks, ", ")));
   if (expect.contains("identical_splits")) {
     const int want = expect["identical_splits"].get<int>();
     if (r.count(Verdict::kPass) != want)
@@ -536,6 +564,9 @@ void run_case(const Scenario& s, const Partition& part, const EngineOptions& eng
     return;
   }
   check_stages(s, part, source, c, selected);
+  if (c.verdict == Verdict::kPass && c.datasets_compared == 0 && !c.stages.empty() &&
+      (selected("memory") || selected("embedding")))
+    c.message = "no dataset compared; the holdings of every stage judged";
 }
 
 }  // namespace

@@ -154,9 +154,21 @@ struct SweepResult {
   // At least one case, and every case passed or is waived (skipped, error,
   // config-rejected and diverged cases are not conformant).
   bool conformant() const;
+  // True when some case compared a dataset with PP=1, or had its stage holdings judged by
+  // a selected memory or embedding check. A sweep whose selected checks are only `config`
+  // (or `partition`) judges refusals and ownership, not data.
+  bool compared_data() const;
+  // Every case passed (conformant), but no case compared any data (compared_data): the
+  // verdict is "no-data", never "conformant".
+  bool no_data_compared() const { return conformant() && !compared_data(); }
+  // The sweep's verdict word in every report form: "refused" (refused_to_judge),
+  // "no-data" (no_data_compared), "conformant" or "divergent".
+  std::string verdict_word() const;
   // The gate's exit code: 4 when PP=1 did not reproduce itself (refused_to_judge), 3 when
-  // a case failed to run (error), 1 when a case is neither a pass nor waived, the
-  // scenario's `expect` is not met or a waiver of it has expired, 0 otherwise.
+  // a case failed to run (error), 1 when a case is neither a pass nor waived, no data was
+  // compared (no_data_compared) unless the scenario's `expect` asks for the verdict
+  // "no-data", the scenario's `expect` is not met or a waiver of it has expired, 0
+  // otherwise.
   int exit_code() const;
 };
 

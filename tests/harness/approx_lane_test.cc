@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <set>
+#include <xtensor/xbuilder.hpp>
 
 #include "harness/verdict/environment.h"
 #include "tests/cli_fixture.h"
@@ -122,6 +124,48 @@ TEST(ApproxLaneTest, FailsWhenAnArgmaxDisagrees) {
   accumulate_errors(bad, reference_op_case(*c), out);
   EXPECT_TRUE(within_lane(good, DType::kI32));
   EXPECT_FALSE(within_lane(bad, DType::kI32));
+}
+
+// A NaN or an infinity on either side that the other does not match is outside the lane:
+// NaN against a number, an infinity against a finite value, +inf against -inf, NaN
+// against inf. Matched ones (inf and inf, NaN and NaN) are not counted.
+TEST(ApproxLaneTest, AnUnmatchedNonFiniteValueIsOutsideTheLane) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto judge = [](double ref, float out) {
+    f64::Matrix m = xt::zeros<double>({size_t{1}, size_t{4}});
+    Tensor t = Tensor::zeros(DType::kF32, {1, 4});
+    for (int i = 0; i < 3; ++i) {
+      m(0, i) = 1.0 + i;
+      t.data<float>()[i] = static_cast<float>(1.0 + i);
+    }
+    m(0, 3) = ref;
+    t.data<float>()[3] = out;
+    LaneErrors e;
+    accumulate_errors(e, m, t);
+    return e;
+  };
+  const float finf = std::numeric_limits<float>::infinity();
+  const float fnan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    const char* name;
+    double ref;
+    float out;
+  };
+  for (const Case& c : {Case{"nan_vs_number", 4.0, fnan}, Case{"inf_vs_number", 4.0, finf},
+                        Case{"number_vs_inf", inf, 4.0f}, Case{"inf_vs_neg_inf", -inf, finf},
+                        Case{"neg_inf_vs_inf", inf, -finf}, Case{"nan_vs_inf", inf, fnan},
+                        Case{"inf_vs_nan", nan, finf}}) {
+    const LaneErrors e = judge(c.ref, c.out);
+    EXPECT_EQ(e.non_finite, 1) << c.name;
+    EXPECT_FALSE(within_lane(e, DType::kF32)) << c.name;
+  }
+  for (const Case& c : {Case{"inf", inf, finf}, Case{"neg_inf", -inf, -finf},
+                        Case{"nan", nan, fnan}, Case{"finite", 4.0, 4.0f}}) {
+    const LaneErrors e = judge(c.ref, c.out);
+    EXPECT_EQ(e.non_finite, 0) << c.name;
+    EXPECT_TRUE(within_lane(e, DType::kF32)) << c.name;
+  }
 }
 
 TEST(ApproxLaneTest, NothingJudgedIsNotWithin) {

@@ -516,6 +516,106 @@ TEST_F(CompareTest, AttributesThatCarryResultsAreCompared) {
   EXPECT_FALSE(compare(base, ignored).equal());
 }
 
+// compare --approximate: a NaN or an infinity that the other side does not match bit for
+// bit is a divergence, whatever the ULP distance (bf16 inf is 1 ULP from the largest
+// finite value; float32 has no ULP bound) or the cosine (over finite pairs) say.
+TEST_F(CompareTest, ApproximateLaneNeverToleratesAnUnmatchedNonFiniteValue) {
+  auto bf16_with = [](std::initializer_list<uint16_t> bits) {
+    Tensor t = Tensor::zeros(DType::kBF16, {1, static_cast<int64_t>(bits.size())});
+    int i = 0;
+    for (uint16_t b : bits) t.data<bf16>()[i++].bits = b;
+    return t;
+  };
+  const uint32_t one = 0x3f800000, two = 0x40000000, three = 0x40400000;
+  const uint32_t inf = 0x7f800000, neg_inf = 0xff800000, qnan = 0x7fc00000;
+  struct Case {
+    std::string name;
+    Tensor a, b;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"f32_inf_vs_number", f32_with({one, two, three}), f32_with({one, two, inf})});
+  cases.push_back(
+      {"f32_number_vs_neg_inf", f32_with({one, two, neg_inf}), f32_with({one, two, three})});
+  cases.push_back({"f32_inf_vs_neg_inf", f32_with({one, two, inf}), f32_with({one, two, neg_inf})});
+  cases.push_back({"f32_nan_vs_number", f32_with({one, two, three}), f32_with({one, two, qnan})});
+  cases.push_back({"bf16_inf_vs_largest_finite", bf16_with({0x3f80, 0x4000, 0x7f80}),
+                   bf16_with({0x3f80, 0x4000, 0x7f7f})});
+  cases.push_back({"bf16_neg_inf_vs_inf", bf16_with({0x3f80, 0x4000, 0xff80}),
+                   bf16_with({0x3f80, 0x4000, 0x7f80})});
+  CompareOptions approx;
+  approx.approximate = true;
+  for (const Case& c : cases) {
+    const std::string a = write(c.name + "_a.h5", {{"/forward/0/logits", c.a}});
+    const std::string b = write(c.name + "_b.h5", {{"/forward/0/logits", c.b}});
+    CompareResult r = compare(a, b, approx);
+    ASSERT_EQ(r.diffs.size(), 1u) << c.name;
+    EXPECT_TRUE(r.diffs[0].non_finite_mismatch) << c.name;
+    EXPECT_FALSE(r.diffs[0].within_tolerance) << c.name;
+    EXPECT_FALSE(r.equal()) << c.name;
+    EXPECT_EQ(r.first_divergence(), &r.diffs[0]) << c.name;
+    EXPECT_NE(verdict(r).find("forward 0 logits"), std::string::npos) << verdict(r);
+    // The same from the other side, and in memory.
+    EXPECT_FALSE(compare(b, a, approx).equal()) << c.name;
+    Result<CompareResult> m = compare_tensors("/x", c.a, c.b, approx);
+    ASSERT_TRUE(m.is_ok());
+    EXPECT_FALSE(m->equal()) << c.name;
+  }
+  // Infinities matched bit for bit leave the lane as it was: a 1-ULP bf16 difference beside
+  // them is within tolerance.
+  CompareResult matched =
+      compare(write("m_a.h5", {{"/t", bf16_with({0x3f80, 0x7f80, 0xff80})}}),
+              write("m_b.h5", {{"/t", bf16_with({0x3f81, 0x7f80, 0xff80})}}), approx);
+  ASSERT_EQ(matched.diffs.size(), 1u);
+  EXPECT_FALSE(matched.diffs[0].non_finite_mismatch);
+  EXPECT_TRUE(matched.diffs[0].within_tolerance);
+  EXPECT_TRUE(matched.equal());
+}
+
+// The `volatile` list comes from the reference (A) alone and never exempts itself: a
+// candidate cannot hide a model_sha256 difference by listing it (or `volatile`) in its own
+// list.
+TEST_F(CompareTest, OnlyTheReferenceSaysWhatIsVolatile) {
+  auto dump = [&](const std::string& name, const std::string& model, const std::string& vol) {
+    const std::string path = (dir_ / name).string();
+    DumpHeader h;
+    h.created = "2024-05-01T12:00:00Z";
+    h.level = "full";
+    h.model_sha256 = model;
+    h.volatile_attrs = vol;
+    Result<DumpWriter> w = DumpWriter::create(path, h);
+    EXPECT_TRUE(w.is_ok()) << w.status().message();
+    for (const auto& [p, t] : base_entries()) EXPECT_TRUE(w->write(p, t).is_ok()) << p;
+    EXPECT_TRUE(w->finish().is_ok());
+    return path;
+  };
+  const std::string kDefault = "created,partition,producer,env";
+  const std::string golden = dump("golden.h5", std::string(64, 'a'), kDefault);
+  const std::string hiding =
+      dump("hiding.h5", std::string(64, 'b'), kDefault + ",model_sha256,volatile");
+  CompareResult r = compare(golden, hiding);
+  EXPECT_FALSE(r.equal());
+  std::set<std::string> names;
+  for (const AttributeDiff& d : r.attribute_diffs) names.insert(d.name);
+  EXPECT_EQ(names, (std::set<std::string>{"model_sha256", "volatile"})) << verdict(r);
+  // Taken as the reference, the same file's list is its own to give: model_sha256 is
+  // exempt, and the lists still differ.
+  CompareResult reversed = compare(hiding, golden);
+  EXPECT_FALSE(reversed.equal());
+  ASSERT_EQ(reversed.attribute_diffs.size(), 1u) << verdict(reversed);
+  EXPECT_EQ(reversed.attribute_diffs[0].name, "volatile");
+  // Even a reference that lists `volatile` compares it.
+  const std::string self_listing = dump("self.h5", std::string(64, 'a'), kDefault + ",volatile");
+  CompareResult s = compare(self_listing, golden);
+  ASSERT_EQ(s.attribute_diffs.size(), 1u) << verdict(s);
+  EXPECT_EQ(s.attribute_diffs[0].name, "volatile");
+  // What the reference lists is skipped: its own model_sha256 exemption holds.
+  const std::string exempt = dump("exempt.h5", std::string(64, 'a'), kDefault + ",model_sha256");
+  const std::string other_model = dump("other.h5", std::string(64, 'c'), kDefault);
+  CompareResult e = compare(exempt, other_model);
+  ASSERT_EQ(e.attribute_diffs.size(), 1u) << verdict(e);
+  EXPECT_EQ(e.attribute_diffs[0].name, "volatile");
+}
+
 // ---- agreement with h5diff ----
 
 struct H5diffOutcome {

@@ -161,6 +161,7 @@ TEST(GateVerdictTest, ASkippedCaseIsNotConformantAnywhere) {
   r.cases.resize(2);
   r.cases[0].verdict = Verdict::kPass;
   r.cases[1].verdict = Verdict::kSkipped;
+  for (CaseResult& c : r.cases) c.datasets_compared = 1;  // passes with evidence (not no-data)
   EXPECT_FALSE(r.conformant());
   EXPECT_EQ(r.exit_code(), 1);
   const json rep = sweep_report(r, ReportContext{});
