@@ -79,6 +79,16 @@ std::string render_markdown(const nlohmann::json& r) {
       if (c.is_string()) names += (names.empty() ? "" : ", ") + c.get<std::string>();
     out += fmt::format("Checks evaluated: {}.\n\n", cell(names));
   }
+  if (const auto rows = engine_rows(r); !rows.empty()) {
+    out += "| engine | |\n|---|---|\n";
+    for (const auto& [k, v] : rows) out += fmt::format("| {} | `{}` |\n", cell(k), cell(v));
+    out += "\n";
+  }
+  if (const std::vector<std::string> nj = not_judged_lines(r); !nj.empty()) {
+    out += "**Not judged** (no evidence in the dumps; not passed):\n\n";
+    for (const std::string& line : nj) out += fmt::format("- {}\n", cell(line));
+    out += "\n";
+  }
   if (r.contains("reuse")) out += fmt::format("Reuse: {}.\n\n", cell(reuse_line(r["reuse"])));
   if (const std::string a = acceptance_line(r); !a.empty())
     out += fmt::format("Speculative decoding: {}.\n\n", cell(a));
@@ -99,7 +109,11 @@ std::string render_markdown(const nlohmann::json& r) {
       const int layer = first_divergent_layer(c);
       out += fmt::format("| `{}` | `{}` | {} | {} | {} |\n", cell(str_field(c, "key")),
                          cell(str_field(c, "layout")), cell(str_field(c, "verdict")),
-                         layer >= 0 ? std::to_string(layer) : "-", cell(str_field(c, "message")));
+                         layer >= 0 ? std::to_string(layer) : "-",
+                         cell(str_field(c, "message")) +
+                             (c.contains("stderr_tail")
+                                  ? "<br>stderr: " + cell(xml_escape(str_field(c, "stderr_tail")))
+                                  : ""));
     }
     out += "\n";
   }

@@ -315,6 +315,23 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   merged["timing"]["cost_in_pp1_runs"] = pp1 > 0 ? total / pp1 : 0.0;
   merged["timing"]["shards"] = reports.size();
   merged["cases"] = cases;
+  if (first.contains("not_judged")) {
+    // External engines: a check some shard judged is judged; not judged are those no shard
+    // had evidence for.
+    std::set<std::string> judged;
+    for (const nlohmann::json& r : reports)
+      for (const auto& c : r.value("checks", nlohmann::json::array()))
+        if (c.is_string()) judged.insert(c.get<std::string>());
+    nlohmann::json checks = nlohmann::json::array(), not_judged = nlohmann::json::array();
+    for (const auto& c : merged.value("scenario", nlohmann::json::object())
+                             .value("resolved", nlohmann::json::object())
+                             .value("checks", nlohmann::json::array()))
+      if (c.is_string() && judged.count(c.get<std::string>())) checks.push_back(c);
+    for (const auto& n : first["not_judged"])
+      if (n.is_object() && !judged.count(n.value("check", ""))) not_judged.push_back(n);
+    merged["checks"] = checks;
+    merged["not_judged"] = not_judged;
+  }
   if (first.contains("reuse") && first["reuse"].is_object()) {
     // What the shards reused, summed; the memo kept is the largest shard's (each shard
     // builds its own from its own PP=1 run).

@@ -22,7 +22,9 @@ struct SweepCli {
   bool progress = false;           // a progress line on stderr even when it is no terminal
   std::string command_line;        // recorded in the report as the command to reproduce
   bool self_check = false;
-  std::string waivers;  // waiver file (harness/verdict/waivers.h)
+  std::string waivers;   // waiver file (harness/verdict/waivers.h)
+  int jobs = 0;          // external engines: runs at once (0: as --threads, one per core)
+  std::string work_dir;  // external engines: where dumps and engine output are kept
   void add_to(CLI::App& app);
   // Runs the sweep when its subcommand was given; returns the exit code. Under the `mpi`
   // transport every rank calls it: rank 0 sweeps and reports, the others serve stages.
