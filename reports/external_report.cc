@@ -39,7 +39,8 @@ std::vector<std::pair<std::string, std::string>> engine_rows(const nlohmann::jso
   rows.emplace_back("PP=1", str_field(e, "pp1_outcome"));
   rows.emplace_back("cwd", str_field(e, "cwd"));
   std::string env;
-  for (const auto& [k, v] : e.value("env", nlohmann::json::object()).items())
+  const nlohmann::json vars = e.value("env", nlohmann::json::object());
+  for (const auto& [k, v] : vars.items())
     env += (env.empty() ? "" : " ") + k + "=" + shell_word(text(v));
   rows.emplace_back("env (added)", env.empty() ? "(none)" : env);
   rows.emplace_back("timeout", fmt::format("{:g} s per run", e.value("timeout_s", 0.0)));

@@ -58,6 +58,11 @@ std::string render_markdown(const nlohmann::json& r) {
                     cell(str_field(scenario, "name")), str_field(scenario, "sha256").substr(0, 12),
                     counts.value("total", 0), r.value("exit_code", 0));
   }
+  if (const auto rows = engine_rows(r); !rows.empty()) {
+    out += "| engine | |\n|---|---|\n";
+    for (const auto& [k, v] : rows) out += fmt::format("| {} | `{}` |\n", cell(k), cell(v));
+    out += "\n";
+  }
   if (refused) {
     const nlohmann::json& sc = obj_field(r, "self_check");
     out += fmt::format(
@@ -78,11 +83,6 @@ std::string render_markdown(const nlohmann::json& r) {
     for (const auto& c : r["checks"])
       if (c.is_string()) names += (names.empty() ? "" : ", ") + c.get<std::string>();
     out += fmt::format("Checks evaluated: {}.\n\n", cell(names));
-  }
-  if (const auto rows = engine_rows(r); !rows.empty()) {
-    out += "| engine | |\n|---|---|\n";
-    for (const auto& [k, v] : rows) out += fmt::format("| {} | `{}` |\n", cell(k), cell(v));
-    out += "\n";
   }
   if (const std::vector<std::string> nj = not_judged_lines(r); !nj.empty()) {
     out += "**Not judged** (no evidence in the dumps; not passed):\n\n";

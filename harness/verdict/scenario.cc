@@ -600,7 +600,8 @@ Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& sour
   RETURN_IF_ERROR(parse_engine(r, j.value("engine", json::object()), source_name, base_dir, &s));
   if (s.external) {
     // The engine's layer count is the model's: an override that says otherwise is refused.
-    const json* o = member(j.value("model", json::object()), "overrides");
+    const json model = j.value("model", json::object());
+    const json* o = model.is_object() ? member(model, "overrides") : nullptr;
     for (const auto& [key, value] :
          {std::pair{"num_hidden_layers", s.external->num_hidden_layers},
           std::pair{"attn_res_block_size", s.external->attn_res_block_size}}) {

@@ -230,7 +230,10 @@ TEST_F(ExternalSweepTest, AFailingPp1RunJudgesNothing) {
   const fs::path s = write_scenario("bad.json", j);
   const CliResult r = cli("sweep " + quote(s.string()));
   EXPECT_EQ(r.code, 3) << r.out << r.err;
-  EXPECT_NE(r.out.find("PP=1:           engine exited with status 2"), std::string::npos) << r.out;
+  const size_t pp1 = r.out.find("\nPP=1:");
+  ASSERT_NE(pp1, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("engine exited with status 2", pp1), r.out.find_first_not_of(' ', pp1 + 6))
+      << r.out;
   EXPECT_NE(r.out.find("| no weights"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("0 pass, 0 diverged, 0 config-rejected, 7 error"), std::string::npos)
       << r.out;
