@@ -140,6 +140,17 @@ std::string message_cell(const nlohmann::json& r, const nlohmann::json& c) {
   return out;
 }
 
+// An external engine's case: its stderr tail and the checks not judged, below its message.
+std::string case_extra(const nlohmann::json& c) {
+  std::string out;
+  for (const std::string& line : not_judged_lines(c))
+    out += "<br><span class=\"not-judged\">" + esc(line) + "</span>";
+  if (c.contains("stderr_tail"))
+    out += "<details class=\"stderr\"><summary>engine stderr (tail)</summary><pre>" +
+           esc(str_field(c, "stderr_tail")) + "</pre></details>";
+  return out;
+}
+
 std::string cases_table(const nlohmann::json& r) {
   std::string out =
       "<table id=\"cases\"><thead><tr><th>#</th><th>split</th><th>layout</th><th>verdict</th>"
@@ -184,8 +195,9 @@ std::string cases_table(const nlohmann::json& r) {
         esc(verdict), esc(str_field(c, "key")), text_of(c.value("index", nlohmann::json())),
         esc(verdict), first_divergent_layer(c), text_of(c.value("index", nlohmann::json())),
         esc(str_field(c, "key")), esc(str_field(c, "layout")), esc(verdict), esc(verdict),
-        esc(checks), message_cell(r, c), esc(first_divergence_text(c)), esc(dispatch), taps,
-        c.value("datasets_differing", 0), c.value("datasets_compared", 0), c.value("seconds", 0.0));
+        esc(checks), message_cell(r, c) + case_extra(c), esc(first_divergence_text(c)),
+        esc(dispatch), taps, c.value("datasets_differing", 0), c.value("datasets_compared", 0),
+        c.value("seconds", 0.0));
   }
   out += "</tbody></table>\n";
   return out;
@@ -371,6 +383,15 @@ std::string render_html(const nlohmann::json& r) {
               ? "FAILED: every split point is bit-identical to PP=1, but the scenario's expect "
                 "is not met"
               : "CONFORMANT: every split point is bit-identical to PP=1"));
+  if (const auto rows = engine_rows(r); !rows.empty()) {
+    out += "<table class=\"prov\" id=\"engine\"><tbody>\n";
+    for (const auto& [k, v] : rows)
+      out += fmt::format("<tr><td>{}</td><td><code>{}</code></td></tr>\n", esc(k), esc(v));
+    const std::string tail = str_field(obj_field(r, "engine"), "pp1_stderr_tail");
+    if (!tail.empty())
+      out += "<tr><td>PP=1 stderr (tail)</td><td><pre>" + esc(tail) + "</pre></td></tr>\n";
+    out += "</tbody></table>\n";
+  }
   out +=
       "<table "
       "id=\"counts\"><thead><tr><th>pass</th><th>diverged</th><th>config-rejected</th><th>error</"
@@ -418,6 +439,13 @@ std::string render_html(const nlohmann::json& r) {
     std::string names;
     for (const auto& c : r["checks"]) names += (names.empty() ? "" : ", ") + text_of(c);
     out += fmt::format("<p id=\"checks\">Checks evaluated: {}</p>\n", esc(names));
+  }
+  if (const std::vector<std::string> nj = not_judged_lines(r); !nj.empty()) {
+    out +=
+        "<p id=\"not-judged\">Checks <b>not judged</b> (no evidence in the dumps; not "
+        "passed):</p><ul class=\"not-judged\">";
+    for (const std::string& line : nj) out += "<li>" + esc(line) + "</li>";
+    out += "</ul>\n";
   }
   out += "<h2>Provenance</h2>\n<table class=\"prov\" id=\"provenance\"><tbody>\n";
   if (kind == "compare") {

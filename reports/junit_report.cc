@@ -60,6 +60,11 @@ std::string render_junit(const nlohmann::json& r) {
                      xml_escape(str_field(r, "command")));
   if (const std::string a = acceptance_line(r); !a.empty())
     out += fmt::format("      <property name=\"acceptance\" value=\"{}\"/>\n", xml_escape(a));
+  for (const auto& [k, v] : engine_rows(r))
+    out += fmt::format("      <property name=\"engine {}\" value=\"{}\"/>\n", xml_escape(k),
+                       xml_escape(v));
+  for (const std::string& line : not_judged_lines(r))
+    out += fmt::format("      <property name=\"not judged\" value=\"{}\"/>\n", xml_escape(line));
   out += "    </properties>\n";
   for (const nlohmann::json& c : r["cases"]) {
     const std::string verdict = str_field(c, "verdict");
@@ -87,8 +92,10 @@ std::string render_junit(const nlohmann::json& r) {
       out += fmt::format("      <skipped type=\"waived\" message=\"{}\">{}</skipped>\n",
                          xml_escape(waiver_line(c)), message);
     } else if (verdict == "error") {
+      const std::string tail = str_field(c, "stderr_tail");
       out +=
-          fmt::format("      <error type=\"error\" message=\"{}\">{}</error>\n", message, message);
+          fmt::format("      <error type=\"error\" message=\"{}\">{}{}</error>\n", message, message,
+                      tail.empty() ? "" : xml_escape("\nengine stderr (tail):\n" + tail));
     } else {
       out += fmt::format("      <skipped message=\"{}\"/>\n", message);
     }

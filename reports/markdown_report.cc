@@ -65,6 +65,11 @@ std::string render_markdown(const nlohmann::json& r) {
                     cell(str_field(scenario, "name")), str_field(scenario, "sha256").substr(0, 12),
                     counts.value("total", 0), r.value("exit_code", 0));
   }
+  if (const auto rows = engine_rows(r); !rows.empty()) {
+    out += "| engine | |\n|---|---|\n";
+    for (const auto& [k, v] : rows) out += fmt::format("| {} | `{}` |\n", cell(k), cell(v));
+    out += "\n";
+  }
   if (refused) {
     const nlohmann::json& sc = obj_field(r, "self_check");
     out += fmt::format(
@@ -90,6 +95,11 @@ std::string render_markdown(const nlohmann::json& r) {
     for (const auto& c : r["checks"])
       if (c.is_string()) names += (names.empty() ? "" : ", ") + c.get<std::string>();
     out += fmt::format("Checks evaluated: {}.\n\n", cell(names));
+  }
+  if (const std::vector<std::string> nj = not_judged_lines(r); !nj.empty()) {
+    out += "**Not judged** (no evidence in the dumps; not passed):\n\n";
+    for (const std::string& line : nj) out += fmt::format("- {}\n", cell(line));
+    out += "\n";
   }
   if (r.contains("computed")) {
     out += fmt::format("Computed: {}.\n\n", cell(computed_summary(r)));
@@ -121,7 +131,11 @@ std::string render_markdown(const nlohmann::json& r) {
       const int layer = first_divergent_layer(c);
       out += fmt::format("| `{}` | `{}` | {} | {} | {} |\n", cell(str_field(c, "key")),
                          cell(str_field(c, "layout")), cell(str_field(c, "verdict")),
-                         layer >= 0 ? std::to_string(layer) : "-", cell(str_field(c, "message")));
+                         layer >= 0 ? std::to_string(layer) : "-",
+                         cell(str_field(c, "message")) +
+                             (c.contains("stderr_tail")
+                                  ? "<br>stderr: " + cell(xml_escape(str_field(c, "stderr_tail")))
+                                  : ""));
     }
     out += "\n";
   }

@@ -324,6 +324,23 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   merged["timing"]["cost_in_pp1_runs"] = pp1 > 0 ? total / pp1 : 0.0;
   merged["timing"]["shards"] = reports.size();
   merged["cases"] = cases;
+  if (first.contains("not_judged")) {
+    // External engines: a check some shard judged is judged; not judged are those no shard
+    // had evidence for.
+    std::set<std::string> judged;
+    for (const nlohmann::json& r : reports)
+      for (const auto& c : r.value("checks", nlohmann::json::array()))
+        if (c.is_string()) judged.insert(c.get<std::string>());
+    nlohmann::json checks = nlohmann::json::array(), not_judged = nlohmann::json::array();
+    for (const auto& c : merged.value("scenario", nlohmann::json::object())
+                             .value("resolved", nlohmann::json::object())
+                             .value("checks", nlohmann::json::array()))
+      if (c.is_string() && judged.count(c.get<std::string>())) checks.push_back(c);
+    for (const auto& n : first["not_judged"])
+      if (n.is_object() && !judged.count(n.value("check", ""))) not_judged.push_back(n);
+    merged["checks"] = checks;
+    merged["not_judged"] = not_judged;
+  }
   if (first.contains("computed") && first["computed"].is_object()) {
     // What the engine under test computed: the joined cases' calls summed (PP=1's is every
     // shard's own run of the same workload, so the first shard's).

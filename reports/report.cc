@@ -296,9 +296,41 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                        {"same_object_as_target", c.drafter.same_object_as_target},
                        {"refusal_probe", c.refusal_probe}};
     }
+    if (!c.dump.empty()) cj["dump"] = c.dump;
+    if (!c.stderr_tail.empty()) cj["stderr_tail"] = c.stderr_tail;
+    if (!c.not_judged.empty()) {
+      cj["not_judged"] = nlohmann::json::array();
+      for (const NotJudged& n : c.not_judged)
+        cj["not_judged"].push_back({{"check", n.check}, {"reason", n.reason}});
+    }
     cases.push_back(cj);
   }
   j["cases"] = cases;
+  if (r.external) {
+    // An external engine's sweep opens with what ran and the settings, and lists the checks
+    // its dumps gave no evidence for (never counted as passed).
+    const ExternalRunInfo& e = *r.external;
+    nlohmann::json env = nlohmann::json::object();
+    for (const auto& [k, v] : e.env) env[k] = v;
+    j["engine"] = {{"pp1_command", e.pp1_command},
+                   {"cwd", e.cwd},
+                   {"env", env},
+                   {"timeout_s", e.timeout_s},
+                   {"golden", e.golden},
+                   {"work_dir", e.work_dir},
+                   {"jobs_requested", e.jobs_requested},
+                   {"jobs", e.jobs},
+                   {"pp1_outcome", e.pp1_outcome},
+                   {"pp1_failed", e.pp1_failed},
+                   {"pp1_stderr_tail", e.pp1_stderr_tail},
+                   {"engine_seconds", e.engine_seconds}};
+    j["not_judged"] = nlohmann::json::array();
+    for (const NotJudged& n : e.not_judged)
+      j["not_judged"].push_back({{"check", n.check}, {"reason", n.reason}});
+    j["lane"]["rule"] =
+        "bitwise on the integer bit pattern; no tolerance (the engine's dumps "
+        "against its own PP=1)";
+  }
   if (r.pp1_acceptance.speculative && !refused) {
     // SPEC 5.5: the speculative figures of every split point against PP=1's.
     auto row = [](const std::string& split, const AcceptanceFigures& a,

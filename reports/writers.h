@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace splitcheck {
@@ -43,5 +44,18 @@ std::string waiver_line(const nlohmann::json& case_json);
 
 // The report's expired waivers (`waivers.failures`), one line each.
 std::vector<std::string> waiver_failures(const nlohmann::json& report);
+
+// External engines (reports/external_report.cc): the rows that open the report (the PP=1
+// command as run, PP=1's outcome, the settings requested and in effect, splitcheck's
+// version); empty for a report of the built-in engine.
+std::vector<std::pair<std::string, std::string>> engine_rows(const nlohmann::json& report);
+
+// "<check>: not judged (<reason>)" for each check the dumps gave no evidence for, from the
+// `not_judged` array of a report or of a case.
+std::vector<std::string> not_judged_lines(const nlohmann::json& report_or_case);
+
+// An argv array as one line a reader could type (elements quoted where needed); for
+// display only: the runner never hands it to a shell.
+std::string display_argv(const nlohmann::json& argv);
 
 }  // namespace splitcheck

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/cli/external_cli.h"
 #include "harness/verdict/bisect.h"
 #include "reports/report.h"
 
@@ -28,6 +29,7 @@ int BisectCli::run() {
   };
   Result<Scenario> s = load_scenario(scenario);
   if (!s.is_ok()) return fail(s.status());
+  if (s->external) return external_bisect(*s, threads, out, report, command_line);
   BisectOptions opts;
   opts.threads = threads;
   Result<BisectResult> r = bisect(*s, opts);

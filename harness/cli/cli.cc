@@ -203,10 +203,11 @@ int run_cli_unguarded(int argc, char** argv) {
       "run", "Run the PP=1 reference on a scenario, print a summary, write its dump");
   run->add_option("scenario", scenario, "Scenario JSON (default: the embedded default scenario)");
   run->add_option("--out", out, "Dump file (HDF5) to write");
-  std::vector<int> run_split;
-  run->add_option("--split", run_split,
+  std::vector<std::string> run_split_text;
+  run->add_option("--split", run_split_text,
                   "Run the partitioned engine with these cuts instead of PP=1 (e.g. --split 12 or "
-                  "--split 8,20)")
+                  "--split 8,20; --split \"\" is PP=1, so an external-engine template's {cuts} "
+                  "can name any partition)")
       ->delimiter(',');
 
   std::string ckpt_out;
@@ -307,7 +308,25 @@ int run_cli_unguarded(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitInvalid;
   }
-  if (*run) return cmd_run(scenario, out, run_split);
+  if (*run) {
+    std::vector<int> run_split;
+    for (const std::string& cut : run_split_text) {
+      if (cut.empty()) continue;
+      size_t used = 0;
+      int value = -1;
+      try {
+        value = std::stoi(cut, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != cut.size() || used == 0) {
+        fmt::print(stderr, "splitcheck: error: --split: \"{}\" is not a layer number\n", cut);
+        return kExitInvalid;
+      }
+      run_split.push_back(value);
+    }
+    return cmd_run(scenario, out, run_split);
+  }
   if (*ckpt) return cmd_checkpoint(ckpt_scenario, ckpt_out);
   if (*verify) return cmd_golden_verify(golden_dir);
   if (*update) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/cli/rank_launcher.h"
+#include "harness/cli/external_cli.h"
 #include "harness/verdict/sweep.h"
 #include "reports/report.h"
 #if SPLITCHECK_HAVE_MPI
@@ -53,6 +54,11 @@ void SweepCli::add_to(CLI::App& app) {
   command->add_flag("--self-check", self_check,
                     "Run PP=1 twice before judging any split point; if PP=1 does not reproduce "
                     "itself, judge nothing, name the first difference and exit 4");
+  command->add_option("--jobs", jobs,
+                      "External engines: engine runs at once (default: --threads, one per core)");
+  command->add_option("--work-dir", work_dir,
+                      "External engines: directory for the dumps and each run's stdout/stderr "
+                      "(default: <report>/runs, else a new directory under $TMPDIR)");
   command->add_option("--waivers", waivers,
                       "Waiver file (JSON): known divergences with reason, link and expiry; a "
                       "covered split point is reported as waived, an expired waiver fails");
@@ -88,6 +94,23 @@ int SweepCli::run_here() {
       return 2;
     }
     waiver_list_ = std::move(*w);
+  }
+  if (s->external) {
+    ExternalSweepOptions ext;
+    ext.jobs = jobs > 0 ? jobs : threads;
+    ext.filter = filter;
+    ext.work_dir = work_dir.empty() && !report_dir.empty() ? report_dir + "/runs" : work_dir;
+    ext.progress = progress || isatty(STDERR_FILENO) != 0;
+    if (!shard.empty() &&
+        std::sscanf(shard.c_str(), "%d/%d", &ext.shard_index, &ext.shard_count) != 2) {
+      fmt::print(stderr, "splitcheck: error: --shard {}: expected i/N with 0 <= i < N\n", shard);
+      return 2;
+    }
+    if (ext.shard_count < 1 || ext.shard_index < 0 || ext.shard_index >= ext.shard_count) {
+      fmt::print(stderr, "splitcheck: error: --shard {}: expected i/N with 0 <= i < N\n", shard);
+      return 2;
+    }
+    return external_sweep_and_report(*s, ext, report_dir, command_line, waiver_list_);
   }
   SweepOptions opts;
   opts.threads = threads;

@@ -340,9 +340,23 @@ Status parse_workload(const ScenarioReader& r, const json& j, const std::string&
   return Status::ok();
 }
 
-Status parse_engine(const ScenarioReader& r, const json& j, Scenario* s) {
+Status parse_engine(const ScenarioReader& r, const json& j, const std::string& source,
+                    const std::string& base_dir, Scenario* s) {
   const std::string ptr = "/engine";
-  RETURN_IF_ERROR(r.check_object(j, ptr, {"prefill_chunk", "dump_level"}));
+  RETURN_IF_ERROR(
+      r.check_object(j, ptr,
+                     {"prefill_chunk", "dump_level", "command", "cwd", "env", "timeout_s",
+                      "num_hidden_layers", "attn_res_block_size", "golden"}));
+  if (j.contains("command")) {
+    ASSIGN_OR_RETURN(ExternalEngine e, parse_external_engine(j, source, base_dir));
+    s->model.num_hidden_layers = e.num_hidden_layers;
+    if (e.attn_res_block_size > 0) s->model.attn_res_block_size = e.attn_res_block_size;
+    s->external = std::move(e);
+  } else {
+    for (const char* key : kExternalEngineKeys)
+      if (j.contains(key))
+        return r.error(child(ptr, key), "only an external engine (with \"command\") takes it");
+  }
   if (const json* v = member(j, "prefill_chunk")) {
     ASSIGN_OR_RETURN(s->prefill_chunk,
                      r.int32(*v, ptr + "/prefill_chunk", 0, bounds::kPrefillChunk));
@@ -584,7 +598,21 @@ Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& sour
     s.checkpoint = resolve_path(path, base_dir);
   }
   RETURN_IF_ERROR(parse_workload(r, j.value("workload", json::object()), base_dir, &s.workload));
-  RETURN_IF_ERROR(parse_engine(r, j.value("engine", json::object()), &s));
+  RETURN_IF_ERROR(parse_engine(r, j.value("engine", json::object()), source_name, base_dir, &s));
+  if (s.external) {
+    // The engine's layer count is the model's: an override that says otherwise is refused.
+    const json model = j.value("model", json::object());
+    const json* o = model.is_object() ? member(model, "overrides") : nullptr;
+    for (const auto& [key, value] :
+         {std::pair{"num_hidden_layers", s.external->num_hidden_layers},
+          std::pair{"attn_res_block_size", s.external->attn_res_block_size}}) {
+      const json* v = o != nullptr && o->is_object() ? member(*o, key) : nullptr;
+      if (v != nullptr && value > 0 && *v != value)
+        return r.error(
+            std::string("/engine/") + key,
+            fmt::format("{} conflicts with /model/overrides/{} ({})", value, key, v->dump()));
+    }
+  }
   RETURN_IF_ERROR(parse_speculative(r, j.value("speculative", json::object()), &s.speculative));
   if (const json* v = member(j, "serving")) {
     if (!v->is_object()) return r.type_error(*v, "/serving", "object");
@@ -770,6 +798,7 @@ nlohmann::json resolved_scenario_json(const Scenario& s) {
       {"transport", s.transport},
       {"expect", s.expect},
   };
+  if (s.external) resolved["engine"].update(external_engine_json(*s.external));
   // Only a serving scenario names the block, so the resolved form (and the identity
   // hash) of every other scenario stays as it was.
   if (s.serving.enabled) {

@@ -9,9 +9,11 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "harness/runner/engine_spec.h"
 #include "kernels/status.h"
 #include "reference/config.h"
 #include "reference/record.h"
@@ -107,6 +109,10 @@ struct Scenario {
   std::vector<std::string> checks;
   std::string backend = "cpu";       // cpu | cuda
   std::string transport = "inproc";  // inproc | mpi | nccl
+  // An engine outside this project (harness/runner/), named by the `engine` block's
+  // `command`: the sweep runs it once per partition instead of K3-mini; its
+  // num_hidden_layers (and attn_res_block_size) are the model's.
+  std::optional<ExternalEngine> external;
   // What the sweep must conclude (validated: verdict, identical_splits, identical,
   // diverged, config_rejected, caught_by).
   nlohmann::json expect = nlohmann::json::object();

@@ -203,6 +203,8 @@ void check_stages(const Scenario& s, const Partition& p, WeightSource& source, C
 
 }  // namespace
 
+std::string dataset_check(const std::string& path) { return check_of(path); }
+
 const char* verdict_name(Verdict v) {
   switch (v) {
     case Verdict::kPass:
@@ -576,6 +578,11 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   // Nothing runs on a backend or transport this build cannot provide (load_scenario
   // refuses it too; this covers scenarios built in code).
   RETURN_IF_ERROR(check_capabilities(s, s.source_path.empty() ? s.name : s.source_path));
+  if (s.external)
+    return invalid_input(fmt::format(
+        "{}: /engine/command: an external engine is swept by the runner (splitcheck sweep, "
+        "harness/runner/external_sweep.h), not by the built-in sweep",
+        s.source_path.empty() ? s.name : s.source_path));
   SweepResult result;
   result.scenario_name = s.name;
   result.scenario = resolved_scenario_json(s);

@@ -21,6 +21,7 @@
 #include "harness/engine/partition.h"
 #include "harness/engine/run.h"
 #include "harness/engine/stage.h"
+#include "harness/runner/external_run.h"
 #include "harness/transport/transport.h"
 #include "harness/verdict/self_check.h"
 #include "harness/verdict/waivers.h"
@@ -84,6 +85,11 @@ struct CaseResult {
   int32_t first_divergence_step = -1;  // serving: the scheduler step of that forward
   std::vector<int32_t> diverged_requests;
   std::vector<Waiver> waivers;  // the waivers that made this case kWaived
+  // External engines (harness/runner/): the dump this case judged, the tail of the
+  // engine's stderr when the run failed, and the checks its dump gave no evidence for.
+  std::string dump;
+  std::string stderr_tail;
+  std::vector<NotJudged> not_judged;
 };
 
 // Serving scenarios: every request served alone at PP=1 (its own prefill chunks, a batch
@@ -147,6 +153,7 @@ struct SweepResult {
   std::vector<std::string> expect_failures;  // what the scenario's `expect` says and did not happen
   std::vector<std::string> checks;           // the checks evaluated, in registry order
   SelfCheckResult self_check;                // PP=1 against itself (when SweepOptions::self_check)
+  std::optional<ExternalRunInfo> external;   // a sweep of an external engine (harness/runner/)
   std::vector<std::string> waiver_failures;  // expired waivers of this scenario (apply_waivers)
   // True when the self-check ran and PP=1 did not reproduce itself: nothing was judged.
   bool refused_to_judge() const { return self_check.ran && !self_check.reproduced; }
@@ -180,6 +187,10 @@ Result<SweepResult> run_sweep(const Scenario& scenario, const SweepOptions& opti
 // Only datasets of the named checks (check registry) are compared; empty: every check.
 Status compare_records(const RunRecord& reference, const RunRecord& candidate, CaseResult& c,
                        const std::vector<std::string>& checks = {});
+
+// The check a dataset of a record belongs to, by its path ("forward/0/taps/7": "taps");
+// empty for what no dataset check compares (stages/, stage_trace/).
+std::string dataset_check(const std::string& path);
 
 // Checks the scenario's `expect` block against the result; a block that cannot be read
 // is itself a failure.

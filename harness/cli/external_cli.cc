@@ -1,0 +1,136 @@
+#include "harness/cli/external_cli.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "harness/verdict/bisect.h"
+#include "reports/report.h"
+#include "reports/writers.h"
+
+namespace splitcheck {
+namespace {
+
+int fail(const Status& st) {
+  fmt::print(stderr, "splitcheck: error: {}\n", st.message());
+  return st.code() == StatusCode::kInvalidInput ? 2 : 3;
+}
+
+// The stderr tail indented under its case, one line each.
+void print_tail(const std::string& tail) {
+  size_t start = 0;
+  while (start < tail.size()) {
+    size_t end = tail.find('\n', start);
+    if (end == std::string::npos) end = tail.size();
+    fmt::print("      | {}\n", tail.substr(start, end - start));
+    start = end + 1;
+  }
+}
+
+void print_opening(const nlohmann::json& report) {
+  for (const auto& [k, v] : engine_rows(report)) fmt::print("{:<16} {}\n", k + ":", v);
+  const std::string tail = str_field(obj_field(report, "engine"), "pp1_stderr_tail");
+  if (!tail.empty()) {
+    fmt::print("PP=1 stderr (tail):\n");
+    print_tail(tail);
+  }
+}
+
+}  // namespace
+
+int external_sweep_and_report(const Scenario& s, const ExternalSweepOptions& options,
+                              const std::string& report_dir, const std::string& command_line,
+                              const std::vector<Waiver>& waivers) {
+  Result<SweepResult> r = run_external_sweep(s, options);
+  if (!r.is_ok()) return fail(r.status());
+  apply_waivers(waivers, utc_today(), *r);
+  const nlohmann::json report = sweep_report(*r, ReportContext{command_line});
+  print_opening(report);
+  fmt::print("sweep {} ({} split points, external engine)\n", s.name, r->cases.size());
+  for (const CaseResult& c : r->cases) {
+    fmt::print("  {:<16} {:<16} {}\n", c.key, verdict_name(c.verdict), c.message);
+    if (!c.stderr_tail.empty()) print_tail(c.stderr_tail);
+  }
+  fmt::print("checks: {}\n", fmt::join(r->checks, ", "));
+  for (const std::string& line : not_judged_lines(report)) fmt::print("  {}\n", line);
+  fmt::print("summary: {} pass, {} diverged, {} config-rejected, {} error, {} skipped, {} waived\n",
+             r->count(Verdict::kPass), r->count(Verdict::kDiverged),
+             r->count(Verdict::kConfigRejected), r->count(Verdict::kError),
+             r->count(Verdict::kSkipped), r->count(Verdict::kWaived));
+  fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s with {} jobs; engine runs {:.2f} s in all\n",
+             r->pp1_seconds, r->total_seconds, r->threads, r->external->engine_seconds);
+  if (r->pp1_acceptance.speculative) {
+    int equal = 0;
+    for (const CaseResult& c : r->cases) equal += same_acceptance(c.acceptance, r->pp1_acceptance);
+    fmt::print(
+        "speculative: PP=1 acceptance rate {:.4f}, accepted lengths [{}]; {} of {} split "
+        "points with the same acceptance\n",
+        r->pp1_acceptance.acceptance_rate, histogram_text(r->pp1_acceptance.accepted_histogram),
+        equal, r->cases.size());
+  }
+  for (const std::string& f : r->waiver_failures) fmt::print("waiver: EXPIRED: {}\n", f);
+  for (const std::string& f : r->expect_failures) fmt::print("expect: NOT MET: {}\n", f);
+  if (!report_dir.empty()) {
+    if (Status st = write_reports(report_dir, report); !st.is_ok()) return fail(st);
+    fmt::print("report: {}/report.json\n", report_dir);
+  }
+  return r->exit_code();
+}
+
+int external_bisect(const Scenario& s, int jobs, const std::string& repro_path,
+                    const std::string& report_dir, const std::string& command_line) {
+  ExternalSweepOptions options;
+  options.jobs = jobs;
+  Result<SweepResult> r = run_external_sweep(s, options);
+  if (!r.is_ok()) return fail(r.status());
+  BisectResult b;
+  b.sweeps = 1;
+  b.before = scenario_size(s);
+  b.after = b.before;
+  std::optional<BisectFinding> f = first_failure(*r);
+  b.conformant = !f.has_value();
+  const std::string path = repro_path.empty() ? s.name + "-repro.json" : repro_path;
+  if (f) {
+    b.finding = *f;
+    // The external engine cannot be shrunk from here: the repro is the scenario narrowed to
+    // the failing split point.
+    Scenario narrowed = s;
+    narrowed.partitions.mode = "list";
+    narrowed.partitions.cuts = {f->cuts};
+    narrowed.expect = nlohmann::json::object();
+    b.repro = resolved_scenario_json(narrowed);
+    b.after.partitions = 1;
+    b.steps.push_back(
+        "external engine: layers, prompts and tokens are the engine's; kept the "
+        "failing split point only");
+    b.repro["description"] = fmt::format(
+        "Narrowed by `splitcheck bisect`: {} of {} fails with cause '{}'. Replay: splitcheck "
+        "sweep {}",
+        f->key, s.name, f->cause, path);
+    if (Status st = write_json_atomically(path, b.repro); !st.is_ok()) return fail(st);
+  }
+  if (!report_dir.empty()) {
+    Result<nlohmann::json> model =
+        bisect_report(b, s, b.conformant ? "" : path, ReportContext{command_line});
+    if (!model.is_ok()) return fail(model.status());
+    (*model)["engine"] = sweep_report(*r, ReportContext{command_line})["engine"];
+    (*model)["not_judged"] = sweep_report(*r, ReportContext{command_line})["not_judged"];
+    if (Status st = write_reports(report_dir, *model); !st.is_ok()) return fail(st);
+    fmt::print("report: {}/report.json\n", report_dir);
+  }
+  print_opening(sweep_report(*r, ReportContext{command_line}));
+  if (!f) {
+    fmt::print("bisect {}: conformant at all {} split points, nothing to bisect\n", s.name,
+               r->cases.size());
+    return r->exit_code() == 3 ? 3 : 0;
+  }
+  fmt::print("bisect {}: first failing split {} ({}), verdict {}\n", s.name, f->key, f->layout,
+             verdict_name(f->verdict));
+  if (!f->dataset.empty())
+    fmt::print("  first divergence: forward {}, layer {}, site {}, token {}, channel {} ({})\n",
+               f->forward, f->layer, f->site, f->token, f->channel, f->dataset);
+  fmt::print("  detail: {}\n  cause: {}\n  repro: {} (replay: splitcheck sweep {})\n", f->message,
+             f->cause, path, path);
+  return f->verdict == Verdict::kError ? 3 : 1;
+}
+
+}  // namespace splitcheck

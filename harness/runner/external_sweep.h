@@ -1,0 +1,41 @@
+// The sweep of an external engine (a scenario whose `engine` block has a `command`): the
+// command runs once for PP=1 (or the block's `golden` dump is taken), then once per
+// partition, several at a time; each dump's integrity is checked (format, order, every
+// digest), then it is judged against PP=1 with every check its dumps give evidence for.
+//
+// A case ends in exactly one state: pass, diverged, or error (the engine exited non-zero,
+// was killed, hung past its timeout, wrote no dump or a corrupt one), each naming its
+// split point; an error carries the tail of the engine's stderr, whose whole text stays
+// beside the dump (<work>/<case>.stderr). A check with no evidence in the dumps is listed
+// as not judged (SweepResult::external->not_judged), never passed.
+#pragma once
+
+#include <string>
+
+#include "harness/verdict/scenario.h"
+#include "harness/verdict/sweep.h"
+#include "kernels/status.h"
+
+namespace splitcheck {
+
+struct ExternalSweepOptions {
+  int jobs = 0;  // engine runs at once; 0: one per core
+  int shard_index = 0;
+  int shard_count = 1;
+  std::string filter;    // only cases whose key contains this
+  std::string work_dir;  // dumps and engine output; empty: a new directory under $TMPDIR
+  bool progress = false;
+};
+
+// The placeholder values of one run: pp, cuts ("" at PP=1, "5", "4,9"), split ("pp1",
+// "pp2/split-5"), out, scenario, seed.
+std::map<std::string, std::string> placeholder_values(const Scenario& s,
+                                                      const std::vector<int>& cuts,
+                                                      const std::string& out,
+                                                      const std::string& scenario_file);
+
+// Runs the sweep. A Status error means the scenario or an input is invalid (exit 2) or
+// the harness failed (exit 3); a failing engine run is a case verdict, not an error.
+Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOptions& options);
+
+}  // namespace splitcheck

@@ -1,0 +1,67 @@
+// The parts of a report that only a sweep of an external engine has (harness/runner/):
+// the engine block that opens it, the checks not judged, and each case's stderr tail.
+#include <fmt/format.h>
+
+#include "reports/writers.h"
+
+namespace splitcheck {
+namespace {
+
+std::string text(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+// One argv element as a reader would type it: bare when it is plain, else single-quoted.
+std::string shell_word(const std::string& w) {
+  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789-_./=:,+@%") == std::string::npos)
+    return w;
+  std::string out = "'";
+  for (char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::string display_argv(const nlohmann::json& argv) {
+  std::string out;
+  if (!argv.is_array()) return out;
+  for (const auto& a : argv) out += (out.empty() ? "" : " ") + shell_word(text(a));
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> engine_rows(const nlohmann::json& r) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  if (!r.contains("engine") || !r["engine"].is_object()) return rows;
+  const nlohmann::json& e = r["engine"];
+  const nlohmann::json& p = obj_field(r, "provenance");
+  rows.emplace_back("command (PP=1)", display_argv(e.value("pp1_command", nlohmann::json())));
+  rows.emplace_back("PP=1", str_field(e, "pp1_outcome"));
+  rows.emplace_back("cwd", str_field(e, "cwd"));
+  std::string env;
+  const nlohmann::json vars = e.value("env", nlohmann::json::object());
+  for (const auto& [k, v] : vars.items())
+    env += (env.empty() ? "" : " ") + k + "=" + shell_word(text(v));
+  rows.emplace_back("env (added)", env.empty() ? "(none)" : env);
+  rows.emplace_back("timeout", fmt::format("{:g} s per run", e.value("timeout_s", 0.0)));
+  const int requested = e.value("jobs_requested", 0);
+  rows.emplace_back("jobs", fmt::format("{} requested, {} in effect",
+                                        requested > 0 ? std::to_string(requested) : "default",
+                                        e.value("jobs", 0)));
+  rows.emplace_back("work directory", str_field(e, "work_dir"));
+  rows.emplace_back("engine time",
+                    fmt::format("{:.2f} s over every run", e.value("engine_seconds", 0.0)));
+  rows.emplace_back("splitcheck",
+                    fmt::format("{} ({})", str_field(p, "version"), str_field(p, "git_revision")));
+  return rows;
+}
+
+std::vector<std::string> not_judged_lines(const nlohmann::json& j) {
+  std::vector<std::string> lines;
+  for (const auto& n : j.value("not_judged", nlohmann::json::array()))
+    lines.push_back(
+        fmt::format("{}: not judged ({})", str_field(n, "check"), str_field(n, "reason")));
+  return lines;
+}
+
+}  // namespace splitcheck

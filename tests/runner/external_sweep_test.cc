@@ -1,0 +1,243 @@
+// The runner end to end through the real CLI: splitcheck's own `run` command as the
+// external engine (scenarios/external-self.json), swept over every split point, with a
+// fault (the divergence and its cause, bisect), sharded and merged; and fake engines that
+// crash, hang, write nothing, write garbage or leave datasets out, each an error (or a
+// divergence) naming its split point, with no process left behind.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tests/cli_fixture.h"
+
+namespace splitcheck {
+namespace {
+
+namespace fs = std::filesystem;
+using cli_test::CliResult;
+using cli_test::file_text;
+using cli_test::quote;
+using cli_test::write_text;
+using nlohmann::json;
+
+class ExternalSweepTest : public cli_test::CliFixture {
+ protected:
+  ExternalSweepTest() : CliFixture("splitcheck-external-") {}
+
+  // scenarios/external-self.json with this build's binary as the engine.
+  json self_scenario() const {
+    json j = json::parse(
+        file_text(fs::path(SPLITCHECK_SOURCE_DIR) / "scenarios" / "external-self.json"));
+    j["engine"]["command"][0] = SPLITCHECK_BINARY;
+    return j;
+  }
+
+  fs::path write_scenario(const std::string& name, const json& j) const {
+    const fs::path p = path(name);
+    write_text(p, j.dump(2));
+    return p;
+  }
+
+  json report(const std::string& dir) const {
+    return json::parse(file_text(path(dir) / "report.json"));
+  }
+};
+
+std::vector<std::string> keys_with(const json& report, const std::string& verdict) {
+  std::vector<std::string> keys;
+  for (const json& c : report["cases"])
+    if (c["verdict"] == verdict) keys.push_back(c["key"]);
+  return keys;
+}
+
+bool mentions_not_judged(const std::string& text, const std::string& check) {
+  return text.find(check + ": not judged") != std::string::npos;
+}
+
+TEST_F(ExternalSweepTest, TheCliAsAnEngineIsBitIdenticalAtEverySplitPoint) {
+  const fs::path s = write_scenario("self.json", self_scenario());
+  const CliResult r =
+      cli("sweep " + quote(s.string()) + " --jobs 2 --report " + quote(path("rep").string()));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // The console opens with the expanded PP=1 command, the settings and the version.
+  EXPECT_EQ(r.out.rfind("command (PP=1):", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find(std::string(SPLITCHECK_BINARY) + " run "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--split '' --out"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 requested, 2 in effect"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("7 pass, 0 diverged"), std::string::npos) << r.out;
+  const json rep = report("rep");
+  EXPECT_EQ(rep["counts"]["pass"], 7);
+  EXPECT_EQ(rep["exit_code"], 0);
+  EXPECT_TRUE(rep["expect"]["met"].get<bool>());
+  for (const char* judged :
+       {"tensors", "taps", "logits", "tokens", "dispatch", "partition", "embedding"})
+    EXPECT_NE(std::find(rep["checks"].begin(), rep["checks"].end(), judged), rep["checks"].end())
+        << judged << " in " << rep["checks"].dump();
+  // `splitcheck run` writes no /stages at PP=1 nor /spec without a drafter: memory and
+  // acceptance are not judged, and config never is; none of them is listed as evaluated.
+  for (const char* check : {"memory", "acceptance", "config"}) {
+    EXPECT_EQ(std::find(rep["checks"].begin(), rep["checks"].end(), check), rep["checks"].end())
+        << check;
+    for (const char* file : {"summary.md", "report.html", "junit.xml"})
+      EXPECT_TRUE(mentions_not_judged(file_text(path("rep") / file), check))
+          << check << " in " << file;
+    EXPECT_TRUE(mentions_not_judged(r.out, check)) << check << " in " << r.out;
+  }
+  EXPECT_EQ(rep["engine"]["pp1_command"][0], SPLITCHECK_BINARY);
+  EXPECT_GT(rep["cases"][0]["datasets_compared"].get<int>(), 10);
+  // Every dump and the engine's own stderr are kept in the work directory.
+  EXPECT_TRUE(fs::exists(path("rep") / "runs" / "split-3.h5"));
+  EXPECT_TRUE(fs::exists(path("rep") / "runs" / "split-3.stderr"));
+}
+
+TEST_F(ExternalSweepTest, AFaultDivergesOffTheBlockBoundaryWithTheDispatchNamedAndBisects) {
+  json j = self_scenario();
+  j["faults"] = {"handoff.no_zero_delta"};
+  j["expect"] = {{"identical", {"split-4"}}, {"caught_by", "dispatch"}};
+  const fs::path s = write_scenario("fault.json", j);
+  const CliResult r =
+      cli("sweep " + quote(s.string()) + " --report " + quote(path("rep").string()));
+  ASSERT_EQ(r.code, 1) << r.out << r.err;
+  const json rep = report("rep");
+  EXPECT_TRUE(rep["expect"]["met"].get<bool>()) << rep["expect"].dump();
+  EXPECT_EQ(keys_with(rep, "pass"), std::vector<std::string>{"split-4"});
+  EXPECT_EQ(keys_with(rep, "diverged").size(), 6u);
+  for (const json& c : rep["cases"]) {
+    if (c["verdict"] != "diverged") continue;
+    EXPECT_NE(
+        c["message"].get<std::string>().find("attn_res.native at PP=1, attn_res.fallback here"),
+        std::string::npos)
+        << c.dump();
+  }
+  const CliResult b =
+      cli("bisect " + quote(s.string()) + " --out " + quote(path("repro.json").string()));
+  ASSERT_EQ(b.code, 1) << b.out << b.err;
+  EXPECT_NE(b.out.find("first failing split split-1"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("cause: dispatch mismatch"), std::string::npos) << b.out;
+  const json repro = json::parse(file_text(path("repro.json")));
+  EXPECT_EQ(repro["partitions"]["splits"], json::parse("[[1]]"));
+  EXPECT_EQ(repro["engine"]["command"][0], SPLITCHECK_BINARY);
+}
+
+TEST_F(ExternalSweepTest, ShardsMergeIntoTheUnshardedVerdict) {
+  const fs::path s = write_scenario("self.json", self_scenario());
+  for (const char* shard : {"0/2", "1/2"}) {
+    const std::string dir = std::string("shard") + shard[0];
+    const CliResult r = cli("sweep " + quote(s.string()) + " --shard " + shard + " --report " +
+                            quote(path(dir).string()));
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+  }
+  const CliResult m = cli("merge " + quote((path("shard0") / "report.json").string()) + " " +
+                          quote((path("shard1") / "report.json").string()) + " --report " +
+                          quote(path("merged").string()));
+  ASSERT_EQ(m.code, 0) << m.out << m.err;
+  const json rep = report("merged");
+  EXPECT_EQ(rep["counts"]["pass"], 7);
+  EXPECT_TRUE(rep["expect"]["met"].get<bool>());
+  EXPECT_TRUE(mentions_not_judged(file_text(path("merged") / "summary.md"), "memory"));
+}
+
+bool process_gone(pid_t pid) {
+  for (int i = 0; i < 300; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    if (!stat || !std::getline(stat, text)) return true;
+    const size_t close = text.rfind(')');
+    if (close != std::string::npos && text.size() > close + 2 && text[close + 2] == 'Z' && i > 50)
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+TEST_F(ExternalSweepTest, EnginesThatCrashHangWriteNothingOrGarbageAreErrorsNamingTheSplit) {
+  // One fake engine, misbehaving differently at each cut; elsewhere the real CLI.
+  const fs::path engine = path("engine.sh");
+  write_text(engine,
+             "#!/bin/sh\n"
+             "scenario=\"$1\" cuts=\"$2\" out=\"$3\"\n"
+             "case \"$cuts\" in\n"
+             "  2) echo 'engine: CUDA error <&> at stage 1' >&2; exit 1 ;;\n"
+             "  3) echo $$ > " +
+                 path("hang.pid").string() +
+                 "; (exec sleep 1000) &\n"
+                 "     echo $! >> " +
+                 path("hang.pid").string() +
+                 "; trap '' TERM;"
+                 " while :; do sleep 1; done ;;\n"
+                 "  4) exit 0 ;;\n"
+                 "  5) echo 'not an hdf5 file' > \"$out\"; exit 0 ;;\n"
+                 "  6) sed 's/\"dump_level\": \"layer\"/\"dump_level\": \"summary\"/' "
+                 "\"$scenario\" > \"$out.json\"; scenario=\"$out.json\" ;;\n"
+                 "esac\n"
+                 "exec " +
+                 quote(SPLITCHECK_BINARY) +
+                 " run \"$scenario\" --split \"$cuts\" --out \"$out\"\n");
+  fs::permissions(engine, fs::perms::owner_all);
+  json j = self_scenario();
+  j["engine"]["command"] = {engine.string(), "{scenario}", "{cuts}", "{out}"};
+  j["engine"]["timeout_s"] = 3;
+  j.erase("expect");
+  const fs::path s = write_scenario("fake.json", j);
+  const CliResult r =
+      cli("sweep " + quote(s.string()) + " --jobs 2 --report " + quote(path("rep").string()));
+  ASSERT_EQ(r.code, 3) << r.out << r.err;
+  const json rep = report("rep");
+  std::map<std::string, json> by_key;
+  for (const json& c : rep["cases"]) by_key[c["key"]] = c;
+  auto message = [&](const std::string& key) { return by_key[key]["message"].get<std::string>(); };
+  EXPECT_EQ(by_key["split-2"]["verdict"], "error");
+  EXPECT_NE(message("split-2").find("split-2 (0-2|2-8): engine exited with status 1"),
+            std::string::npos)
+      << message("split-2");
+  EXPECT_EQ(by_key["split-2"]["stderr_tail"], "engine: CUDA error <&> at stage 1\n");
+  EXPECT_NE(message("split-3").find("split-3 (0-3|3-8): engine timed out after 3 s"),
+            std::string::npos)
+      << message("split-3");
+  EXPECT_NE(message("split-4").find("split-4 (0-4|4-8): engine exited with status 0 but wrote "
+                                    "no dump"),
+            std::string::npos)
+      << message("split-4");
+  EXPECT_EQ(by_key["split-5"]["verdict"], "error");
+  EXPECT_NE(message("split-5").find("split-5 (0-5|5-8): corrupt dump"), std::string::npos)
+      << message("split-5");
+  // A dataset PP=1 has and the partition lacks is a divergence, not a pass.
+  EXPECT_EQ(by_key["split-6"]["verdict"], "diverged") << by_key["split-6"].dump();
+  EXPECT_EQ(keys_with(rep, "pass"), (std::vector<std::string>{"split-1", "split-7"}));
+  // The stderr reaches every report form escaped.
+  EXPECT_NE(file_text(path("rep") / "report.html").find("CUDA error &lt;&amp;&gt; at stage 1"),
+            std::string::npos);
+  EXPECT_NE(file_text(path("rep") / "junit.xml").find("CUDA error &lt;&amp;&gt; at stage 1"),
+            std::string::npos);
+  EXPECT_NE(file_text(path("rep") / "summary.md").find("CUDA error &lt;&amp;&gt; at stage 1"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("| engine: CUDA error <&> at stage 1"), std::string::npos) << r.out;
+  EXPECT_EQ(file_text(path("rep") / "runs" / "split-2.stderr"),
+            "engine: CUDA error <&> at stage 1\n");
+  // The hung engine and the child it started are gone.
+  std::ifstream pids(path("hang.pid"));
+  pid_t leader = 0, child = 0;
+  ASSERT_TRUE(pids >> leader >> child);
+  EXPECT_TRUE(process_gone(leader));
+  EXPECT_TRUE(process_gone(child));
+}
+
+TEST_F(ExternalSweepTest, AFailingPp1RunJudgesNothing) {
+  json j = self_scenario();
+  j["engine"]["command"] = {"/bin/sh", "-c", "echo 'no weights' >&2; exit 2"};
+  const fs::path s = write_scenario("bad.json", j);
+  const CliResult r = cli("sweep " + quote(s.string()));
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  const size_t pp1 = r.out.find("\nPP=1:");
+  ASSERT_NE(pp1, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("engine exited with status 2", pp1), r.out.find_first_not_of(' ', pp1 + 6))
+      << r.out;
+  EXPECT_NE(r.out.find("| no weights"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0 pass, 0 diverged, 0 config-rejected, 7 error"), std::string::npos)
+      << r.out;
+}
+
+}  // namespace
+}  // namespace splitcheck
