@@ -12,6 +12,7 @@ storage identity of torch tensors).
 """
 
 from ._encoding import from_bf16_bits, to_bf16_bits, xxh64
+from .compare import differing_datasets
 from .dispatch import KERNELS, SITES, DispatchEvent, DispatchTrace, dispatch, recording
 from .hooks import bf16_bits, record_forward_hooks
 from .placement import StagePlacement, storage_of
@@ -24,7 +25,8 @@ __all__ = [
     "CorruptDump", "DEFAULT_VOLATILE", "DatasetInfo", "DispatchEvent", "DispatchTrace",
     "DumpReader", "DumpWriter", "FORMAT", "FORMAT_VERSION", "FormatError", "KERNELS",
     "LAYER_SITES", "SITES", "SUPPORTED_FORMAT_VERSIONS", "SpecRecord", "StagePlacement",
-    "UnsupportedFormatVersion", "__version__", "as_array", "bf16_bits", "dispatch",
+    "UnsupportedFormatVersion", "__version__", "as_array", "bf16_bits", "differing_datasets",
+    "dispatch",
     "from_bf16_bits", "record_forward_hooks", "recording", "storage_of", "to_bf16_bits",
     "xxh64",
 ]
