@@ -40,7 +40,7 @@ import model as k3  # noqa: E402
 import splitcheck_dump as sd  # noqa: E402
 
 CAPTURE_IDS = (0, 3, 8, 13, 16)  # on and off block boundaries; 16 reads the output weights
-PROMPT_TOKENS = 8
+PROMPT_TOKENS = 48
 GAMMA = 3
 VERIFY_STEPS = 4
 
