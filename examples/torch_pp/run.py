@@ -22,10 +22,10 @@ import argparse
 import hashlib
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import socket
 import sys
-import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -350,14 +350,13 @@ def main(argv=None):
     for p in procs:
         p.start()
     failed = None
-    while failed is None and any(p.is_alive() for p in procs):
-        for r, p in enumerate(procs):
-            if p.exitcode not in (None, 0):
+    waiting = {p.sentinel: r for r, p in enumerate(procs)}
+    while waiting and failed is None:  # the first stage to fail stops the others
+        for sentinel in multiprocessing.connection.wait(list(waiting)):
+            r = waiting.pop(sentinel)
+            procs[r].join()
+            if procs[r].exitcode != 0 and failed is None:
                 failed = r
-        time.sleep(0.005)
-    for r, p in enumerate(procs):
-        if failed is None and p.exitcode not in (None, 0):
-            failed = r
     if failed is not None:
         for p in procs:
             if p.is_alive():
