@@ -6,7 +6,8 @@ of the handoff (2.7). What is simplified: attention is causal softmax attention 
 forward's own tokens (4 heads of 16 on a 64-wide projection, no cache: a verify forward
 recomputes its context) and the MLP is a narrow dense SwiGLU on every layer. H is 256
 so that `attn_res` sees enough elements for its two float orders to disagree on some
-(about 0.006% here, the real pair's 0.008%) while the matrix products stay cheap. Numerics: float32 inside a kernel, one bf16
+(65 of 1,622,016 elements, 0.004%, over every native-eligible call of a run; the real
+pair: 0.008%) while the matrix products stay cheap. Numerics: float32 inside a kernel, one bf16
 rounding on every activation it writes (`bf16`), logits float32. One thread, fixed
 shapes: two runs are bit-identical, and so is a layer run on any stage.
 
