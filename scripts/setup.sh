@@ -30,6 +30,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev
   libssl-dev libxxhash-dev
   python3-h5py python3-numpy python3-jsonschema python3-torch python3-xxhash
+  python3-pytest python3-venv python3-pip python3-setuptools  # python/ tests, pip install ./python
   chromium libopenmpi-dev openmpi-bin  # the mpi transport (mpirun; tests launch real ranks)
   clang libclang-rt-14-dev  # the libFuzzer build of scripts/fuzz.sh
 )

@@ -1,4 +1,4 @@
-// The Python adapter (tools/splitcheck_dump.py) writes dumps `splitcheck compare` reads:
+// The Python package (python/splitcheck_dump) writes dumps `splitcheck compare` reads:
 // an identical pair compares equal, a one-bit change is found and named, the stored
 // digests are the XXH64 the C++ side computes, and (where PyTorch is installed) a model
 // recorded twice through forward hooks compares equal.
@@ -58,11 +58,11 @@ class PythonAdapterTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
 
-  // Runs a Python script with tools/ on the path; returns its output.
+  // Runs a Python script with python/ (the package) on the path; returns its output.
   Output python(const std::string& script) {
     const fs::path file = dir_ / "script.py";
     std::ofstream(file) << script;
-    return run("PYTHONPATH=" + std::string(SPLITCHECK_SOURCE_DIR) + "/tools " + kPython + " " +
+    return run("PYTHONPATH=" + std::string(SPLITCHECK_SOURCE_DIR) + "/python " + kPython + " " +
                file.string());
   }
 
@@ -148,7 +148,7 @@ TEST_F(PythonAdapterTest, TorchModelRecordedTwiceThroughHooksComparesEqual) {
   const fs::path file = dir_ / "torch_model.py";
   std::ofstream(file) << script;
   const fs::path a = dir_ / "ta.h5", b = dir_ / "tb.h5";
-  Output o = run("PYTHONPATH=" + std::string(SPLITCHECK_SOURCE_DIR) + "/tools " + kPython + " " +
+  Output o = run("PYTHONPATH=" + std::string(SPLITCHECK_SOURCE_DIR) + "/python " + kPython + " " +
                  file.string() + " " + a.string() + " " + b.string());
   ASSERT_EQ(o.rc, 0) << o.text;
   Output same = compare(a, b);

@@ -1,0 +1,32 @@
+"""Write and read splitcheck dumps (docs/dump-format.md) from Python.
+
+A dump is one HDF5 file: root attributes that identify the run, datasets under
+/forward/<f>/... each carrying `dtype`, `order` (its place in execution order) and
+`digest` ("xxh64:%016x" of its raw little-endian bytes), and the evidence the checks
+read: taps, dispatch traces, /stages (placement), /spec (speculative figures).
+`splitcheck compare A B` compares two such files bit for bit; `splitcheck sweep` runs an
+engine that writes them once per split point.
+
+Needs numpy, h5py and xxhash; PyTorch only for the torch helpers (hooks, bf16 tensors,
+storage identity of torch tensors).
+"""
+
+from ._encoding import from_bf16_bits, to_bf16_bits, xxh64
+from .compare import differing_datasets
+from .dispatch import KERNELS, SITES, DispatchEvent, DispatchTrace, dispatch, recording
+from .hooks import bf16_bits, record_forward_hooks
+from .placement import StagePlacement, storage_of
+from .reader import CorruptDump, DatasetInfo, DumpReader, FormatError, UnsupportedFormatVersion
+from .spec import SpecRecord
+from .version import FORMAT, FORMAT_VERSION, SUPPORTED_FORMAT_VERSIONS, __version__
+from .writer import DEFAULT_VOLATILE, LAYER_SITES, DumpWriter, as_array
+
+__all__ = [
+    "CorruptDump", "DEFAULT_VOLATILE", "DatasetInfo", "DispatchEvent", "DispatchTrace",
+    "DumpReader", "DumpWriter", "FORMAT", "FORMAT_VERSION", "FormatError", "KERNELS",
+    "LAYER_SITES", "SITES", "SUPPORTED_FORMAT_VERSIONS", "SpecRecord", "StagePlacement",
+    "UnsupportedFormatVersion", "__version__", "as_array", "bf16_bits", "differing_datasets",
+    "dispatch",
+    "from_bf16_bits", "record_forward_hooks", "recording", "storage_of", "to_bf16_bits",
+    "xxh64",
+]

@@ -1,0 +1,36 @@
+"""PyTorch helpers: forward hooks that record layers, and tensors as bf16 bits."""
+
+import numpy as np
+
+
+def bf16_bits(tensor):
+    """A torch tensor as bf16 bit patterns (uint16) [rows, last axis], leading axes flattened."""
+    import torch
+
+    t = tensor.detach().to("cpu").to(torch.bfloat16).contiguous()
+    if t.dim() > 2:
+        t = t.reshape(-1, t.shape[-1])
+    return t.view(torch.int16).numpy().view(np.uint16)
+
+
+def record_forward_hooks(model, writer, forward_index, modules=None):
+    """Registers forward hooks that record each submodule's input and output as bf16.
+
+    `modules` is a list of (name, module) pairs (default: model.named_children() that
+    have parameters, i.e. the layers). Each call of a hooked module writes
+    /forward/<forward_index>/layers/<i>/pre_attn (its first input) and .../mlp_out (its
+    output) in call order. Returns the hook handles; call .remove() on each when done.
+    """
+    if modules is None:
+        modules = [(n, m) for n, m in model.named_children()
+                   if any(True for _ in m.parameters())]
+    handles = []
+    for i, (_, module) in enumerate(modules):
+        def hook(mod, inputs, output, i=i):
+            prefix = f"/forward/{forward_index}/layers/{i}/"
+            x = inputs[0] if isinstance(inputs, tuple) else inputs
+            y = output[0] if isinstance(output, tuple) else output
+            writer.write(prefix + "pre_attn", bf16_bits(x), dtype="bfloat16")
+            writer.write(prefix + "mlp_out", bf16_bits(y), dtype="bfloat16")
+        handles.append(module.register_forward_hook(hook))
+    return handles
