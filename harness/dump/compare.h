@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/dump/dump.h"
 #include "kernels/status.h"
 #include "kernels/tensor.h"
 
@@ -80,6 +81,9 @@ struct CompareOptions {
   double min_cosine = 0.999;
   // Datasets whose path starts with one of these are skipped in both files.
   std::vector<std::string> ignore_prefixes;
+  // Threads that read, hash and compare datasets stored contiguously in both files, a
+  // dataset at a time; 0: one per core.
+  int threads = 0;
 };
 
 // An attribute that carries results and differs between the files (or exists in only
@@ -100,11 +104,15 @@ struct CompareResult {
   // Attributes compared by compare_dumps() that differ (docs/dump-format.md lists which).
   std::vector<AttributeDiff> attribute_diffs;
   int64_t datasets_compared = 0;
+  // Every dataset compared (present in both, same dtype and shape), in A's execution order.
+  std::vector<std::string> compared_paths;
   int64_t bytes_read = 0;  // data bytes read from both files together
   // CompareOptions::trust_digest was on: datasets_unverified of the datasets compared
   // were taken as equal on their stored digests, unread and unchecked.
   bool digests_trusted = false;
   int64_t datasets_unverified = 0;
+  // The root attributes of each file (compare_dumps only): who produced it, where, how.
+  DumpHeader header_a, header_b;
 
   // True when nothing differs (diffs within the approximate lane's tolerance aside).
   bool equal() const;
