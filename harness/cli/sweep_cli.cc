@@ -16,6 +16,15 @@
 #endif
 
 namespace splitcheck {
+namespace {
+
+// This machine's name, for the console line that says where stages ran.
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 && name[0] != '\0' ? name : "this machine";
+}
+
+}  // namespace
 
 void SweepCli::add_to(CLI::App& app) {
   scenario = std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json";
@@ -123,11 +132,17 @@ int SweepCli::run() {
                               opts.reuse_memory_bytes);
     MpiFactory factory(**world);
     opts.transport = &factory;
+    stages_line_ = fmt::format(
+        "transport: {} (stages on MPI ranks 0-{} of {} processes, rank 0 on {}; payloads {})",
+        s->transport, (*world)->size() - 1, (*world)->size(), host_name(),
+        s->transport == "nccl" ? "by NCCL between the ranks' GPUs" : "as MPI messages");
     const int code = sweep_and_report(*s, opts);
     (*world)->finish(factory.lost(), code);
     return code;
   }
 #endif
+  stages_line_ = fmt::format("transport: {} (every stage a thread of this process on {})",
+                             s->transport.empty() ? "inproc" : s->transport, host_name());
   return sweep_and_report(*s, opts);
 }
 
@@ -162,6 +177,7 @@ int SweepCli::sweep_and_report(const Scenario& scenario_in, SweepOptions& opts) 
                r->self_check.datasets_compared, r->self_check.seconds);
   fmt::print("sweep {} ({} split points, faults: {})\n", s->name, r->cases.size(),
              s->faults.empty() ? "none" : fmt::format("{}", fmt::join(s->faults, ", ")));
+  if (!stages_line_.empty()) fmt::print("{}\n", stages_line_);
   for (const CaseResult& c : r->cases) {
     fmt::print("  {:<16} {:<16} {}\n", c.key, verdict_name(c.verdict), c.message);
     for (const Waiver& w : c.waivers)

@@ -31,6 +31,8 @@ struct SweepCli {
  private:
   // Runs the sweep with `opts`, prints it and writes the reports; the exit code.
   int sweep_and_report(const Scenario& s, SweepOptions& opts);
+  // One console line: the transport and where the stages ran (set before the sweep).
+  std::string stages_line_;
   std::vector<Waiver> waiver_list_;  // read from `waivers` before the sweep
 };
 
