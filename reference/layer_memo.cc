@@ -45,7 +45,8 @@ void ContentHasher::tensor(const Tensor* t) {
   i64(static_cast<int64_t>(t->dtype()));
   i64(static_cast<int64_t>(t->shape().size()));
   for (int64_t d : t->shape()) i64(d);
-  bytes(t->bytes(), t->nbytes());
+  const Tensor host = t->on_host();  // a device tensor is hashed from a host copy
+  bytes(host.bytes(), host.nbytes());
 }
 
 void ContentHasher::config(const ModelConfig& c) {
