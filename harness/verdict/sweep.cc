@@ -602,6 +602,13 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   }
   RETURN_IF_ERROR(check_not_empty(s, options, all.size(), parts.size()));
   RETURN_IF_ERROR(check_transport(s, options, parts));
+  // Where the stages run: known before anything runs, so a refused sweep reports it too.
+  int most_stages = 1;
+  for (const Partition& p : parts) most_stages = std::max(most_stages, p.stages());
+  result.placement.transport = options.transport != nullptr ? s.transport : "inproc";
+  result.placement.stages = options.transport != nullptr
+                                ? options.transport->placement(most_stages, s.backend)
+                                : InprocFactory().placement(most_stages, s.backend);
 
   // PP=1, once, over the weight source every split point shares. Nothing of its outcomes
   // stands in for a stage's work: every partition computes every call it is judged on.
@@ -691,12 +698,6 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
   for (std::thread& t : pool) t.join();
   result.total_seconds = seconds_since(t0);
-  int most_stages = 1;
-  for (const Partition& p : parts) most_stages = std::max(most_stages, p.stages());
-  result.placement.transport = s.transport;
-  result.placement.stages = options.transport != nullptr
-                                ? options.transport->placement(most_stages, s.backend)
-                                : InprocFactory().placement(most_stages, s.backend);
   // `expect` speaks of the whole sweep: a filtered or sharded run cannot meet or miss it
   // (splitcheck merge evaluates it once the shards are joined). Errors still count.
   const bool partial = !options.filter.empty() || options.shard_count > 1;

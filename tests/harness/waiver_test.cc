@@ -37,6 +37,8 @@ SweepResult two_diverged_cases() {
   for (CaseResult& c : r.cases) {
     c.verdict = Verdict::kDiverged;
     c.failed_checks = {"tensors", "logits"};
+    c.datasets_compared = 10;  // the divergences were found in data
+    c.datasets_differing = 2;
   }
   return r;
 }

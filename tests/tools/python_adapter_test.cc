@@ -110,7 +110,7 @@ TEST_F(PythonAdapterTest, IdenticalDumpsCompareEqualAndOneBitIsNamed) {
   EXPECT_NE(diff.text.find("layer 2 pre_attn"), std::string::npos) << diff.text;
 }
 
-TEST_F(PythonAdapterTest, StoredDigestsAreTheXxh64OfTheBytes) {
+TEST_F(PythonAdapterTest, StoredDigestsAreTheXxh3OfTheBytes) {
   const fs::path a = dir_ / "a.h5";
   Output o = python(numpy_dump_script(a, false));
   ASSERT_EQ(o.rc, 0) << o.text;
@@ -123,7 +123,7 @@ TEST_F(PythonAdapterTest, StoredDigestsAreTheXxh64OfTheBytes) {
     EXPECT_EQ(d.order, static_cast<int64_t>(i));
     Result<Tensor> t = r->read(d.path);
     ASSERT_TRUE(t.is_ok()) << t.status().message();
-    EXPECT_EQ(d.digest, digest64_hex(std::span<const std::byte>(t->bytes(), t->nbytes())))
+    EXPECT_EQ(d.digest, dataset_digest_hex(std::span<const std::byte>(t->bytes(), t->nbytes())))
         << d.path;
   }
   EXPECT_EQ(r->datasets()[1].dtype, DType::kBF16);
