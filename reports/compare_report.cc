@@ -81,8 +81,10 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
   const char* placement = r.placement == PlacementJudgement::kJudged        ? "judged"
                           : r.placement == PlacementJudgement::kNotJudged   ? "not-judged"
                           : r.placement == PlacementJudgement::kNotRecorded ? "not-recorded"
-                                                                            : "not-asked";
-  j["placement"] = {{"judgement", placement},
+                          : r.placement == PlacementJudgement::kPartitionsDiffer
+                              ? "partitions-differ"
+                              : "not-asked";
+  j["placement_judgement"] = {{"judgement", placement},
                     {"stages_a", r.stages_a},
                     {"stages_b", r.stages_b},
                     {"line", placement_line(r)}};

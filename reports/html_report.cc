@@ -460,7 +460,7 @@ std::string render_html(const nlohmann::json& r) {
                     esc(str_field(r, "digests")),
                     str_field(r, "digests") == "trusted" ? "<b>UNVERIFIED</b>: " : "",
                     esc(str_field(r, "digests_rule")));
-    if (const nlohmann::json& p = obj_field(r, "placement"); p.contains("judgement"))
+    if (const nlohmann::json& p = obj_field(r, "placement_judgement"); p.contains("judgement"))
       out += fmt::format(
           "<tr><td>placement</td><td id=\"placement\" data-placement=\"{}\">{}{}</td></tr>\n",
           esc(str_field(p, "judgement")),

@@ -50,7 +50,7 @@ std::string render_junit(const nlohmann::json& r) {
     out += fmt::format("      <property name=\"digests_rule\" value=\"{}\"/>\n",
                        xml_escape(str_field(r, "digests_rule")));
   }
-  if (const nlohmann::json& p = obj_field(r, "placement"); p.contains("line")) {
+  if (const nlohmann::json& p = obj_field(r, "placement_judgement"); p.contains("line")) {
     out += fmt::format("      <property name=\"placement\" value=\"{}\"/>\n",
                        xml_escape(str_field(p, "judgement")));
     out += fmt::format("      <property name=\"placement_line\" value=\"{}\"/>\n",
@@ -105,9 +105,9 @@ std::string render_junit(const nlohmann::json& r) {
   std::string caveats;
   if (str_field(r, "digests") == "trusted")
     caveats += "UNVERIFIED: " + xml_escape(str_field(r, "digests_rule"));
-  if (str_field(obj_field(r, "placement"), "judgement") == "not-judged")
+  if (str_field(obj_field(r, "placement_judgement"), "judgement") == "not-judged")
     caveats += std::string(caveats.empty() ? "" : "\n") +
-               "NOT JUDGED: " + xml_escape(str_field(obj_field(r, "placement"), "line"));
+               "NOT JUDGED: " + xml_escape(str_field(obj_field(r, "placement_judgement"), "line"));
   if (!caveats.empty()) out += fmt::format("    <system-out>{}</system-out>\n", caveats);
   if (refused) {
     const nlohmann::json& sc = obj_field(r, "self_check");

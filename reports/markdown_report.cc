@@ -54,7 +54,7 @@ std::string render_markdown(const nlohmann::json& r) {
     const bool trusted = str_field(r, "digests") == "trusted";
     out += fmt::format("{}Digests {}: {}.\n\n", trusted ? "⚠️ " : "",
                        trusted ? "**UNVERIFIED**" : "verified", cell(str_field(r, "digests_rule")));
-    if (const nlohmann::json& p = obj_field(r, "placement"); p.contains("line"))
+    if (const nlohmann::json& p = obj_field(r, "placement_judgement"); p.contains("line"))
       out += fmt::format("{}Placement: {}.\n\n",
                          str_field(p, "judgement") == "not-judged" ? "⚠️ **NOT JUDGED** " : "",
                          cell(str_field(p, "line")));

@@ -456,11 +456,16 @@ Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
   if (options.judge_placement) {
     result.stages_a = stage_groups(ra);
     result.stages_b = stage_groups(rb);
-    if (result.stages_a > 0 && result.stages_b > 0) {
+    if (result.stages_a > 0 && result.stages_b > 0 &&
+        ra.header().partition == rb.header().partition) {
       result.placement = PlacementJudgement::kJudged;
     } else {
-      result.placement = result.stages_a + result.stages_b > 0 ? PlacementJudgement::kNotJudged
-                                                               : PlacementJudgement::kNotRecorded;
+      result.placement = result.stages_a > 0 && result.stages_b > 0
+                             ? PlacementJudgement::kPartitionsDiffer
+                         : result.stages_a + result.stages_b > 0 ? PlacementJudgement::kNotJudged
+                                                                 : PlacementJudgement::kNotRecorded;
+      result.partition_a = ra.header().partition;
+      result.partition_b = rb.header().partition;
       options.ignore_prefixes.push_back("/stages");
       options.ignore_prefixes.push_back("/stage_trace");
     }
@@ -621,6 +626,9 @@ std::string placement_line(const CompareResult& r) {
     }
     case PlacementJudgement::kNotRecorded:
       return "placement not recorded by either dump (no /stages): not judged";
+    case PlacementJudgement::kPartitionsDiffer:
+      return "placement not judged: the dumps are of different partitions (A " + r.partition_a +
+             ", B " + r.partition_b + "); /stages and /stage_trace not compared";
   }
   return "";
 }

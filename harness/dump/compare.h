@@ -101,6 +101,9 @@ enum class PlacementJudgement {
   kJudged,       // both files record /stages: compared
   kNotJudged,    // only one does: /stages and /stage_trace skipped
   kNotRecorded,  // neither does (PP=1 dumps, external engines): nothing to judge
+  // Both record /stages of different partitions (root `partition` differs): the stages
+  // differ by design, so /stages and /stage_trace are skipped; the data is still compared.
+  kPartitionsDiffer,
 };
 
 // An attribute that carries results and differs between the files (or exists in only
@@ -130,6 +133,7 @@ struct CompareResult {
   // stages_a / stages_b, the /stages/<s> groups each file records.
   PlacementJudgement placement = PlacementJudgement::kNotAsked;
   int64_t stages_a = 0, stages_b = 0;
+  std::string partition_a, partition_b;  // root `partition` of each file, when not judged
 
   // True when nothing differs (diffs within the approximate lane's tolerance aside).
   bool equal() const;

@@ -83,7 +83,7 @@ TEST_F(ComparePlacementTest, StagesAreJudgedWhenBothDumpsRecordThem) {
   EXPECT_EQ(same.cli.code, 0) << same.cli.out << same.cli.err;
   EXPECT_NE(same.cli.out.find("placement judged: 2 stages in A, 2 in B"), std::string::npos)
       << same.cli.out;
-  EXPECT_EQ(same.json["placement"]["judgement"], "judged");
+  EXPECT_EQ(same.json["placement_judgement"]["judgement"], "judged");
 
   // Measured bytes, embedding, layer range: each a divergence naming the stage.
   struct Case {
@@ -102,7 +102,7 @@ TEST_F(ComparePlacementTest, StagesAreJudgedWhenBothDumpsRecordThem) {
     EXPECT_NE(r.cli.out.find("attribute " + c.attribute + " of /stages/1"), std::string::npos)
         << c.name << ": " << r.cli.out;
     EXPECT_EQ(r.json["verdict"], "divergent") << c.name;
-    EXPECT_EQ(r.json["placement"]["judgement"], "judged") << c.name;
+    EXPECT_EQ(r.json["placement_judgement"]["judgement"], "judged") << c.name;
   }
   // A stage that ran an event another stage ran in A: /stage_trace differs.
   const Reports trace = compare_cli(a, dump("trace.h5", kTwoStages, {0, 1, 1, 1}), "trace");
@@ -126,8 +126,8 @@ TEST_F(ComparePlacementTest, EveryReportFormSaysPlacementNotJudgedWhenOneDumpLac
     EXPECT_EQ(r.cli.code, 0) << r.cli.out << r.cli.err;
     EXPECT_NE(r.cli.out.find(line), std::string::npos) << r.cli.out;
     ASSERT_TRUE(r.json.is_object());
-    EXPECT_EQ(r.json["placement"]["judgement"], "not-judged");
-    EXPECT_NE(r.json["placement"]["line"].get<std::string>().find(line), std::string::npos);
+    EXPECT_EQ(r.json["placement_judgement"]["judgement"], "not-judged");
+    EXPECT_NE(r.json["placement_judgement"]["line"].get<std::string>().find(line), std::string::npos);
     EXPECT_NE(r.html.find("NOT JUDGED"), std::string::npos);
     EXPECT_NE(r.html.find(line), std::string::npos);
     EXPECT_NE(r.junit.find("<property name=\"placement\" value=\"not-judged\"/>"),
@@ -142,7 +142,7 @@ TEST_F(ComparePlacementTest, EveryReportFormSaysPlacementNotJudgedWhenOneDumpLac
   EXPECT_EQ(n.cli.code, 0) << n.cli.out << n.cli.err;
   EXPECT_NE(n.cli.out.find("placement not recorded by either dump"), std::string::npos)
       << n.cli.out;
-  EXPECT_EQ(n.json["placement"]["judgement"], "not-recorded");
+  EXPECT_EQ(n.json["placement_judgement"]["judgement"], "not-recorded");
 }
 
 // Real runs: two runs at one split record the same placement (judged, equal), with the
@@ -150,10 +150,10 @@ TEST_F(ComparePlacementTest, EveryReportFormSaysPlacementNotJudgedWhenOneDumpLac
 TEST_F(ComparePlacementTest, RealRunsAtOneSplitAreJudgedAndPp1IsNot) {
   const std::string scenario = SPLITCHECK_SOURCE_DIR "/scenarios/default.json";
   const std::string s1 = path("s1.h5").string(), s2 = path("s2.h5").string();
-  const std::string pp1 = path("pp1.h5").string();
+  const std::string pp1 = path("pp1.h5").string(), s13 = path("s13.h5").string();
   for (const auto& [out, split] :
        {std::pair{s1, std::string(" --split 1")}, std::pair{s2, std::string(" --split 1")},
-        std::pair{pp1, std::string()}}) {
+        std::pair{pp1, std::string()}, std::pair{s13, std::string(" --split 13")}}) {
     const CliResult r = cli("run " + quote(scenario) + split + " --out " + quote(out));
     ASSERT_EQ(r.code, 0) << r.out << r.err;
   }
@@ -172,6 +172,13 @@ TEST_F(ComparePlacementTest, RealRunsAtOneSplitAreJudgedAndPp1IsNot) {
   EXPECT_NE(mixed.out.find("placement not judged: A records no /stages (B records 2 stages)"),
             std::string::npos)
       << mixed.out;
+  // Two partitions hold different stages by design: the data is compared, placement is not.
+  const CliResult other = cli("compare " + quote(s1) + " " + quote(s13));
+  EXPECT_EQ(other.code, 0) << other.out << other.err;
+  EXPECT_NE(other.out.find("placement not judged: the dumps are of different partitions (A "
+                           "0-1|1-32, B 0-13|13-32)"),
+            std::string::npos)
+      << other.out;
 }
 
 }  // namespace
