@@ -1,10 +1,13 @@
 // The report model of `splitcheck compare --report`.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 
 #include "reports/model_common.h"
 #include "reports/report.h"
+#include "reports/writers.h"
 
 namespace splitcheck {
 namespace {
@@ -17,6 +20,110 @@ void locate(const std::string& path, nlohmann::json& out) {
   out["layer"] = l == std::string::npos ? -1 : std::atoi(p.c_str() + l + 8);
   const size_t s = p.rfind('/');
   out["site"] = s == std::string::npos ? p : p.substr(s + 1);
+}
+
+// The identity of one input, from its root attributes, as (field, value) pairs in the
+// order a reader scans them: who produced it, on what, with which environment, for what.
+std::vector<std::pair<std::string, std::string>> input_identity(const DumpHeader& h) {
+  auto parse = [](const std::string& text) {
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    return j.is_object() ? j : nlohmann::json::object();
+  };
+  auto text = [](const nlohmann::json& v) {
+    return v.is_string() ? v.get<std::string>() : v.dump();
+  };
+  const nlohmann::json producer = parse(h.producer_json), env = parse(h.env_json);
+  std::vector<std::pair<std::string, std::string>> out = {
+      {"producer", str_field(producer, "name")},
+      {"version", str_field(producer, "version")},
+      {"git_revision", str_field(producer, "git_revision")},
+      {"backend", h.backend},
+      {"device", str_field(env, "device")},
+      {"compiler", str_field(env, "compiler")},
+      {"flags", str_field(env, "flags")}};
+  for (const auto& [k, v] : env.items())
+    if (k != "device" && k != "compiler" && k != "flags") out.emplace_back("env." + k, text(v));
+  out.emplace_back("partition", h.partition);
+  out.emplace_back("format_version", std::to_string(h.format_version));
+  out.emplace_back("model_sha256", h.model_sha256);
+  out.emplace_back("scenario_sha256", h.scenario_sha256);
+  return out;
+}
+
+// Each input's provenance side by side with the comparator's own build: one row per
+// field, `differs` when the two inputs disagree on it.
+nlohmann::json inputs_provenance(const CompareResult& r) {
+  const auto a = input_identity(r.header_a), b = input_identity(r.header_b);
+  std::vector<std::string> names;
+  std::map<std::string, std::string> va, vb;
+  for (const auto& [k, v] : a) {
+    names.push_back(k);
+    va[k] = v;
+  }
+  for (const auto& [k, v] : b) {
+    if (!va.contains(k)) names.push_back(k);
+    vb[k] = v;
+  }
+  const nlohmann::json self = provenance_json("cpu");
+  const std::map<std::string, std::string> comparator = {
+      {"producer", str_field(self, "producer")},
+      {"version", str_field(self, "version")},
+      {"git_revision", str_field(self, "git_revision")},
+      {"compiler", str_field(self, "compiler")},
+      {"flags", str_field(self, "flags")}};
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string& n : names) {
+    const std::string x = va.contains(n) ? va[n] : "", y = vb.contains(n) ? vb[n] : "";
+    rows.push_back({{"field", n},
+                    {"a", x},
+                    {"b", y},
+                    {"comparator", comparator.contains(n) ? comparator.at(n) : ""},
+                    {"differs", x != y}});
+  }
+  return rows;
+}
+
+// Elements of a dataset of `shape`.
+int64_t elements_of(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// The per-layer profile for the chart: for every layer that has compared datasets
+// (paths .../layers/<l>/<site>), the largest mismatch fraction over its forwards and
+// sites, the largest ULP and the smallest cosine; layers in increasing order.
+nlohmann::json layer_profile(const CompareResult& r) {
+  struct Layer {
+    int datasets = 0, differing = 0;
+    double fraction = 0, max_ulp = 0, min_cosine = 1;
+  };
+  std::map<int, Layer> layers;
+  auto layer_of = [](const std::string& path) {
+    const size_t at = path.find("/layers/");
+    return at == std::string::npos ? -1 : std::atoi(path.c_str() + at + 8);
+  };
+  for (const std::string& p : r.compared_paths)
+    if (const int l = layer_of(p); l >= 0) ++layers[l].datasets;
+  for (const TensorDiff& d : r.diffs) {
+    const int l = layer_of(d.path);
+    if (l < 0) continue;
+    Layer& x = layers[l];
+    ++x.differing;
+    const int64_t n = elements_of(d.shape);
+    x.fraction = std::max(x.fraction, n > 0 ? static_cast<double>(d.mismatches) / n : 0.0);
+    x.max_ulp = std::max(x.max_ulp, d.max_ulp);
+    x.min_cosine = std::min(x.min_cosine, d.cosine);
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [l, x] : layers)
+    out.push_back({{"layer", l},
+                   {"datasets", x.datasets},
+                   {"differing", x.differing},
+                   {"mismatch_fraction", x.fraction},
+                   {"max_ulp", x.max_ulp},
+                   {"min_cosine", x.min_cosine}});
+  return out;
 }
 
 }  // namespace
@@ -39,6 +146,10 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
     if (d.within_tolerance) continue;
     nlohmann::json* c = add(d.path, verdict_line(d), "bits");
     (*c)["first_divergence"] = diff_json(d);
+    const int64_t n = elements_of(d.shape);
+    (*c)["first_divergence"]["elements"] = n;
+    (*c)["first_divergence"]["mismatch_fraction"] =
+        n > 0 ? static_cast<double>(d.mismatches) / static_cast<double>(n) : 0.0;
     locate(d.path, (*c)["first_divergence"]);
   }
   for (const std::string& e : r.structural_errors) {
@@ -62,7 +173,9 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
   j["exit_code"] = r.equal() ? 0 : 1;
   j["summary"] = verdict(r);
   j["inputs"] = {{"a", a}, {"b", b}};
-  j["provenance"] = provenance_json("cpu");
+  j["provenance"] = provenance_json("cpu");  // the comparator's own build
+  j["inputs_provenance"] = inputs_provenance(r);
+  j["layers"] = layer_profile(r);
   j["command"] = ctx.command;
   j["counts"] = {{"total", total},       {"pass", std::max<int64_t>(0, total - diverged)},
                  {"diverged", diverged}, {"config_rejected", 0},

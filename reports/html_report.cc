@@ -32,6 +32,7 @@ pre{background:#f6f8fa;border:1px solid #d0d7de;padding:8px;white-space:pre-wrap
 .v-pass{color:#1a7f37;font-weight:600}.v-diverged{color:#cf222e;font-weight:600}
 .v-config-rejected{color:#9a6700;font-weight:600}.v-error{color:#8250df;font-weight:600}.v-skipped{color:#6e7781}
 .prov td:first-child{color:#57606a}.small{font-size:12px;color:#57606a}
+tr.differs td{background:#fff1c2}tr.differs td:first-child{font-weight:700;color:#9a6700}
 .legend span{display:inline-block;margin-right:14px}.sw{display:inline-block;width:12px;height:12px;vertical-align:middle;margin-right:4px;border:1px solid #999}
 )css";
 
@@ -151,12 +152,101 @@ std::string case_extra(const nlohmann::json& c) {
   return out;
 }
 
-std::string cases_table(const nlohmann::json& r) {
+// The last cells of a case row: "differing / compared" datasets for a sweep; for compare,
+// the mismatching elements (count and fraction of the dataset), max ULP and cosine.
+std::string figure_cells(const nlohmann::json& c, bool compare) {
+  if (!compare)
+    return fmt::format("<td class=\"num\">{} / {}</td>", c.value("datasets_differing", 0),
+                       c.value("datasets_compared", 0));
+  const nlohmann::json& d = obj_field(c, "first_divergence");
+  if (!d.contains("elements")) return "<td></td><td></td><td></td>";
+  return fmt::format(
+      "<td class=\"num mismatches\" data-mismatches=\"{}\" data-fraction=\"{}\">{} of {} "
+      "({:.4g}%)</td><td class=\"num\">{:g}</td><td class=\"num\">{:.6g}</td>",
+      d.value("mismatches", int64_t{0}), d.value("mismatch_fraction", 0.0),
+      d.value("mismatches", int64_t{0}), d.value("elements", int64_t{0}),
+      100.0 * d.value("mismatch_fraction", 0.0), d.value("max_ulp", 0.0), d.value("cosine", 1.0));
+}
+
+// compare: each input's producer, backend, device and environment side by side with the
+// comparator's own build; rows where the inputs differ are highlighted.
+std::string inputs_provenance_table(const nlohmann::json& r) {
+  if (!r.contains("inputs_provenance")) return "";
   std::string out =
-      "<table id=\"cases\"><thead><tr><th>#</th><th>split</th><th>layout</th><th>verdict</th>"
+      "<table class=\"prov\" id=\"inputs-provenance\"><thead><tr><th>field</th><th>golden "
+      "(a)</th><th>candidate (b)</th><th>comparator (this build)</th></tr></thead><tbody>\n";
+  for (const nlohmann::json& row : r["inputs_provenance"]) {
+    const bool differs = row.value("differs", false);
+    out += fmt::format(
+        "<tr class=\"{}\" data-field=\"{}\" data-differs=\"{}\"><td>{}</td><td><code>{}</code></td>"
+        "<td><code>{}</code></td><td><code>{}</code></td></tr>\n",
+        differs ? "differs" : "same", esc(str_field(row, "field")), differs,
+        esc(str_field(row, "field")), esc(str_field(row, "a")), esc(str_field(row, "b")),
+        esc(str_field(row, "comparator")));
+  }
+  return out + "</tbody></table>\n";
+}
+
+// compare: the largest mismatch fraction of each layer (over its forwards and sites) as
+// a bar chart, so where a divergence starts and how it grows reads at a glance. The
+// scale runs to the largest fraction seen; a layer with any mismatch gets at least a
+// sliver, so one wrong element out of millions still shows.
+std::string layer_chart_svg(const nlohmann::json& r) {
+  const nlohmann::json& layers = r.value("layers", nlohmann::json::array());
+  if (!layers.is_array() || layers.empty())
+    return "<p class=\"small\">No per-layer datasets to chart.</p>\n";
+  double top = 0;
+  for (const nlohmann::json& l : layers) top = std::max(top, l.value("mismatch_fraction", 0.0));
+  constexpr int kBarW = 18, kPlotH = 120, kLeft = 58, kTop = 14, kBottom = 34;
+  const int n = static_cast<int>(layers.size());
+  const int width = kLeft + n * kBarW + 12, height = kTop + kPlotH + kBottom;
+  std::string out = fmt::format(
+      "<svg id=\"layer-chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "viewBox=\"0 0 {} {}\" data-layers=\"{}\" role=\"img\" aria-label=\"mismatch fraction per "
+      "layer\" font-family=\"ui-monospace,monospace\" font-size=\"10\">\n",
+      width, height, width, height, n);
+  out += fmt::format(
+      "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#57606a\"/>"
+      "<line x1=\"{0}\" y1=\"{2}\" x2=\"{3}\" y2=\"{2}\" stroke=\"#57606a\"/>\n"
+      "<text x=\"{4}\" y=\"{5}\" text-anchor=\"end\" fill=\"#57606a\">{6}</text>"
+      "<text x=\"{4}\" y=\"{2}\" text-anchor=\"end\" fill=\"#57606a\">0</text>\n"
+      "<text x=\"{7}\" y=\"{8}\" text-anchor=\"middle\" fill=\"#57606a\">layer</text>\n",
+      kLeft, kTop, kTop + kPlotH, width - 6, kLeft - 4, kTop + 8,
+      top > 0 ? fmt::format("{:.3g}%", 100 * top) : "0%", kLeft + n * kBarW / 2, height - 4);
+  for (int i = 0; i < n; ++i) {
+    const nlohmann::json& l = layers[static_cast<size_t>(i)];
+    const double f = l.value("mismatch_fraction", 0.0);
+    const int h = f <= 0 ? 0 : std::max(2, static_cast<int>(kPlotH * f / top + 0.5));
+    const int x = kLeft + i * kBarW;
+    out += fmt::format(
+        "<g class=\"layer-bar\" data-layer=\"{}\" data-fraction=\"{}\"><rect x=\"{}\" y=\"{}\" "
+        "width=\"{}\" height=\"{}\" fill=\"{}\"><title>layer {}: {:.4g}% of elements differ "
+        "(largest over forwards and sites), max ULP {:g}, min cosine {:.6g}, {} of {} datasets "
+        "differ</title></rect><text x=\"{}\" y=\"{}\" text-anchor=\"middle\" "
+        "fill=\"#57606a\">{}</text></g>\n",
+        l.value("layer", -1), f, x + 2, kTop + kPlotH - h, kBarW - 4, h,
+        f > 0 ? kFirst : kIdentical, l.value("layer", -1), 100 * f, l.value("max_ulp", 0.0),
+        l.value("min_cosine", 1.0), l.value("differing", 0), l.value("datasets", 0), x + kBarW / 2,
+        kTop + kPlotH + 12, l.value("layer", -1));
+    if (f <= 0)  // an equal layer: a short green tick on the axis
+      out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"2\" fill=\"{}\"/>\n", x + 2,
+                         kTop + kPlotH - 2, kBarW - 4, kIdentical);
+  }
+  return out + "</svg>\n";
+}
+
+std::string cases_table(const nlohmann::json& r) {
+  const bool compare = str_field(r, "kind") == "compare";
+  std::string out =
+      std::string("<table id=\"cases\"><thead><tr><th>#</th><th>") +
+      (compare ? "dataset" : "split") +
+      "</th><th>layout</th><th>verdict</th>"
       "<th>failed checks</th><th>cause</th><th>first numeric divergence</th><th>dispatch "
       "differences</th>"
-      "<th>taps (min cosine)</th><th>datasets</th><th>s</th></tr></thead><tbody>\n";
+      "<th>taps (min cosine)</th>" +
+      std::string(compare ? "<th>mismatching elements</th><th>max ULP</th><th>cosine</th>"
+                          : "<th>datasets</th>") +
+      "<th>s</th></tr></thead><tbody>\n";
   for (const nlohmann::json& c : r["cases"]) {
     const std::string verdict = str_field(c, "verdict");
     std::string checks;
@@ -189,15 +279,13 @@ std::string cases_table(const nlohmann::json& r) {
         "data-first-layer=\"{}\">"
         "<td class=\"num\">{}</td><td><code>{}</code></td><td><code>{}</code></td><td "
         "class=\"v-{}\">{}</td>"
-        "<td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"num\">{} "
-        "/ {}</td>"
+        "<td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>{}"
         "<td class=\"num\">{:.2f}</td></tr>\n",
         esc(verdict), esc(str_field(c, "key")), text_of(c.value("index", nlohmann::json())),
         esc(verdict), first_divergent_layer(c), text_of(c.value("index", nlohmann::json())),
         esc(str_field(c, "key")), esc(str_field(c, "layout")), esc(verdict), esc(verdict),
         esc(checks), message_cell(r, c) + case_extra(c), esc(first_divergence_text(c)),
-        esc(dispatch), taps, c.value("datasets_differing", 0), c.value("datasets_compared", 0),
-        c.value("seconds", 0.0));
+        esc(dispatch), taps, figure_cells(c, compare), c.value("seconds", 0.0));
   }
   out += "</tbody></table>\n";
   return out;
@@ -475,7 +563,8 @@ std::string render_html(const nlohmann::json& r) {
   }
   if (r.contains("provenance"))
     for (const auto& [k, v] : r["provenance"].items())
-      out += fmt::format("<tr><td>{}</td><td><code>{}</code></td></tr>\n", esc(k), esc(text_of(v)));
+      out += fmt::format("<tr><td>{}{}</td><td><code>{}</code></td></tr>\n",
+                         kind == "compare" ? "comparator " : "", esc(k), esc(text_of(v)));
   if (r.contains("lane"))
     out += fmt::format("<tr><td>lane</td><td>{}: {}</td></tr>\n", esc(str_field(r["lane"], "name")),
                        esc(str_field(r["lane"], "rule")));
@@ -501,7 +590,12 @@ std::string render_html(const nlohmann::json& r) {
   if (r.contains("computed"))
     out += fmt::format("<tr><td>computed</td><td id=\"computed\">{}</td></tr>\n",
                        esc(computed_summary(r)));
-  out += "</tbody></table>\n</header>\n";
+  out += "</tbody></table>\n";
+  if (kind == "compare") {
+    out += "<h2>Inputs: who produced each dump</h2>\n" + inputs_provenance_table(r);
+    out += "<h2>Mismatch fraction per layer</h2>\n" + layer_chart_svg(r);
+  }
+  out += "</header>\n";
   if (kind == "bisect") out += cause_block(obj_field(r, "bisect"));
   if (kind == "sweep") out += "<h2>Where each split point first diverged</h2>\n" + map_svg(r);
   out +=

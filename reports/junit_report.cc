@@ -58,6 +58,10 @@ std::string render_junit(const nlohmann::json& r) {
   }
   out += fmt::format("      <property name=\"command\" value=\"{}\"/>\n",
                      xml_escape(str_field(r, "command")));
+  for (const nlohmann::json& row : r.value("inputs_provenance", nlohmann::json::array()))
+    for (const char* side : {"a", "b"})
+      out += fmt::format("      <property name=\"{}.{}\" value=\"{}\"/>\n", side,
+                         xml_escape(str_field(row, "field")), xml_escape(str_field(row, side)));
   if (const std::string a = acceptance_line(r); !a.empty())
     out += fmt::format("      <property name=\"acceptance\" value=\"{}\"/>\n", xml_escape(a));
   for (const auto& [k, v] : engine_rows(r))
@@ -85,8 +89,10 @@ std::string render_junit(const nlohmann::json& r) {
     if (c.contains("cause")) checks += "; cause: " + str_field(c, "cause");
     if (verdict == "diverged" || verdict == "config-rejected") {
       out += fmt::format(
-          "      <failure type=\"{}\" message=\"{}\">layout {}; failed checks: {}\n{}</failure>\n",
-          verdict, message, xml_escape(str_field(c, "layout")), xml_escape(checks), message);
+          "      <failure type=\"{}\" message=\"{}\">layout {}; failed checks: "
+          "{}\n{}{}</failure>\n",
+          verdict, message, xml_escape(str_field(c, "layout")), xml_escape(checks), message,
+          dataset_figures(c).empty() ? "" : "\n" + xml_escape(dataset_figures(c)));
     } else if (verdict == "waived") {
       // A known divergence under a waiver: shown apart from passes, not a failure.
       out += fmt::format("      <skipped type=\"waived\" message=\"{}\">{}</skipped>\n",

@@ -54,6 +54,19 @@ std::string render_markdown(const nlohmann::json& r) {
     const bool trusted = str_field(r, "digests") == "trusted";
     out += fmt::format("{}Digests {}: {}.\n\n", trusted ? "⚠️ " : "",
                        trusted ? "**UNVERIFIED**" : "verified", cell(str_field(r, "digests_rule")));
+    if (r.contains("inputs_provenance")) {
+      out +=
+          "| input | golden (a) | candidate (b) | comparator (this build) |\n|---|---|---|---|\n";
+      for (const nlohmann::json& row : r["inputs_provenance"]) {
+        const bool differs = row.value("differs", false);
+        const std::string mark = differs ? "**" : "";
+        out += fmt::format("| {}{}{} | {}`{}`{} | {}`{}`{} | `{}` |\n", mark,
+                           cell(str_field(row, "field")), differs ? " (differs)**" : "", mark,
+                           cell(str_field(row, "a")), mark, mark, cell(str_field(row, "b")), mark,
+                           cell(str_field(row, "comparator")));
+      }
+      out += "\n";
+    }
     if (const nlohmann::json& p = obj_field(r, "placement_judgement"); p.contains("line"))
       out += fmt::format("{}Placement: {}.\n\n",
                          str_field(p, "judgement") == "not-judged" ? "⚠️ **NOT JUDGED** " : "",
@@ -125,10 +138,28 @@ std::string render_markdown(const nlohmann::json& r) {
   if (!bad.empty()) {
     out += fmt::format("### First divergences ({} of {})\n\n",
                        std::min(bad.size(), kShownDivergences), bad.size());
-    out += "| split | layout | verdict | first layer | cause |\n|---|---|---|---:|---|\n";
+    if (kind == "compare") {
+      out +=
+          "| dataset | mismatching elements | fraction | max ULP | cosine | first difference "
+          "|\n|---|---:|---:|---:|---:|---|\n";
+    } else {
+      out += "| split | layout | verdict | first layer | cause |\n|---|---|---|---:|---|\n";
+    }
     for (size_t i = 0; i < bad.size() && i < kShownDivergences; ++i) {
       const nlohmann::json& c = *bad[i];
       const int layer = first_divergent_layer(c);
+      if (kind == "compare") {
+        const nlohmann::json& d = obj_field(c, "first_divergence");
+        out += d.contains("elements")
+                   ? fmt::format("| `{}` | {} of {} | {:.4g}% | {:g} | {:.6g} | {} |\n",
+                                 cell(str_field(c, "key")), d.value("mismatches", int64_t{0}),
+                                 d.value("elements", int64_t{0}),
+                                 100.0 * d.value("mismatch_fraction", 0.0), d.value("max_ulp", 0.0),
+                                 d.value("cosine", 1.0), cell(str_field(c, "message")))
+                   : fmt::format("| `{}` | - | - | - | - | {} |\n", cell(str_field(c, "key")),
+                                 cell(str_field(c, "message")));
+        continue;
+      }
       out += fmt::format("| `{}` | `{}` | {} | {} | {} |\n", cell(str_field(c, "key")),
                          cell(str_field(c, "layout")), cell(str_field(c, "verdict")),
                          layer >= 0 ? std::to_string(layer) : "-",

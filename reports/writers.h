@@ -42,6 +42,10 @@ std::string acceptance_line(const nlohmann::json& report);
 // each (waivers.h); empty when the case carries none.
 std::string waiver_line(const nlohmann::json& case_json);
 
+// A compare case's figures as one line: "3 of 512 elements differ (0.59%), max ULP 2,
+// cosine 0.99999"; empty when the case has no numeric difference.
+std::string dataset_figures(const nlohmann::json& case_json);
+
 // The report's expired waivers (`waivers.failures`), one line each.
 std::vector<std::string> waiver_failures(const nlohmann::json& report);
 

@@ -99,4 +99,14 @@ std::vector<std::string> waiver_failures(const nlohmann::json& r) {
   return out;
 }
 
+std::string dataset_figures(const nlohmann::json& c) {
+  if (!c.contains("first_divergence")) return "";
+  const nlohmann::json& d = c["first_divergence"];
+  if (!d.contains("elements")) return "";
+  return fmt::format("{} of {} elements differ ({:.4g}%), max ULP {:g}, cosine {:.6g}",
+                     d.value("mismatches", int64_t{0}), d.value("elements", int64_t{0}),
+                     100.0 * d.value("mismatch_fraction", 0.0), d.value("max_ulp", 0.0),
+                     d.value("cosine", 1.0));
+}
+
 }  // namespace splitcheck

@@ -10,6 +10,7 @@
 #include "harness/cli/bisect_cli.h"
 #include "harness/cli/merge_cli.h"
 #include "harness/cli/sweep_cli.h"
+#include "harness/cli/version.h"
 #include "harness/dump/compare.h"
 #include "harness/dump/verify.h"
 #include "harness/engine/partition.h"
@@ -195,6 +196,12 @@ int run_cli_unguarded(int argc, char** argv) {
       "Exit codes: 0 conformant, 1 divergence, 2 invalid input, 3 internal error, 4 PP=1 does "
       "not reproduce itself (sweep --self-check)."};
   app.require_subcommand(1);
+  // Ends the command line's parse with the text on stdout and exit 0 (CLI::CallForVersion).
+  app.set_version_flag("--version", [] {
+    std::string text = version_text();
+    text.pop_back();  // CLI11 adds the last newline
+    return text;
+  });
   std::string golden_dir = std::string(SPLITCHECK_SOURCE_DIR) + "/golden";
 
   std::string scenario = default_scenario();

@@ -22,7 +22,6 @@
 #endif
 
 namespace splitcheck {
-
 void SweepCli::add_to(CLI::App& app) {
   scenario = std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json";
   command = app.add_subcommand("sweep",

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <set>
 #include <span>
 #include <sstream>
+#include <thread>
 
 #include "harness/dump/blocks.h"
 #include "harness/dump/digest.h"
@@ -239,6 +241,8 @@ class DatasetSource {
   }
 
   bool mapped() const { return offset_.has_value(); }
+  // Where the dataset's bytes start in the file, when mapped().
+  std::optional<uint64_t> offset() const { return offset_; }
 
   // The bytes of `block`, valid until the next call.
   Result<const std::byte*> bytes(const SlabBlock& block) {
@@ -278,7 +282,7 @@ constexpr size_t kVerifyStepBytes = size_t{256} << 10;
 
 // True when both files carry a digest for the dataset and the digests are equal.
 bool digests_equal(const DatasetInfo& a, const DatasetInfo& b) {
-  std::optional<uint64_t> da = parse_digest64(a.digest), db = parse_digest64(b.digest);
+  std::optional<DatasetDigest> da = parse_digest(a.digest), db = parse_digest(b.digest);
   return da && db && *da == *db;
 }
 
@@ -286,10 +290,12 @@ bool digests_equal(const DatasetInfo& a, const DatasetInfo& b) {
 // diff to `result` when the bytes differ. Every byte of both sides is read once and
 // hashed in the same pass; a side whose bytes do not match its stored digest is an
 // error (kInvalidInput naming the file and the dataset), whatever the other side holds.
+// `verified_differs` set: the parallel pass (verify_mapped) already read, hashed and
+// compared the bytes, and says whether they differ; only the statistics are left.
 Status compare_dataset(DumpReader& ra, DumpReader& rb, MappedFile& fa, MappedFile& fb,
                        const DatasetInfo& a, const DatasetInfo& b, const CompareOptions& options,
                        std::vector<std::byte>& buf_a, std::vector<std::byte>& buf_b,
-                       CompareResult& result) {
+                       CompareResult& result, std::optional<bool> verified_differs = {}) {
   if (options.trust_digest && digests_equal(a, b)) {
     ++result.datasets_unverified;
     return Status::ok();
@@ -298,6 +304,10 @@ Status compare_dataset(DumpReader& ra, DumpReader& rb, MappedFile& fa, MappedFil
   if (a.nbytes == 0) {
     RETURN_IF_ERROR(check_a.finish());
     return check_b.finish();
+  }
+  if (verified_differs) {
+    result.bytes_read += static_cast<int64_t>(2 * a.nbytes);
+    if (!*verified_differs) return Status::ok();
   }
   const size_t esize = dtype_size(a.dtype);
   DatasetSource sa(ra, fa, a, buf_a), sb(rb, fb, b, buf_b);
@@ -308,24 +318,28 @@ Status compare_dataset(DumpReader& ra, DumpReader& rb, MappedFile& fa, MappedFil
       16);
 
   // Pass 1: bytes and digests, in one pass over both files.
-  bool differs = false;
-  RETURN_IF_ERROR(for_each_block(a.shape, esize, block_bytes, [&](const SlabBlock& blk) -> Status {
-    const size_t n = static_cast<size_t>(blk.elements) * esize;
-    ASSIGN_OR_RETURN(const std::byte* pa, sa.bytes(blk));
-    ASSIGN_OR_RETURN(const std::byte* pb, sb.bytes(blk));
-    result.bytes_read += static_cast<int64_t>(2 * n);
-    for (size_t at = 0; at < n; at += kVerifyStepBytes) {
-      const size_t step = std::min(kVerifyStepBytes, n - at);
-      check_a.update({pa + at, step});
-      check_b.update({pb + at, step});
-      if (!differs) differs = std::memcmp(pa + at, pb + at, step) != 0;
-    }
-    return Status::ok();
-  }));
+  bool differs = verified_differs.value_or(false);
+  if (!verified_differs)
+    RETURN_IF_ERROR(
+        for_each_block(a.shape, esize, block_bytes, [&](const SlabBlock& blk) -> Status {
+          const size_t n = static_cast<size_t>(blk.elements) * esize;
+          ASSIGN_OR_RETURN(const std::byte* pa, sa.bytes(blk));
+          ASSIGN_OR_RETURN(const std::byte* pb, sb.bytes(blk));
+          result.bytes_read += static_cast<int64_t>(2 * n);
+          for (size_t at = 0; at < n; at += kVerifyStepBytes) {
+            const size_t step = std::min(kVerifyStepBytes, n - at);
+            check_a.update({pa + at, step});
+            check_b.update({pb + at, step});
+            if (!differs) differs = std::memcmp(pa + at, pb + at, step) != 0;
+          }
+          return Status::ok();
+        }));
   fa.unmap();
   fb.unmap();
-  RETURN_IF_ERROR(check_a.finish());
-  RETURN_IF_ERROR(check_b.finish());
+  if (!verified_differs) {
+    RETURN_IF_ERROR(check_a.finish());
+    RETURN_IF_ERROR(check_b.finish());
+  }
   if (!differs) return Status::ok();
 
   // Pass 2: statistics over the whole dataset (the cosine needs every element).
@@ -345,6 +359,76 @@ Status compare_dataset(DumpReader& ra, DumpReader& rb, MappedFile& fa, MappedFil
   apply_tolerance(options, a.dtype, diff);
   result.diffs.push_back(std::move(diff));
   return Status::ok();
+}
+
+// A dataset present in both files, equal in dtype and shape, whose bytes lie contiguous
+// in both files (DatasetSource::mapped): verify_mapped() reads, hashes and compares it.
+struct MappedJob {
+  const DatasetInfo* a = nullptr;
+  const DatasetInfo* b = nullptr;
+  uint64_t offset_a = 0, offset_b = 0;
+  bool done = false;  // false: not reached (stopped early) or not mappable: read it in order
+  bool differs = false;
+  Status status;  // a digest that does not match its bytes
+};
+
+// The threads of the parallel pass: options.threads, or one per core, never more than
+// there are jobs.
+int pass_threads(const CompareOptions& options, size_t jobs) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int wanted = options.threads > 0 ? options.threads : cores;
+  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(wanted), jobs)));
+}
+
+// Reads, hashes (both files' stored digests) and compares every job's bytes in one pass,
+// datasets spread over `threads` threads that take them in execution order. Each thread
+// maps one window per file at a time, of chunk_bytes / threads, so the mapped memory
+// stays within two chunk_bytes whatever the file size. With
+// options.stop_at_first, jobs after `limit` (the first not needed) are left undone, and
+// the limit moves down to just past the first job found differing or corrupt.
+void verify_mapped(const std::string& path_a, const std::string& path_b,
+                   std::vector<MappedJob>& jobs, size_t limit, const CompareOptions& options) {
+  if (jobs.empty() || limit == 0) return;
+  const int threads = pass_threads(options, std::min(limit, jobs.size()));
+  const size_t window = std::max<size_t>(options.chunk_bytes / static_cast<size_t>(threads), 64);
+  std::atomic<size_t> next{0}, stop{limit};
+  auto work = [&] {
+    MappedFile fa(path_a), fb(path_b);
+    for (size_t i = next.fetch_add(1); i < jobs.size() && i < stop.load(); i = next.fetch_add(1)) {
+      MappedJob& job = jobs[i];
+      DatasetDigestCheck check_a(path_a, job.a->path, job.a->digest);
+      DatasetDigestCheck check_b(path_b, job.b->path, job.b->digest);
+      bool differs = false, mapped = true;
+      for (size_t at = 0; at < job.a->nbytes && mapped; at += window) {
+        const size_t n = std::min(window, job.a->nbytes - at);
+        const std::byte* pa = fa.map(job.offset_a + at, n);
+        const std::byte* pb = fb.map(job.offset_b + at, n);
+        mapped = pa != nullptr && pb != nullptr;
+        for (size_t k = 0; mapped && k < n; k += kVerifyStepBytes) {
+          const size_t step = std::min(kVerifyStepBytes, n - k);
+          check_a.update({pa + k, step});
+          check_b.update({pb + k, step});
+          if (!differs) differs = std::memcmp(pa + k, pb + k, step) != 0;
+        }
+      }
+      fa.unmap();
+      fb.unmap();
+      if (!mapped) continue;  // read in order instead
+      job.status = check_a.finish();
+      if (job.status.is_ok()) job.status = check_b.finish();
+      job.differs = differs;
+      job.done = true;
+      if (options.stop_at_first && (differs || !job.status.is_ok())) {
+        size_t want = i + 1, have = stop.load();
+        while (want < have && !stop.compare_exchange_weak(have, want)) {
+        }
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
 }
 
 // The names in a `volatile` root attribute ("created,partition,producer,env").
@@ -470,12 +554,40 @@ Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
       options.ignore_prefixes.push_back("/stage_trace");
     }
   }
+  result.header_a = ra.header();
+  result.header_b = rb.header();
   std::vector<std::byte> buf_a, buf_b;
   auto stop = [&] {
     return options.stop_at_first &&
            (result.first_divergence() != nullptr || !result.structural_errors.empty() ||
             !result.only_in_a.empty());
   };
+  // The datasets stored contiguously in both files are read, hashed and compared first,
+  // in parallel (verify_mapped); the walk in execution order below then uses their
+  // outcome, and reads the others (chunked or filtered storage) itself.
+  std::vector<MappedJob> jobs;
+  std::map<const DatasetInfo*, size_t> job_of;
+  size_t limit = std::numeric_limits<size_t>::max();
+  for (const DatasetInfo& da : ra.datasets()) {
+    if (ignored(da.path, options.ignore_prefixes)) continue;
+    const DatasetInfo* db = rb.find(da.path);
+    if (db == nullptr || da.dtype != db->dtype || da.shape != db->shape) {
+      if (options.stop_at_first) limit = std::min(limit, jobs.size());
+      continue;
+    }
+    if (da.nbytes == 0 || (options.trust_digest && digests_equal(da, *db))) continue;
+    DatasetSource sa(ra, fa, da, buf_a), sb(rb, fb, *db, buf_b);
+    if (!sa.mapped() || !sb.mapped()) continue;
+    job_of[&da] = jobs.size();
+    MappedJob job;
+    job.a = &da;
+    job.b = db;
+    job.offset_a = *sa.offset();
+    job.offset_b = *sb.offset();
+    jobs.push_back(job);
+  }
+  verify_mapped(a, b, jobs, limit, options);
+
   for (const DatasetInfo& da : ra.datasets()) {
     if (ignored(da.path, options.ignore_prefixes)) continue;
     const DatasetInfo* db = rb.find(da.path);
@@ -486,7 +598,14 @@ Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
           structural_error(da.path, da.dtype, da.shape, db->dtype, db->shape));
     } else {
       ++result.datasets_compared;
-      RETURN_IF_ERROR(compare_dataset(ra, rb, fa, fb, da, *db, options, buf_a, buf_b, result));
+      result.compared_paths.push_back(da.path);
+      std::optional<bool> verified_differs;
+      if (auto it = job_of.find(&da); it != job_of.end() && jobs[it->second].done) {
+        RETURN_IF_ERROR(jobs[it->second].status);
+        verified_differs = jobs[it->second].differs;
+      }
+      RETURN_IF_ERROR(compare_dataset(ra, rb, fa, fb, da, *db, options, buf_a, buf_b, result,
+                                      verified_differs));
     }
     if (stop()) break;
   }

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/dump/dump.h"
 #include "kernels/status.h"
 #include "kernels/tensor.h"
 
@@ -93,6 +94,9 @@ struct CompareOptions {
   // `/stages`; skipped, and CompareResult::placement says which file lacks it, when only
   // one does. Off: compared as any other path (unless ignore_prefixes skips them).
   bool judge_placement = false;
+  // Threads that read, hash and compare datasets stored contiguously in both files, a
+  // dataset at a time; 0: one per core.
+  int threads = 0;
 };
 
 // What a comparison with CompareOptions::judge_placement said about placement.
@@ -124,6 +128,8 @@ struct CompareResult {
   // Attributes compared by compare_dumps() that differ (docs/dump-format.md lists which).
   std::vector<AttributeDiff> attribute_diffs;
   int64_t datasets_compared = 0;
+  // Every dataset compared (present in both, same dtype and shape), in A's execution order.
+  std::vector<std::string> compared_paths;
   int64_t bytes_read = 0;  // data bytes read from both files together
   // CompareOptions::trust_digest was on: datasets_unverified of the datasets compared
   // were taken as equal on their stored digests, unread and unchecked.
@@ -134,6 +140,8 @@ struct CompareResult {
   PlacementJudgement placement = PlacementJudgement::kNotAsked;
   int64_t stages_a = 0, stages_b = 0;
   std::string partition_a, partition_b;  // root `partition` of each file, when not judged
+  // The root attributes of each file (compare_dumps only): who produced it, where, how.
+  DumpHeader header_a, header_b;
 
   // True when nothing differs (diffs within the approximate lane's tolerance aside).
   bool equal() const;

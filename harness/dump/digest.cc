@@ -2,6 +2,11 @@
 
 #include <openssl/evp.h>
 #include <xxhash.h>
+#if defined(__x86_64__)
+// libxxhash's runtime dispatch: XXH3 on the widest vector unit the CPU has (AVX-512,
+// AVX2, else SSE2), a few times the baseline's speed; the values are the same.
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <cstdio>
 #include <fstream>
@@ -124,21 +129,86 @@ std::optional<uint64_t> parse_digest64(const std::string& text) {
   return v;
 }
 
+// ---- XXH3-64 and the dataset digest of either algorithm ----
+
+uint64_t digest3(std::span<const std::byte> bytes) {
+  return XXH3_64bits(bytes.empty() ? nullptr : bytes.data(), bytes.size());
+}
+
+std::string digest_string(const DatasetDigest& digest) {
+  if (digest.algorithm == DigestAlgorithm::kXxh64) return digest64_string(digest.value);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "xxh3:%016llx", static_cast<unsigned long long>(digest.value));
+  return buf;
+}
+
+std::string dataset_digest_hex(std::span<const std::byte> bytes) {
+  return digest_string({DigestAlgorithm::kXxh3, digest3(bytes)});
+}
+
+std::optional<DatasetDigest> parse_digest(const std::string& text) {
+  if (text.starts_with("xxh3:")) {
+    // The same 16 hex digits as an xxh64 value, behind the other prefix.
+    std::optional<uint64_t> v = parse_digest64("xxh64:" + text.substr(5));
+    if (!v) return std::nullopt;
+    return DatasetDigest{DigestAlgorithm::kXxh3, *v};
+  }
+  std::optional<uint64_t> v = parse_digest64(text);
+  if (!v) return std::nullopt;
+  return DatasetDigest{DigestAlgorithm::kXxh64, *v};
+}
+
+struct DatasetHasher::State {
+  DigestAlgorithm algorithm;
+  std::optional<Xxh64> xxh64;
+  XXH3_state_t* xxh3 = nullptr;
+  ~State() { XXH3_freeState(xxh3); }
+};
+
+DatasetHasher::DatasetHasher(DigestAlgorithm algorithm) : state_(std::make_unique<State>()) {
+  state_->algorithm = algorithm;
+  if (algorithm == DigestAlgorithm::kXxh64) {
+    state_->xxh64.emplace(0);
+    return;
+  }
+  state_->xxh3 = XXH3_createState();
+  if (state_->xxh3 == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(state_->xxh3);
+}
+DatasetHasher::DatasetHasher(DatasetHasher&&) noexcept = default;
+DatasetHasher& DatasetHasher::operator=(DatasetHasher&&) noexcept = default;
+DatasetHasher::~DatasetHasher() = default;
+
+void DatasetHasher::update(std::span<const std::byte> bytes) {
+  if (bytes.empty()) return;
+  if (state_->xxh3 != nullptr) {
+    XXH3_64bits_update(state_->xxh3, bytes.data(), bytes.size());
+  } else {
+    state_->xxh64->update(bytes);
+  }
+}
+
+DatasetDigest DatasetHasher::digest() const {
+  if (state_->xxh3 != nullptr) return {DigestAlgorithm::kXxh3, XXH3_64bits_digest(state_->xxh3)};
+  return {DigestAlgorithm::kXxh64, state_->xxh64->digest()};
+}
+
 // ---- DatasetDigestCheck ----
 
 DatasetDigestCheck::DatasetDigestCheck(std::string file, std::string dataset,
                                        const std::string& stored)
     : file_(std::move(file)), dataset_(std::move(dataset)) {
-  if (!stored.empty()) expected_ = parse_digest64(stored);
+  if (!stored.empty()) expected_ = parse_digest(stored);
+  if (expected_) hash_.emplace(expected_->algorithm);
 }
 
 Status DatasetDigestCheck::finish() const {
   if (!active()) return Status::ok();
-  const uint64_t got = hash_.digest();
+  const DatasetDigest got = hash_->digest();
   if (got == *expected_) return Status::ok();
   return invalid_input(file_ + ": dataset " + dataset_ + ": stored digest " +
-                       digest64_string(*expected_) + " but its bytes hash to " +
-                       digest64_string(got) + " (corrupt or edited file)");
+                       digest_string(*expected_) + " but its bytes hash to " + digest_string(got) +
+                       " (corrupt or edited file)");
 }
 
 }  // namespace splitcheck

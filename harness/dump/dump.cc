@@ -389,7 +389,9 @@ Result<T> read_numeric_attr(hid_t obj, const std::string& name, bool allow_float
 }
 
 // Everything the listing needs about one dataset, or why it is not a valid dump dataset.
-Result<DatasetInfo> inspect_dataset(hid_t ds, const std::string& path) {
+// `format_version` decides the digest algorithm a dataset must carry: XXH64 in version 1,
+// XXH3-64 from version 2 on.
+Result<DatasetInfo> inspect_dataset(hid_t ds, const std::string& path, int64_t format_version) {
   DatasetInfo info;
   info.path = path;
   Handle type(H5Dget_type(ds));
@@ -457,9 +459,14 @@ Result<DatasetInfo> inspect_dataset(hid_t ds, const std::string& path) {
   if (has_digest < 0) return invalid_input("cannot look up attribute digest" + hdf5_detail());
   if (has_digest > 0) {
     ASSIGN_OR_RETURN(info.digest, read_string_attr(ds, "digest"));
-    if (!parse_digest64(info.digest))
-      return invalid_input("attribute digest is \"" + info.digest.substr(0, 40) +
-                           "\", not \"xxh64:\" and 16 hex digits");
+    const char* want = format_version == 1 ? "xxh64" : "xxh3";
+    const DigestAlgorithm algorithm =
+        format_version == 1 ? DigestAlgorithm::kXxh64 : DigestAlgorithm::kXxh3;
+    std::optional<DatasetDigest> digest = parse_digest(info.digest);
+    if (!digest || digest->algorithm != algorithm)
+      return invalid_input("attribute digest is \"" + info.digest.substr(0, 40) + "\", not \"" +
+                           want + ":\" and 16 hex digits (format_version " +
+                           std::to_string(format_version) + ")");
   }
   return info;
 }
@@ -479,6 +486,7 @@ bool link_exists(hid_t file, const std::string& path) {
 }
 
 struct VisitState {
+  int64_t format_version = kDumpFormatVersion;
   std::vector<DatasetInfo> datasets;
   std::vector<std::string> groups;
   Status status;
@@ -496,7 +504,7 @@ herr_t visit_link(hid_t root, const char* name, const H5L_info_t* info, void* da
     }
     if (H5Iget_type(obj.get()) == H5I_GROUP) state->groups.push_back(path);
     if (H5Iget_type(obj.get()) != H5I_DATASET) return 0;
-    Result<DatasetInfo> ds = inspect_dataset(obj.get(), path);
+    Result<DatasetInfo> ds = inspect_dataset(obj.get(), path, state->format_version);
     if (!ds.is_ok()) {
       state->status = ds.status().with_context("dataset " + path);
       return -1;
@@ -665,7 +673,7 @@ Status DumpWriter::write(const std::string& dataset_path, const Tensor& t) {
 
   int64_t order = next_order_++;
   std::string digest =
-      digest64_hex(std::span<const std::byte>(t.bytes(), t.numel() > 0 ? t.nbytes() : 0));
+      dataset_digest_hex(std::span<const std::byte>(t.bytes(), t.numel() > 0 ? t.nbytes() : 0));
   if (write_string_attr(ds.get(), "dtype", dtype_name(t.dtype())) < 0 ||
       write_numeric_attr(ds.get(), "order", H5T_STD_I64LE, H5T_NATIVE_INT64, &order) < 0 ||
       write_string_attr(ds.get(), "digest", digest) < 0)
@@ -766,9 +774,11 @@ Result<DumpReader> DumpReader::open(const std::string& path) {
                          "\", expected \"" + kDumpFormat + "\")");
   Result<int64_t> version = read_numeric_attr<int64_t>(root.get(), "format_version", false);
   if (!version.is_ok()) return version.status().with_context(path);
-  if (*version != kDumpFormatVersion)
+  if (*version < kDumpFormatVersionOldest || *version > kDumpFormatVersion)
     return invalid_input(path + ": unsupported format_version " + std::to_string(*version) +
-                         " (this build reads " + std::to_string(kDumpFormatVersion) + ")");
+                         " (this build reads " + std::to_string(kDumpFormatVersionOldest) + " to " +
+                         std::to_string(kDumpFormatVersion) + ")");
+  r.header_.format_version = *version;
 
   // Optional root attributes: absent is empty, present must be a string.
   const std::pair<const char*, std::string*> fields[] = {
@@ -797,6 +807,7 @@ Result<DumpReader> DumpReader::open(const std::string& path) {
   }
 
   VisitState state;
+  state.format_version = *version;
   herr_t visited = H5Lvisit(r.file_, H5_INDEX_NAME, H5_ITER_INC, visit_link, &state);
   if (!state.status.is_ok()) return state.status.with_context(path);
   if (visited < 0) return invalid_input(path + ": cannot list datasets" + hdf5_detail());

@@ -2,9 +2,9 @@
 //
 // Root attributes identify the run (format, format_version, scenario, hashes,
 // partition, backend, producer, env, level, created, volatile). Every dataset carries
-// `order` (its place in execution order, from 0) and `digest` ("xxh64:..." of its raw
-// bytes); bfloat16 is stored as uint16 with `dtype = "bfloat16"`, float32 and int32 as
-// themselves with `dtype = "float32"` / `"int32"`.
+// `order` (its place in execution order, from 0) and `digest` ("xxh3:..." of its raw
+// bytes; "xxh64:..." in format_version 1); bfloat16 is stored as uint16 with `dtype = "bfloat16"`,
+// float32 and int32 as themselves with `dtype = "float32"` / `"int32"`.
 //
 // Files are byte-deterministic: equal content and equal volatile attributes give equal
 // bytes (no object timestamps, fixed file-format version, fixed-length strings).
@@ -31,9 +31,13 @@
 
 namespace splitcheck {
 
-// The value of the root attribute `format`, and the one `format_version` understood.
+// The value of the root attribute `format`, the `format_version` this build writes, and
+// the oldest it reads. Version 2 moved dataset digests from XXH64 to XXH3-64 (nothing
+// else changed); version 1 dumps (older builds, tools/splitcheck_dump.py) are read and
+// their XXH64 digests checked as before.
 inline constexpr const char* kDumpFormat = "splitcheck.dump";
-inline constexpr int64_t kDumpFormatVersion = 1;
+inline constexpr int64_t kDumpFormatVersion = 2;
+inline constexpr int64_t kDumpFormatVersionOldest = 1;
 
 // Upper bounds on what a reader allocates from a file's metadata. An attribute (its
 // elements x element size, or the text of its variable-length strings) holds at most
@@ -57,6 +61,8 @@ struct DumpHeader {
   std::string created;
   // Names of the root attributes a comparison ignores, comma separated.
   std::string volatile_attrs = "created,partition,producer,env";
+  // Read back from the file by DumpReader; a writer always writes kDumpFormatVersion.
+  int64_t format_version = kDumpFormatVersion;
 };
 
 // Writes one dump. The file is built at `path + ".partial"` and renamed to `path` by
@@ -121,7 +127,7 @@ struct DatasetInfo {
   DType dtype = DType::kF32;
   Shape shape;
   int64_t order = 0;
-  std::string digest;  // "xxh64:..." or empty when the file carries none
+  std::string digest;  // "xxh3:..." ("xxh64:..." in version 1), or empty when none
   size_t nbytes = 0;
 };
 

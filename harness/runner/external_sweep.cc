@@ -166,12 +166,15 @@ void judge_stages(const std::vector<std::string>& selected, const Partition& par
                                "but no drafter ran (no /spec)",
                                s));
       const auto& text = d.stage_text[s];
-      if (auto it = text.find("drafter_embedding"); it != text.end() && it->second != "target")
+      // "none": no drafter runs beside this stage (docs/dump-format.md).
+      if (auto it = text.find("drafter_embedding");
+          it != text.end() && it->second != "target" && it->second != "none")
         fail_check(c, "embedding",
                    fmt::format("embedding: the drafter on stage {} uses the "
                                "\"{}\" embedding, not the target's",
                                s, it->second));
-      if (auto it = text.find("drafter_same_object"); it != text.end() && it->second == "0")
+      if (auto it = text.find("drafter_same_object_as_target");
+          it != text.end() && it->second == "0")
         fail_check(c, "embedding",
                    fmt::format("embedding: the drafter on stage {} uses a copy, "
                                "not the target's embedding object",

@@ -2,7 +2,7 @@
 
 A dump is one HDF5 file: root attributes that identify the run, datasets under
 /forward/<f>/... each carrying `dtype`, `order` (its place in execution order) and
-`digest` ("xxh64:%016x" of its raw little-endian bytes), and the evidence the checks
+`digest` ("xxh3:%016x" of its raw little-endian bytes; "xxh64:" in format 1), and the evidence the checks
 read: taps, dispatch traces, /stages (placement), /spec (speculative figures).
 `splitcheck compare A B` compares two such files bit for bit; `splitcheck sweep` runs an
 engine that writes them once per split point.
@@ -11,7 +11,7 @@ Needs numpy, h5py and xxhash; PyTorch only for the torch helpers (hooks, bf16 te
 storage identity of torch tensors).
 """
 
-from ._encoding import from_bf16_bits, to_bf16_bits, xxh64
+from ._encoding import from_bf16_bits, to_bf16_bits, xxh3_64, xxh64
 from .compare import differing_datasets
 from .dispatch import KERNELS, SITES, DispatchEvent, DispatchTrace, dispatch, recording
 from .hooks import bf16_bits, record_forward_hooks
@@ -28,5 +28,5 @@ __all__ = [
     "UnsupportedFormatVersion", "__version__", "as_array", "bf16_bits", "differing_datasets",
     "dispatch",
     "from_bf16_bits", "record_forward_hooks", "recording", "storage_of", "to_bf16_bits",
-    "xxh64",
+    "xxh64", "xxh3_64",
 ]

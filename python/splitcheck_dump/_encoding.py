@@ -12,9 +12,19 @@ def xxh64(data, seed=0):
                                   seed=seed)
 
 
-def digest_text(array):
-    """The `digest` attribute of a dataset holding `array`: "xxh64:%016x" of its bytes."""
-    return "xxh64:%016x" % xxh64(np.ascontiguousarray(array))
+def xxh3_64(data):
+    """XXH3-64 of `data` (bytes-like) through libxxhash; xxh3_64(b"") == 0x2D06800538D394C2."""
+    view = memoryview(data)
+    return xxhash.xxh3_64_intdigest(view.tobytes() if view.nbytes == 0 else view.cast("B"))
+
+
+def digest_text(array, format_version=2):
+    """The `digest` attribute of a dataset holding `array`, as format `format_version` writes
+    it: "xxh3:%016x" of its bytes (version 2), "xxh64:%016x" (version 1)."""
+    data = np.ascontiguousarray(array)
+    if format_version == 1:
+        return "xxh64:%016x" % xxh64(data)
+    return "xxh3:%016x" % xxh3_64(data)
 
 
 def to_bf16_bits(array):

@@ -114,9 +114,9 @@ class DumpReader:
             raise KeyError(f"{self.path}: no dataset {path}")
         data = np.ascontiguousarray(self._file[path][()]).astype(
             _STORED[info.dtype].newbyteorder("<"), copy=False)
-        if verify and info.digest and _encoding.digest_text(data) != info.digest:
+        if verify and info.digest and _encoding.digest_text(data, self.format_version) != info.digest:
             raise CorruptDump(f"{self.path}: {path}: bytes hash to "
-                              f"{_encoding.digest_text(data)}, stored digest {info.digest}")
+                              f"{_encoding.digest_text(data, self.format_version)}, stored digest {info.digest}")
         return data
 
     def read_float(self, path):

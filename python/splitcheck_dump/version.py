@@ -6,7 +6,7 @@ release number and changes with its API, not with the format.
 """
 
 FORMAT = "splitcheck.dump"
-FORMAT_VERSION = 1
-SUPPORTED_FORMAT_VERSIONS = (1,)
+FORMAT_VERSION = 2  # dataset digests in XXH3-64; version 1 (XXH64) is still read
+SUPPORTED_FORMAT_VERSIONS = (1, 2)
 
 __version__ = "0.2.0"

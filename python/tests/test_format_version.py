@@ -43,11 +43,11 @@ def _tiny(path):
 
 
 def test_reader_refuses_an_unknown_format_version(tmp_path):
-    path = tmp_path / "v2.h5"
+    path = tmp_path / "v3.h5"
     _tiny(path)
     with h5py.File(path, "r+") as f:
         f.attrs["format_version"] = np.int64(sd.FORMAT_VERSION + 1)
-    with pytest.raises(sd.UnsupportedFormatVersion, match="unsupported format_version 2"):
+    with pytest.raises(sd.UnsupportedFormatVersion, match="unsupported format_version 3"):
         sd.DumpReader(path)
 
 
@@ -64,7 +64,7 @@ def test_reader_refuses_another_format(tmp_path):
 
 
 def test_cpp_refuses_the_same_unknown_version(tmp_path, splitcheck):
-    path = tmp_path / "v2.h5"
+    path = tmp_path / "v3.h5"
     _tiny(path)
     with h5py.File(path, "r+") as f:
         f.attrs["format_version"] = np.int64(sd.FORMAT_VERSION + 1)

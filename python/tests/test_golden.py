@@ -12,33 +12,33 @@ import splitcheck_dump as sd
 from tiny_dump import write_tiny_dump
 
 DATASETS = [
-    ("/forward/0/input_ids", "int32", (3,), "xxh64:250e960bc2864909"),
-    ("/forward/0/layers/0/pre_attn", "bfloat16", (3, 8), "xxh64:9c8c0b889821c419"),
-    ("/forward/0/layers/0/attn_out", "bfloat16", (3, 8), "xxh64:be19598c1ff9e7e1"),
-    ("/forward/0/layers/0/pre_mlp", "bfloat16", (3, 8), "xxh64:d4d8fe9b477a0460"),
-    ("/forward/0/layers/0/mlp_out", "bfloat16", (3, 8), "xxh64:3779dc95a09e9fa3"),
-    ("/forward/0/layers/0/prefix", "bfloat16", (3, 8), "xxh64:83d2b768f73e9637"),
-    ("/forward/0/layers/1/pre_attn", "bfloat16", (3, 8), "xxh64:0955eebc4a90f241"),
-    ("/forward/0/layers/1/attn_out", "bfloat16", (3, 8), "xxh64:10a6ab82d4869c8a"),
-    ("/forward/0/layers/1/pre_mlp", "bfloat16", (3, 8), "xxh64:5682157c8f2ee973"),
-    ("/forward/0/layers/1/mlp_out", "bfloat16", (3, 8), "xxh64:980d1c5d2147dfc1"),
-    ("/forward/0/layers/1/prefix", "bfloat16", (3, 8), "xxh64:4607d8c4fdeea20c"),
-    ("/forward/0/output", "bfloat16", (3, 8), "xxh64:fd44e9c75d643c7c"),
-    ("/forward/0/logits", "float32", (3, 5), "xxh64:5ec209aac480d7b1"),
-    ("/forward/0/taps/0", "bfloat16", (3, 8), "xxh64:e5cdf485f797d94e"),
-    ("/forward/0/taps/2", "bfloat16", (3, 8), "xxh64:bc0b7b5fb4a1e43c"),
-    ("/forward/0/next_tokens", "int32", (3,), "xxh64:56879243d520a615"),
-    ("/forward/0/dispatch", "int32", (6, 4), "xxh64:332ee0b466be55da"),
-    ("/stage_trace/0", "int32", (6,), "xxh64:bb3302e8a9608868"),
-    ("/spec/0/proposals", "int32", (2, 2), "xxh64:27f0147e6ec514a6"),
-    ("/spec/0/accepted", "int32", (2,), "xxh64:eac73e4044e82db0"),
-    ("/spec/0/emitted", "int32", (4,), "xxh64:89c25e2fe9005310"),
-    ("/spec/accepted_histogram", "int32", (3,), "xxh64:2b81e9d67ad16f26"),
+    ("/forward/0/input_ids", "int32", (3,), "xxh3:3b87cb675e2ef94c"),
+    ("/forward/0/layers/0/pre_attn", "bfloat16", (3, 8), "xxh3:98f437c36a330be1"),
+    ("/forward/0/layers/0/attn_out", "bfloat16", (3, 8), "xxh3:4d810eb6710d6c10"),
+    ("/forward/0/layers/0/pre_mlp", "bfloat16", (3, 8), "xxh3:48f9052a6633b720"),
+    ("/forward/0/layers/0/mlp_out", "bfloat16", (3, 8), "xxh3:8b461184d3b7b8ad"),
+    ("/forward/0/layers/0/prefix", "bfloat16", (3, 8), "xxh3:67d9275279041642"),
+    ("/forward/0/layers/1/pre_attn", "bfloat16", (3, 8), "xxh3:f76c5453fd9f344c"),
+    ("/forward/0/layers/1/attn_out", "bfloat16", (3, 8), "xxh3:729a87839745d4c2"),
+    ("/forward/0/layers/1/pre_mlp", "bfloat16", (3, 8), "xxh3:94e436a88ce37db0"),
+    ("/forward/0/layers/1/mlp_out", "bfloat16", (3, 8), "xxh3:dc288b3db6729889"),
+    ("/forward/0/layers/1/prefix", "bfloat16", (3, 8), "xxh3:66c346c55eebc832"),
+    ("/forward/0/output", "bfloat16", (3, 8), "xxh3:11848beb964d75cd"),
+    ("/forward/0/logits", "float32", (3, 5), "xxh3:08701e87112ff719"),
+    ("/forward/0/taps/0", "bfloat16", (3, 8), "xxh3:375b0b4825393905"),
+    ("/forward/0/taps/2", "bfloat16", (3, 8), "xxh3:886f9e28ca29372d"),
+    ("/forward/0/next_tokens", "int32", (3,), "xxh3:fe6f96152d8c3067"),
+    ("/forward/0/dispatch", "int32", (6, 4), "xxh3:725ab7135e8e6376"),
+    ("/stage_trace/0", "int32", (6,), "xxh3:743df94ee4c78a2a"),
+    ("/spec/0/proposals", "int32", (2, 2), "xxh3:6fc1ebd4f4d6ea31"),
+    ("/spec/0/accepted", "int32", (2,), "xxh3:2086c65c91eee243"),
+    ("/spec/0/emitted", "int32", (4,), "xxh3:bd6b2a326b300a2c"),
+    ("/spec/accepted_histogram", "int32", (3,), "xxh3:bc51e9c7e72f4789"),
 ]
 
 ROOT_ATTRIBUTES = {
     "format": "splitcheck.dump",
-    "format_version": 1,
+    "format_version": 2,
     "scenario": '{"name": "tiny"}',
     "scenario_sha256": "0" * 64,
     "model_sha256": "1" * 64,
@@ -53,7 +53,7 @@ ROOT_ATTRIBUTES = {
 
 # The whole file, as h5py 3.7.0 on HDF5 1.10.8 (Debian 12) writes it.
 FILE_SHA256 = {("3.7.0", "1.10.8"):
-               "6f2b0ec07564b259e2005a60658ec3daf1b15705665472a799b98f3bb571f764"}
+               "b9f5147677b2ec1031464010bad8ed16b9b1fc30981bef83ad49d29681ad5e2d"}
 
 
 @pytest.fixture
@@ -90,6 +90,7 @@ def test_bf16_rounding_is_pinned(tiny):
     assert int(bits[0, 1]) == 0x8000  # negative zero kept
     assert sd.to_bf16_bits(np.array([np.nan], np.float32))[0] & 0x7FC0 == 0x7FC0
     assert sd.xxh64(b"") == 0xEF46DB3751D8E999
+    assert sd.xxh3_64(b"") == 0x2D06800538D394C2
 
 
 def test_group_attributes_are_pinned(tiny):

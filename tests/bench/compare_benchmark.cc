@@ -1,8 +1,8 @@
 // The comparator against its anchors (DESIGN.md, "Performance"): the default compare of
 // two page-cached dumps (every byte read and compared, both files' digests verified in the
-// same pass), a compare that trusts equal digests (`--trust-digests`), mmap + memcmp of
-// the same two files, and h5diff, all in one run, with the medians, the ratios and the
-// comparator's peak RSS at the end.
+// same pass, on every core), the same on one thread, a compare that trusts equal digests
+// (`--trust-digests`), mmap + memcmp of the same two files, and h5diff, all in one run, with the
+// medians, the ratios and the comparator's peak RSS at the end.
 //
 //   SPLITCHECK_BENCH_BYTES=268435456 ./compare_benchmark   # size of each dump (default 1 GiB)
 //   SPLITCHECK_BENCH_H5DIFF_REPS=3                         # h5diff repetitions (default 1)
@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/dump/compare.h"
@@ -66,7 +67,7 @@ struct Fixture {
   fs::path dir;
   std::string a, b;
   size_t bytes = 0;
-  std::vector<double> full_s, trusted_s, memcmp_s, h5diff_s;
+  std::vector<double> full_s, one_thread_s, trusted_s, memcmp_s, h5diff_s;
   long rss_before_kib = 0, rss_after_compare_kib = 0;
   bool ready = false;
 
@@ -79,6 +80,8 @@ struct Fixture {
                 memcmp_s.size(), h5diff_s.size());
     std::printf("verified full compare  %8.3f s  (every byte compared, both digests checked)\n",
                 full);
+    std::printf("same, on one thread    %8.3f s  (CompareOptions::threads = 1; default: %u)\n",
+                median(one_thread_s), std::max(1u, std::thread::hardware_concurrency()));
     std::printf("trusted-digest compare %8.3f s  (--trust-digests: nothing read)\n",
                 median(trusted_s));
     std::printf("mmap + memcmp          %8.3f s\n", memcmp);
@@ -163,6 +166,21 @@ void BM_CompareFull(benchmark::State& state) {
   f.rss_after_compare_kib = max_rss_kib();
 }
 
+void BM_CompareOneThread(benchmark::State& state) {
+  Fixture& f = fixture();
+  CompareOptions o;
+  o.threads = 1;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    Result<CompareResult> r = compare_dumps(f.a, f.b, o);
+    f.one_thread_s.push_back(seconds_since(t0));
+    if (!r.is_ok() || !r->equal() || r->bytes_read != static_cast<int64_t>(2 * f.bytes))
+      state.SkipWithError("compare failed");
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * f.bytes));
+}
+
 void BM_CompareTrustedDigests(benchmark::State& state) {
   Fixture& f = fixture();
   CompareOptions o;
@@ -225,6 +243,7 @@ int64_t h5diff_reps() {
 // Full compare first, so the peak RSS it leaves is the comparator's (memcmp maps whole
 // files). Compare and memcmp repeat 5 times; h5diff SPLITCHECK_BENCH_H5DIFF_REPS times.
 BENCHMARK(BM_CompareFull)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CompareOneThread)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CompareTrustedDigests)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MmapMemcmp)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_H5diff)->Iterations(h5diff_reps())->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -139,7 +139,7 @@ TEST_F(BadInputTest, CompareRefusesDataThatDoesNotMatchItsDigest) {
   fs::copy_file(good, forged);
   h5py_edit(mutated, kMutateLayer);
   h5py_edit(forged,
-            "    f['/forward/0/logits'].attrs['digest'] = np.bytes_(b'xxh64:00000000deadbeef')\n");
+            "    f['/forward/0/logits'].attrs['digest'] = np.bytes_(b'xxh3:00000000deadbeef')\n");
   for (const std::string flags : {"", "--full "}) {
     expect_one_line_refusal(
         cli("compare " + flags + quote(good.string()) + " " + quote(mutated.string())),
@@ -209,7 +209,7 @@ TEST_F(BadInputTest, VerifyDumpPassesASoundDumpAndNamesWhatIsBroken) {
   } cases[] = {
       {"stale-digest", kMutateLayer, {"/forward/0/layers/0/pre_attn", "digest"}},
       {"forged-digest",
-       "    f['/forward/0/logits'].attrs['digest'] = np.bytes_(b'xxh64:00000000deadbeef')\n",
+       "    f['/forward/0/logits'].attrs['digest'] = np.bytes_(b'xxh3:00000000deadbeef')\n",
        {"/forward/0/logits", "digest"}},
       {"no-digest",
        "    del f['/forward/0/logits'].attrs['digest']\n",
@@ -221,7 +221,7 @@ TEST_F(BadInputTest, VerifyDumpPassesASoundDumpAndNamesWhatIsBroken) {
        "    f['/forward/0/logits'].attrs['order'] = np.int64(100000)\n",
        {"/forward/0/logits", "order 100000"}},
       {"format", "    f.attrs['format'] = np.bytes_(b'other.dump')\n", {"format"}},
-      {"format-version", "    f.attrs['format_version'] = np.int64(2)\n", {"format_version"}},
+      {"format-version", "    f.attrs['format_version'] = np.int64(3)\n", {"format_version"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -409,7 +409,7 @@ TEST_F(BadInputTest, ShapesWhoseElementCountOverflowsAreRefused) {
             std::string(c.shape) + ", dtype='<f4', chunks=" + c.chunks +
             ")\n"
             "    d.attrs['order'] = np.int64(len(n))\n"
-            "    d.attrs['digest'] = np.bytes_(b'xxh64:ef46db3751d8e999')\n");
+            "    d.attrs['digest'] = np.bytes_(b'xxh3:2d06800538d394c2')\n");
     for (const std::string& cmd :
          {"compare " + quote(good.string()) + " " + quote(hostile.string()),
           "verify-dump " + quote(hostile.string())})

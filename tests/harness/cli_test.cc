@@ -11,8 +11,10 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 
+#include "harness/build_info.h"
 #include "harness/dump/compare.h"
 #include "reference/config.h"
 #include "reference/weights.h"
@@ -221,6 +223,18 @@ TEST_F(CliTest, SweepHasNoModeThatTakesLayerCallsFromPp1) {
   }
 }
 
+TEST_F(CliTest, SweepNamesItsTransportAndWhereTheStagesRan) {
+  const CliResult r = cli("sweep " + quote(small_scenario("small.json").string()) + " --threads 1");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  EXPECT_NE(
+      r.out.find(std::string("\ntransport: inproc (every stage a thread of this process on ") +
+                 host + ")\n"),
+      std::string::npos)
+      << r.out;
+}
+
 TEST_F(CliTest, GoldenVerifyPassesOnCommittedGoldens) {
   if (!committed_goldens_exist()) GTEST_SKIP() << "no golden/MANIFEST.json in the source tree";
   const CliResult r = cli("golden verify");
@@ -256,8 +270,8 @@ TEST_F(CliTest, GoldenVerifyCatchesOneFlippedBitInAFreshGolden) {
       "    v = np.array(d[0, 3], dtype=np.float32)\n"
       "    d[0, 3] = (v.view(np.uint32) ^ np.uint32(1)).view(np.float32)\n"
       "    if len(sys.argv) > 2:\n"
-      "        h = xxhash.xxh64_intdigest(d[...].astype('<f4').tobytes())\n"
-      "        d.attrs.modify('digest', ('xxh64:%016x' % h).encode())\n";
+      "        h = xxhash.xxh3_64_intdigest(d[...].astype('<f4').tobytes())\n"
+      "        d.attrs.modify('digest', ('xxh3:%016x' % h).encode())\n";
   write_text(path("flip.py"), flip);
   ASSERT_EQ(std::system(("/usr/bin/python3 " + quote(path("flip.py").string()) + " " +
                          quote((golden_dir / file).string()))
@@ -280,6 +294,33 @@ TEST_F(CliTest, GoldenVerifyCatchesOneFlippedBitInAFreshGolden) {
   EXPECT_NE(after.out.find("logits"), std::string::npos) << after.out;
   EXPECT_NE(after.out.find("forward 0"), std::string::npos) << after.out;
   EXPECT_NE(after.out.find("token 0 channel 3"), std::string::npos) << after.out;
+}
+
+TEST_F(CliTest, VersionNamesTheBuildTheDumpFormatAndTheCapabilities) {
+  const CliResult r = cli("--version");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out.rfind("splitcheck " SPLITCHECK_VERSION " (git " SPLITCHECK_GIT_REVISION ")\n", 0),
+            0u)
+      << r.out;
+  EXPECT_NE(r.out.find("dump format: writes version 2 (xxh3 digests); reads versions 1 to 2"),
+            std::string::npos)
+      << r.out;
+  const std::string yes_no = "(yes|no)";
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex("capabilities: cuda " + yes_no + ", mpi " + yes_no + ", nccl " + yes_no)))
+      << r.out;
+#if SPLITCHECK_HAVE_MPI
+  EXPECT_NE(r.out.find("mpi yes"), std::string::npos) << r.out;
+#else
+  EXPECT_NE(r.out.find("mpi no"), std::string::npos) << r.out;
+#endif
+#ifdef SPLITCHECK_HAVE_CUDA
+  EXPECT_NE(r.out.find("cuda yes"), std::string::npos) << r.out;
+#else
+  EXPECT_NE(r.out.find("cuda no"), std::string::npos) << r.out;
+#endif
+  EXPECT_EQ(r.out.back(), '\n');
 }
 
 }  // namespace

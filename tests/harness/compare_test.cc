@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -385,7 +386,7 @@ constexpr const char* kMutateLogits =
 // Only the digest attribute of /forward/0/logits rewritten (the bytes are untouched).
 constexpr const char* kForgeLogitsDigest =
     "    d = f['/forward/0/logits']\n"
-    "    d.attrs.modify('digest', b'xxh64:0123456789abcdef')\n";
+    "    d.attrs.modify('digest', b'xxh3:0123456789abcdef')\n";
 
 void expect_corrupt(const Result<CompareResult>& r, const std::string& file,
                     const std::string& dataset) {
@@ -432,11 +433,133 @@ TEST_F(CompareTest, AForgedDigestOverEqualBytesIsACorruptFile) {
   CompareOptions trust;
   trust.trust_digest = true;
   expect_corrupt(compare_dumps(a, b, trust), b, "/forward/0/logits");
-  // A digest that is not "xxh64:" and 16 hex digits is refused on open.
+  // A digest that is not "xxh3:" and 16 hex digits is refused on open.
   h5py_edit(b, "    f['/forward/0/logits'].attrs['digest'] = np.bytes_(b'sha1:abc')\n");
   Result<CompareResult> r = compare_dumps(a, b, {});
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("/forward/0/logits"), std::string::npos);
+}
+
+TEST_F(CompareTest, EachFormatVersionCarriesItsOwnDigestAlgorithm) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 cannot import h5py";
+  const std::string a = write("a.h5", base_entries());
+  Result<DumpReader> ra = DumpReader::open(a);
+  ASSERT_TRUE(ra.is_ok());
+  EXPECT_EQ(ra->header().format_version, 2);
+  for (const DatasetInfo& d : ra->datasets()) EXPECT_TRUE(d.digest.starts_with("xxh3:")) << d.path;
+  // The true XXH64 of the bytes, in a version 2 file: refused, naming what is expected.
+  const std::string b = write("b.h5", base_entries());
+  h5py_edit(b,
+            "    import xxhash\n"
+            "    d = f['/forward/0/logits']\n"
+            "    d.attrs.modify('digest', ('xxh64:%016x' % "
+            "xxhash.xxh64_intdigest(d[...].astype('<f4').tobytes())).encode())\n");
+  Result<CompareResult> r = compare_dumps(a, b, {});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("/forward/0/logits"), std::string::npos);
+  EXPECT_NE(r.status().message().find("not \"xxh3:\""), std::string::npos) << r.status().message();
+  // Version 1 with the xxh3 digests of version 2: refused too.
+  const std::string c = write("c.h5", base_entries());
+  h5py_edit(c, "    f.attrs['format_version'] = np.int64(1)\n");
+  r = compare_dumps(a, c, {});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("not \"xxh64:\""), std::string::npos) << r.status().message();
+}
+
+// The committed golden is a version 1 dump (XXH64 digests): it is still read, every digest
+// checked, and a flipped byte in it is still a corrupt file.
+TEST_F(CompareTest, Version1DumpsAreReadAndTheirXxh64DigestsChecked) {
+  const std::string golden = std::string(SPLITCHECK_SOURCE_DIR) + "/golden/default.h5";
+  Result<DumpReader> r = DumpReader::open(golden);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->header().format_version, 1);
+  ASSERT_FALSE(r->datasets().empty());
+  for (const DatasetInfo& d : r->datasets()) EXPECT_TRUE(d.digest.starts_with("xxh64:")) << d.path;
+  for (int threads : {1, 3}) {
+    CompareOptions o;
+    o.threads = threads;
+    CompareResult same = compare(golden, golden, o);
+    EXPECT_TRUE(same.equal()) << verdict(same);
+    EXPECT_GT(same.bytes_read, 0);
+  }
+  // One byte of the last dataset stored contiguously flipped in a copy.
+  const std::string copy = (dir_ / "golden-copy.h5").string();
+  fs::copy_file(golden, copy);
+  std::string victim;
+  std::optional<uint64_t> offset;
+  for (const DatasetInfo& d : r->datasets())
+    if (d.nbytes > 0)
+      if (std::optional<uint64_t> o = r->contiguous_offset(d.path)) victim = d.path, offset = o;
+  ASSERT_TRUE(offset.has_value());
+  {
+    std::fstream f(copy, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(*offset));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 1);
+    f.seekp(static_cast<std::streamoff>(*offset));
+    f.write(&byte, 1);
+  }
+  Result<CompareResult> bad = compare_dumps(golden, copy, {});
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find(victim), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("stored digest xxh64:"), std::string::npos)
+      << bad.status().message();
+}
+
+// Datasets stored contiguously are read, hashed and compared by several threads; what
+// they find is reported as one thread would report it, in execution order.
+TEST_F(CompareTest, ParallelPassReportsAsOneThreadDoes) {
+  Entries ea, eb;
+  for (int l = 0; l < 12; ++l) {
+    const std::string path = "/forward/0/layers/" + std::to_string(l) + "/pre_attn";
+    ea.emplace_back(path, bf16_ramp({16, 256}));
+    eb.emplace_back(path, bf16_ramp({16, 256}));
+  }
+  eb[3].second.data<bf16>()[100].bits ^= 1;
+  eb[9].second.data<bf16>()[7].bits ^= 0x10;
+  const std::string a = write("a.h5", ea), b = write("b.h5", eb);
+  CompareOptions one;
+  one.threads = 1;
+  const CompareResult serial = compare(a, b, one);
+  ASSERT_EQ(serial.diffs.size(), 2u);
+  for (int threads : {2, 4, 12, 0}) {
+    SCOPED_TRACE(threads);
+    CompareOptions o;
+    o.threads = threads;
+    o.chunk_bytes = 3000;  // several windows per dataset and thread
+    const CompareResult par = compare(a, b, o);
+    ASSERT_EQ(par.diffs.size(), 2u);
+    EXPECT_EQ(par.diffs[0].path, "/forward/0/layers/3/pre_attn");
+    EXPECT_EQ(par.diffs[1].path, "/forward/0/layers/9/pre_attn");
+    EXPECT_EQ(par.diffs[1].mismatches, serial.diffs[1].mismatches);
+    EXPECT_EQ(verdict_line(par.diffs[0]), verdict_line(serial.diffs[0]));
+    EXPECT_EQ(par.bytes_read, serial.bytes_read);
+    EXPECT_EQ(par.datasets_compared, 12);
+    o.stop_at_first = true;
+    const CompareResult first = compare(a, b, o);
+    ASSERT_EQ(first.diffs.size(), 1u);
+    EXPECT_EQ(first.diffs[0].path, "/forward/0/layers/3/pre_attn");
+    EXPECT_EQ(first.datasets_compared, 4);
+  }
+}
+
+TEST_F(CompareTest, ParallelPassFindsACorruptDatasetLateInTheFile) {
+  if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 cannot import h5py";
+  Entries e;
+  for (int l = 0; l < 10; ++l)
+    e.emplace_back("/forward/0/layers/" + std::to_string(l) + "/pre_attn", bf16_ramp({8, 128}));
+  const std::string a = write("a.h5", e), b = write("b.h5", e);
+  h5py_edit(b,
+            "    d = f['/forward/0/layers/8/pre_attn']\n"
+            "    v = d[...]\n"
+            "    v[1, 2] ^= 1\n"
+            "    d[...] = v\n");
+  for (int threads : {1, 4}) {
+    CompareOptions o;
+    o.threads = threads;
+    expect_corrupt(compare_dumps(a, b, o), b, "/forward/0/layers/8/pre_attn");
+  }
 }
 
 TEST_F(CompareTest, TrustingDigestsSkipsTheMutationAndSaysSo) {
@@ -740,8 +863,8 @@ TEST_F(CompareTest, CorruptAndAttributeOnlyPairsAgainstH5diff) {
   const std::string honest = edited(
       "honest.h5", std::string(kMutateLogits) +
                        "    import xxhash\n"
-                       "    d.attrs.modify('digest', ('xxh64:%016x' % "
-                       "xxhash.xxh64_intdigest(d[...].astype('<f4').tobytes())).encode())\n");
+                       "    d.attrs.modify('digest', ('xxh3:%016x' % "
+                       "xxhash.xxh3_64_intdigest(d[...].astype('<f4').tobytes())).encode())\n");
   h = run_h5diff("", a, honest, (dir_ / "honest.out").string());
   CompareResult ours = compare(a, honest);
   EXPECT_EQ(h.exit_status, 1);

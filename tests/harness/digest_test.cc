@@ -44,6 +44,42 @@ TEST(DigestTest, Xxh64KnownVectors) {
   EXPECT_EQ(digest64_string(0x1), "xxh64:0000000000000001");
 }
 
+TEST(DigestTest, Xxh3KnownVectorsAndTheAttributeOfEachAlgorithm) {
+  // Values from the reference implementation (python3-xxhash's xxh3_64_intdigest).
+  EXPECT_EQ(digest3({}), 0x2D06800538D394C2ULL);
+  EXPECT_EQ(digest3(bytes_of("a")), 0xE6C632B61E964E1FULL);
+  EXPECT_EQ(digest3(bytes_of("abc")), 0x78AF5F94892F3950ULL);
+  EXPECT_EQ(digest3(bytes_of("Nobody inspects the spammish repetition")), 0x6CB00603B5CC47E9ULL);
+  EXPECT_EQ(dataset_digest_hex({}), "xxh3:2d06800538d394c2");
+  EXPECT_EQ(parse_digest("xxh3:2D06800538D394C2"),
+            (DatasetDigest{DigestAlgorithm::kXxh3, 0x2D06800538D394C2ULL}));
+  EXPECT_EQ(parse_digest("xxh64:ef46db3751d8e999"),
+            (DatasetDigest{DigestAlgorithm::kXxh64, 0xEF46DB3751D8E999ULL}));
+  EXPECT_EQ(digest_string({DigestAlgorithm::kXxh64, 1}), "xxh64:0000000000000001");
+  for (const char* bad : {"xxh3:2d06800538d394c", "xxh3:2d06800538d394c2a", "xxh3-2d06800538d394c2",
+                          "xxh3:2d06800538d394cg", "xxh128:2d06800538d394c2", ""})
+    EXPECT_FALSE(parse_digest(bad).has_value()) << bad;
+}
+
+TEST(DigestTest, DatasetDigestCheckUsesTheAlgorithmTheStoredDigestNames) {
+  const auto abc = bytes_of("abc");
+  for (const std::string& stored :
+       {std::string("xxh3:78af5f94892f3950"), std::string("xxh64:44bc2cf5ad770999")}) {
+    DatasetDigestCheck ok("f.h5", "/x", stored);
+    ok.update(abc);
+    EXPECT_TRUE(ok.finish().is_ok()) << stored;
+  }
+  // The XXH64 value behind the xxh3 prefix is a false claim.
+  DatasetDigestCheck swapped("f.h5", "/x", "xxh3:44bc2cf5ad770999");
+  swapped.update(abc);
+  const Status st = swapped.finish();
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("f.h5: dataset /x: stored digest xxh3:44bc2cf5ad770999 but its "
+                              "bytes hash to xxh3:78af5f94892f3950"),
+            std::string::npos)
+      << st.message();
+}
+
 TEST(DigestTest, StreamingMatchesOneShotForEverySplit) {
   std::mt19937 rng(7);
   std::vector<std::byte> data(300);
@@ -64,6 +100,21 @@ TEST(DigestTest, StreamingMatchesOneShotForEverySplit) {
   Xxh64 bytewise;
   for (std::byte b : data) bytewise.update(std::span<const std::byte>(&b, 1));
   EXPECT_EQ(bytewise.digest(), xxh);
+  // XXH3 streams through an internal 256-byte buffer: cuts around it and bytewise.
+  const uint64_t x3 = digest3(all);
+  for (size_t split = 0; split <= data.size(); split += 5) {
+    DatasetHasher h(DigestAlgorithm::kXxh3);
+    h.update(all.first(split));
+    h.update(all.subspan(split));
+    EXPECT_EQ(h.digest(), (DatasetDigest{DigestAlgorithm::kXxh3, x3})) << "split " << split;
+  }
+  DatasetHasher h3(DigestAlgorithm::kXxh3), h64(DigestAlgorithm::kXxh64);
+  for (std::byte b : data) {
+    h3.update(std::span<const std::byte>(&b, 1));
+    h64.update(std::span<const std::byte>(&b, 1));
+  }
+  EXPECT_EQ(h3.digest().value, x3);
+  EXPECT_EQ(h64.digest(), (DatasetDigest{DigestAlgorithm::kXxh64, xxh}));
 }
 
 TEST(DigestTest, Sha256FileAndMissingFile) {

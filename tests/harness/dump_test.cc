@@ -111,7 +111,7 @@ TEST_F(DumpTest, RoundTripsEveryDtypeAndTheHeader) {
     EXPECT_EQ(info.dtype, expected[i].dtype());
     EXPECT_EQ(info.shape, expected[i].shape());
     EXPECT_EQ(info.nbytes, expected[i].nbytes());
-    EXPECT_EQ(info.digest, digest64_hex({expected[i].bytes(), expected[i].nbytes()}));
+    EXPECT_EQ(info.digest, dataset_digest_hex({expected[i].bytes(), expected[i].nbytes()}));
     Result<Tensor> t = r->read(paths[i]);
     ASSERT_TRUE(t.is_ok()) << t.status().message();
     EXPECT_TRUE(t->bit_equal(expected[i])) << paths[i];
@@ -124,7 +124,8 @@ TEST_F(DumpTest, RoundTripsEveryDtypeAndTheHeader) {
   EXPECT_EQ(*kind, "prefill");
   Result<int64_t> version = r->attr_int("/", "format_version");
   ASSERT_TRUE(version.is_ok());
-  EXPECT_EQ(*version, 1);
+  EXPECT_EQ(*version, 2);
+  EXPECT_EQ(r->header().format_version, 2);
   EXPECT_TRUE(r->exists("/forward/0/layers"));
   EXPECT_TRUE(r->exists("forward/0/logits"));
   EXPECT_FALSE(r->exists("/forward/1/logits"));
@@ -323,10 +324,14 @@ TEST_F(DumpTest, RejectsMissingOrWrongFormatAttributes) {
   write_plain_hdf5(plain);
   expect_invalid(DumpReader::open(plain), plain, "missing attribute format");
 
-  const std::string v2 = file("v2.h5");
-  write_standard(v2);
-  replace_root_attr(v2.c_str(), "format_version", 2);
-  expect_invalid(DumpReader::open(v2), v2, "unsupported format_version 2");
+  for (int64_t version : {0, 3}) {
+    const std::string other = file("v" + std::to_string(version) + ".h5");
+    write_standard(other);
+    replace_root_attr(other.c_str(), "format_version", version);
+    expect_invalid(
+        DumpReader::open(other), other,
+        "unsupported format_version " + std::to_string(version) + " (this build reads 1 to 2)");
+  }
 
   const std::string numeric_format = file("numeric_format.h5");
   write_standard(numeric_format);
@@ -362,7 +367,7 @@ def s(v):
     return v.decode() if isinstance(v, bytes) else str(v)
 with h5py.File(sys.argv[1], "r") as f:
     assert s(f.attrs["format"]) == "splitcheck.dump", f.attrs["format"]
-    assert int(f.attrs["format_version"]) == 1
+    assert int(f.attrs["format_version"]) == 2
     assert s(f.attrs["partition"]) == "0-12|12-32"
     assert s(f.attrs["level"]) == "layer"
     assert "created" in s(f.attrs["volatile"]).split(",")
@@ -376,7 +381,7 @@ with h5py.File(sys.argv[1], "r") as f:
     vals = (x[()].astype(np.uint32) << 16).view(np.float32)
     assert vals[0, 0] == -5.5 and vals[2, 3] == 5.5, vals
     assert int(x.attrs["order"]) == 1
-    assert s(x.attrs["digest"]).startswith("xxh64:")
+    assert s(x.attrs["digest"]).startswith("xxh3:")
     l = f["forward/0/logits"]
     assert l.dtype == np.float32 and l.shape == (2, 5) and s(l.attrs["dtype"]) == "float32"
     i = f["forward/0/input_ids"]

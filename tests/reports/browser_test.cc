@@ -1,7 +1,8 @@
 // report.html in headless Chromium (Debian's package; never downloaded at test time): the
 // rendered DOM shows the verdict, one SVG map row and one table row per split point with
-// the report's counts, the page logs no console error, and a screenshot is saved as
-// <build>/report-screenshot.png.
+// the report's counts, the page logs no console error, its SVG charts are laid out with a
+// non-empty box, and screenshots are saved as <build>/report-screenshot.png (a sweep with
+// a fault) and <build>/compare-report-screenshot.png (a compare of two engines' dumps).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -136,6 +137,73 @@ TEST_F(BrowserTest, SavesAScreenshotWithoutConsoleErrors) {
   EXPECT_GT(fs::file_size(png), 20000u);
   const std::string head = read_text(png).substr(0, 8);
   EXPECT_EQ(head, std::string("\x89PNG\r\n\x1a\n", 8));
+  const std::vector<std::string> errors = page_errors(r.err);
+  EXPECT_TRUE(errors.empty()) << errors.size() << " console errors, first: " << errors.front();
+}
+
+// The rendered size of each SVG named in `ids`, measured in the browser: the report
+// (which runs no script) is copied without its CSP and with a script appended that writes
+// each element's bounding box into the DOM as <pre id="box-ID">WxH</pre>. Missing: "none".
+std::map<std::string, std::string> rendered_boxes(const fs::path& page,
+                                                  const std::vector<std::string>& ids,
+                                                  const fs::path& work) {
+  std::string html = read_text(page);
+  const size_t csp = html.find("<meta http-equiv=\"Content-Security-Policy\"");
+  if (csp != std::string::npos) html.erase(csp, html.find('>', csp) + 1 - csp);
+  std::string script = "<script>for (const id of [";
+  for (const std::string& id : ids) script += "'" + id + "',";
+  script +=
+      "]) { const e = document.getElementById(id); const p = document.createElement('pre');"
+      " p.id = 'box-' + id; if (e) { const r = e.getBoundingClientRect();"
+      " p.textContent = Math.round(r.width) + 'x' + Math.round(r.height); }"
+      " else { p.textContent = 'none'; } document.body.appendChild(p); }</script>";
+  html.insert(html.rfind("</body>"), script);
+  const fs::path probe = work / "probe.html";
+  std::ofstream(probe) << html;
+  const BrowserRun r = chromium(probe, "--dump-dom", work);
+  std::map<std::string, std::string> out;
+  for (const std::string& id : ids) {
+    std::smatch m;
+    out[id] = std::regex_search(r.out, m, std::regex("<pre id=\"box-" + id + "\">([^<]*)</pre>"))
+                  ? m[1].str()
+                  : "not measured";
+  }
+  return out;
+}
+
+// Width and height of "WxH"; zero when it is not that.
+std::pair<int, int> box_size(const std::string& box) {
+  std::smatch m;
+  if (!std::regex_match(box, m, std::regex(R"((\d+)x(\d+))"))) return {0, 0};
+  return {std::stoi(m[1]), std::stoi(m[2])};
+}
+
+TEST_F(BrowserTest, SweepMapAndCompareLayerChartRenderWithANonEmptyBox) {
+  const auto sweep = rendered_boxes(reports() / "report.html", {"split-map"}, work_);
+  const auto [sw, sh] = box_size(sweep.at("split-map"));
+  EXPECT_GT(sw, 100) << sweep.at("split-map");
+  EXPECT_GT(sh, 20) << sweep.at("split-map");
+  const auto cmp = rendered_boxes(compare_reports("browser") / "report.html",
+                                  {"layer-chart", "inputs-provenance"}, work_);
+  const auto [cw, ch] = box_size(cmp.at("layer-chart"));
+  EXPECT_GT(cw, 100) << cmp.at("layer-chart");
+  EXPECT_GT(ch, 100) << cmp.at("layer-chart");
+  EXPECT_GT(box_size(cmp.at("inputs-provenance")).second, 0) << cmp.at("inputs-provenance");
+  // The probe is live: an id the page lacks measures as absent.
+  EXPECT_EQ(rendered_boxes(reports() / "report.html", {"layer-chart"}, work_).at("layer-chart"),
+            "none");
+}
+
+TEST_F(BrowserTest, SavesAScreenshotOfACompareReport) {
+  const fs::path png = fs::path(SPLITCHECK_BUILD_DIR) / "compare-report-screenshot.png";
+  fs::remove(png);
+  const BrowserRun r =
+      chromium(compare_reports("browser") / "report.html",
+               "--screenshot=" + quote(png.string()) + " --window-size=1280,1400", work_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_TRUE(fs::exists(png)) << r.err;
+  EXPECT_GT(fs::file_size(png), 20000u);
+  EXPECT_EQ(read_text(png).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   const std::vector<std::string> errors = page_errors(r.err);
   EXPECT_TRUE(errors.empty()) << errors.size() << " console errors, first: " << errors.front();
 }

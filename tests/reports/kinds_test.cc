@@ -125,8 +125,8 @@ TEST_F(KindsTest, CompareReport) {
       "/usr/bin/python3 -c 'import sys, h5py, xxhash\n"
       "with h5py.File(sys.argv[1], \"r+\") as f:\n"
       "    d = f[sys.argv[2]]\n"
-      "    h = xxhash.xxh64_intdigest(d[...].tobytes())\n"
-      "    d.attrs[\"digest\"] = (\"xxh64:%016x\" % h).encode()' " +
+      "    h = xxhash.xxh3_64_intdigest(d[...].tobytes())\n"
+      "    d.attrs[\"digest\"] = (\"xxh3:%016x\" % h).encode()' " +
       quote(c.string()) + " " + quote(flipped);
   ASSERT_EQ(std::system(fix_digest.c_str()), 0) << fix_digest;
   const fs::path diff_dir = dir_ / "diff";

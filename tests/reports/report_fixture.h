@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "harness/dump/dump.h"
 #include "harness/verdict/sweep.h"
 #include "reports/report.h"
 
@@ -80,6 +81,61 @@ inline const std::filesystem::path& fault_reports() {
 
 inline const std::filesystem::path& pairwise_reports() {
   return sweep_reports("pairwise", "pp4-pairwise");
+}
+
+// Two dumps of 6 layers x 2 sites written by different producers (splitcheck on cpu, and
+// an external engine's writer), the candidate diverging from layer 2 on and more with
+// each layer (layer 2: 1 element, layer 3: 1/16 of them, layer 4: 1/4, layer 5: all), and
+// their compare reports written into a fresh directory named `tag`; cached per tag.
+inline const std::filesystem::path& compare_reports(const std::string& tag) {
+  static std::map<std::string, std::filesystem::path> cache;
+  auto it = cache.find(tag);
+  if (it != cache.end()) return it->second;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("splitcheck_compare_report_test_" + std::to_string(::getpid()) + "_" + tag);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, bool candidate) {
+    DumpHeader h;
+    h.created = "2024-05-01T12:00:00Z";
+    h.level = "layer";
+    h.partition = candidate ? "0-3|3-6" : "0-6";
+    h.backend = candidate ? "torch-cpu" : "cpu";
+    h.producer_json = candidate ? R"({"name":"transformers-deepseek-v3","version":"4.46.0",)"
+                                  R"("git_revision":"unknown"})"
+                                : R"({"name":"splitcheck","version":"0.1.0",)"
+                                  R"("git_revision":"990f7de"})";
+    h.env_json = candidate ? R"({"compiler":"torch 2.5.1","flags":"","device":"cpu"})"
+                           : R"({"compiler":"GNU 12.2.0","flags":"-O3","device":"cpu"})";
+    const std::string path = (dir / name).string();
+    Result<DumpWriter> w = DumpWriter::create(path, h);
+    EXPECT_TRUE(w.is_ok()) << w.status().message();
+    for (int l = 0; l < 6; ++l) {
+      for (const char* site : {"pre_attn", "mlp_out"}) {
+        Tensor t = Tensor::zeros(DType::kBF16, {8, 64});
+        for (int64_t i = 0; i < t.numel(); ++i)
+          t.data<bf16>()[i] = to_bf16(static_cast<float>((i + l) % 13) * 0.25f);
+        const int64_t wrong = !candidate || l < 2 ? 0
+                              : l == 2            ? 1
+                              : l == 3            ? t.numel() / 16
+                              : l == 4            ? t.numel() / 4
+                                                  : t.numel();
+        for (int64_t i = 0; i < wrong; ++i) t.data<bf16>()[i].bits ^= 1;
+        EXPECT_TRUE(w->write("/forward/0/layers/" + std::to_string(l) + "/" + site, t).is_ok());
+      }
+    }
+    EXPECT_TRUE(w->finish().is_ok());
+    return path;
+  };
+  const std::string a = write("golden.h5", false), b = write("engine.h5", true);
+  Result<CompareResult> r = compare_dumps(a, b, {});
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  const Status st =
+      write_reports((dir / "report").string(),
+                    compare_report(*r, a, b, ReportContext{"splitcheck compare " + a + " " + b}));
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  return cache.emplace(tag, dir / "report").first->second;
 }
 
 }  // namespace splitcheck::testing
