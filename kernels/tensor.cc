@@ -40,7 +40,7 @@ namespace {
 std::shared_ptr<void> allocate(size_t bytes, Device device) {
   if (device == Device::kCuda) {
 #ifdef SPLITCHECK_HAVE_CUDA
-    return cuda::managed_zeros(bytes);
+    return cuda::device_zeros(bytes);
 #else
     throw std::runtime_error("this build has no CUDA backend (configure with SPLITCHECK_CUDA=ON)");
 #endif
@@ -49,7 +49,7 @@ std::shared_ptr<void> allocate(size_t bytes, Device device) {
                                [](void* p) { delete[] static_cast<std::byte*>(p); });
 }
 
-// Copies `bytes` between any two tensors' storages (managed memory is host-visible).
+// Copies `bytes` between any two tensors' storages (a device copy when either is kCuda).
 void copy_bytes(void* dst, const void* src, size_t bytes, Device dst_device, Device src_device) {
   if (bytes == 0) return;
 #ifdef SPLITCHECK_HAVE_CUDA
@@ -107,6 +107,13 @@ Tensor Tensor::to(Device device) const {
   return t;
 }
 
+Tensor Tensor::on_host() const { return device_ == Device::kCpu ? *this : to(Device::kCpu); }
+
+void Tensor::throw_not_on_host() const {
+  throw std::logic_error("the host read or wrote the bytes of a " + shape_string(shape_) +
+                         " tensor in CUDA device memory (copy it with to(kCpu) first)");
+}
+
 Tensor Tensor::reshaped(Shape shape) const {
   Tensor t = *this;
   t.shape_ = std::move(shape);
@@ -126,7 +133,9 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
 
 bool Tensor::bit_equal(const Tensor& other) const {
   if (dtype_ != other.dtype_ || shape_ != other.shape_) return false;
-  return nbytes() == 0 || std::memcmp(data_, other.data_, nbytes()) == 0;
+  if (nbytes() == 0) return true;
+  const Tensor a = on_host(), b = other.on_host();
+  return std::memcmp(a.data_, b.data_, nbytes()) == 0;
 }
 
 }  // namespace splitcheck

@@ -4,10 +4,12 @@
 // handle); clone() makes a deep copy. A borrowed tensor views bytes owned elsewhere
 // (a checkpoint buffer, a payload) and must not outlive them.
 //
-// A tensor lives on a device: host memory (kCpu) or CUDA managed memory (kCuda), which
-// the host may also read and write once the device is idle (every CUDA kernel call
-// synchronises before it returns, kernels/dispatch.cc). Kernels run where their tensors
-// are; clone() and zeros() keep the device; to(kCpu) copies to the host.
+// A tensor lives on a device: host memory (kCpu) or CUDA device memory (kCuda), which the
+// host never reads or writes in place: data(), span() and bytes() are the host's view and
+// throw std::logic_error on a kCuda tensor; the host reads a device tensor through a copy
+// (to(kCpu), on_host(), copy_tensor_runs), and kernels take its address(). Kernels run
+// where their tensors are; clone() and zeros() keep the device; to(kCpu) copies to the
+// host.
 #pragma once
 
 #include <cstddef>
@@ -52,14 +54,23 @@ class Tensor {
   bool empty() const { return data_ == nullptr; }
   bool is_owned() const { return owner_ != nullptr; }
 
+  // The bytes, for the host to read or write: throws std::logic_error on a kCuda tensor.
   template <typename T>
   T* data() {
+    if (device_ != Device::kCpu) [[unlikely]]
+      throw_not_on_host();
     return static_cast<T*>(data_);
   }
   template <typename T>
   const T* data() const {
+    if (device_ != Device::kCpu) [[unlikely]]
+      throw_not_on_host();
     return static_cast<const T*>(data_);
   }
+  // Where the bytes are on their device (a device pointer on kCuda: for kernels, copies and
+  // identity, never dereferenced by the host).
+  void* address() { return data_; }
+  const void* address() const { return data_; }
   template <typename T>
   std::span<T> span() {
     return {data<T>(), static_cast<size_t>(numel())};
@@ -68,21 +79,25 @@ class Tensor {
   std::span<const T> span() const {
     return {data<T>(), static_cast<size_t>(numel())};
   }
-  const std::byte* bytes() const { return static_cast<const std::byte*>(data_); }
+  const std::byte* bytes() const { return data<std::byte>(); }
 
   // Deep copy into a new owned tensor on the same device.
   Tensor clone() const;
   // Deep copy into a new owned tensor on `device` (a copy even when it is already there).
   Tensor to(Device device) const;
+  // This tensor when it is on the host, otherwise a host copy of it (for the host to read).
+  Tensor on_host() const;
   // Same bytes, another shape with the same element count.
   Tensor reshaped(Shape shape) const;
   // Rows [begin, end) along the first axis, as a view sharing ownership.
   Tensor rows(int64_t begin, int64_t end) const;
 
-  // True when dtype, shape and every byte are equal.
+  // True when dtype, shape and every byte are equal (device tensors compared on the host).
   bool bit_equal(const Tensor& other) const;
 
  private:
+  [[noreturn]] void throw_not_on_host() const;
+
   DType dtype_ = DType::kF32;
   Device device_ = Device::kCpu;
   Shape shape_;

@@ -26,8 +26,8 @@ void copy_tensor_runs(Tensor& dst, size_t dst_offset, size_t dst_pitch, const Te
   if (!fits(src_offset, src_pitch, width, runs, src.nbytes()) ||
       !fits(dst_offset, dst_pitch, width, runs, dst.nbytes()))
     throw std::out_of_range("copy_tensor_runs: a run falls outside a tensor");
-  std::byte* to = dst.data<std::byte>() + dst_offset;
-  const std::byte* from = src.data<std::byte>() + src_offset;
+  std::byte* to = static_cast<std::byte*>(dst.address()) + dst_offset;
+  const std::byte* from = static_cast<const std::byte*>(src.address()) + src_offset;
   if (runs == 1) dst_pitch = src_pitch = width;
 #ifdef SPLITCHECK_HAVE_CUDA
   if (dst.device() == Device::kCuda || src.device() == Device::kCuda) {

@@ -1,6 +1,5 @@
 // Byte copies between tensors wherever they live: the backend-neutral way to move payload
-// bytes (harness/engine/handoff.h) without the host touching managed memory the device
-// wrote.
+// bytes (harness/engine/handoff.h) without the host touching device memory.
 #pragma once
 
 #include <cstddef>

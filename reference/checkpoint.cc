@@ -95,7 +95,8 @@ Status write_checkpoint_file(const std::string& tmp, const std::string& path,
     if (!root.valid()) return fail("cannot open the root group");
     RETURN_IF_ERROR(write_string_attr(root.get(), "format", "splitcheck.checkpoint", path));
     RETURN_IF_ERROR(write_string_attr(root.get(), "model", config.preset, path));
-    for (const auto& [name, t] : weights.tensors()) {
+    for (const auto& [name, stored] : weights.tensors()) {
+      const Tensor t = stored.on_host();
       const std::string where = path + ": dataset " + name;
       std::vector<hsize_t> dims(t.shape().begin(), t.shape().end());
       WriteHandle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),

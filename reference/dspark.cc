@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/tensor_copy.h"
 #include "reference/draft_ops.h"
 
 namespace splitcheck {
@@ -79,8 +80,8 @@ std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, cons
   Tensor bias = Tensor::zeros(DType::kF32, {1, v});
   Tensor tok = Tensor::zeros(DType::kI32, {1});
   for (int64_t k = 0; k < gamma; ++k) {
-    std::memcpy(row.data<bf16>(), w1.data<bf16>() + static_cast<int64_t>(prev) * r,
-                static_cast<size_t>(r) * sizeof(bf16));
+    const size_t width = static_cast<size_t>(r) * sizeof(bf16);
+    copy_tensor_runs(row, 0, width, w1, static_cast<size_t>(prev) * width, width, width, 1);
     LmHeadArgs la{&row, &w2, &bias};
     lm_head(dctx, la);
     float* b = bias.data<float>();
@@ -146,7 +147,8 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(const ModelConfig& 
     if (t == nullptr)
       return invalid_input("dspark drafter: missing drafter.ctx_proj." + std::to_string(i) +
                            ".weight");
-    std::memcpy(d->ctx_proj_.data<bf16>() + i * h * h, t->data<bf16>(), t->nbytes());
+    copy_tensor_runs(d->ctx_proj_, static_cast<size_t>(i) * t->nbytes(), t->nbytes(), *t, 0,
+                     t->nbytes(), t->nbytes(), 1);
   }
   d->ctx_norm_ = need("drafter.ctx_norm.weight");
   d->mask_ = need("drafter.mask_embedding");
@@ -218,10 +220,10 @@ Result<std::vector<int32_t>> DsparkDrafter::propose(int32_t anchor, int gamma) {
   const int64_t rows = gamma + 1;
   const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
   Tensor x = Tensor::zeros(DType::kBF16, {rows, h});
-  std::memcpy(x.data<bf16>(), embed_->data<bf16>() + static_cast<int64_t>(anchor) * h,
-              h * sizeof(bf16));
+  const size_t row = static_cast<size_t>(h) * sizeof(bf16);
+  copy_tensor_runs(x, 0, row, *embed_, static_cast<size_t>(anchor) * row, row, row, 1);
   for (int64_t r = 1; r < rows; ++r)
-    std::memcpy(x.data<bf16>() + r * h, mask_->data<bf16>(), h * sizeof(bf16));
+    copy_tensor_runs(x, static_cast<size_t>(r) * row, row, *mask_, 0, row, row, 1);
   const int heads = config_.num_attention_heads;
   const int head_dim = static_cast<int>(h / heads);
   for (Layer& l : layers_) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/tensor_copy.h"
 #include "reference/draft_ops.h"
 
 namespace splitcheck {
@@ -121,8 +122,8 @@ Result<std::vector<int32_t>> Eagle3Drafter::propose(int32_t anchor, int gamma) {
   std::vector<int32_t> out;
   int32_t prev = anchor;
   for (int step = 0; step < gamma; ++step) {
-    std::memcpy(e.data<bf16>(), embed_->data<bf16>() + static_cast<int64_t>(prev) * h,
-                h * sizeof(bf16));
+    const size_t row = static_cast<size_t>(h) * sizeof(bf16);
+    copy_tensor_runs(e, 0, row, *embed_, static_cast<size_t>(prev) * row, row, row, 1);
     const Tensor x = add_bf16(e, feature);
     const Tensor n = apply_norm(ctx, x, *input_norm_, config_.rms_norm_eps);
     const Tensor q = apply_linear(ctx, n, *q_);

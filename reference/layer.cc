@@ -205,13 +205,14 @@ void run_layer(const KernelContext& ctx0, const ModelConfig& c, int l, const Lay
 }
 
 Tensor folded_hidden(const ResidualState& st) {
-  Tensor h = st.prefix.clone();
-  if (st.has_delta) {
-    bf16* p = h.data<bf16>();
-    const bf16* d = st.delta.data<bf16>();
-    for (int64_t i = 0; i < h.numel(); ++i) p[i] = to_bf16(to_f32(p[i]) + to_f32(d[i]));
-  }
-  return h;
+  if (!st.has_delta) return st.prefix.clone();
+  // On the host (a device state is copied there and the sum copied back).
+  Tensor h = st.prefix.to(Device::kCpu);
+  const Tensor delta = st.delta.on_host();
+  bf16* p = h.data<bf16>();
+  const bf16* d = delta.data<bf16>();
+  for (int64_t i = 0; i < h.numel(); ++i) p[i] = to_bf16(to_f32(p[i]) + to_f32(d[i]));
+  return st.prefix.device() == Device::kCpu ? h : h.to(st.prefix.device());
 }
 
 Tensor read_tap(const KernelContext& ctx, const ModelConfig& c, int k, const ResidualState& st,
@@ -272,7 +273,8 @@ HeadOutput run_head(const KernelContext& ctx, const ModelConfig& c, ResidualStat
   out.logits = Tensor::zeros(DType::kF32, {t, c.vocab_size}, lm_head_w.device());
   LmHeadArgs head{&h, &lm_head_w, &out.logits};
   lm_head(ctx.at(-1, Site::kLmHead), head);
-  out.next_tokens = Tensor::zeros(DType::kI32, {t}, lm_head_w.device());
+  // The next tokens go to the host, which reads them: the one wait of a forward.
+  out.next_tokens = Tensor::zeros(DType::kI32, {t});
   ArgmaxArgs am{&out.logits, &out.next_tokens};
   argmax(ctx.at(-1, Site::kSample), am);
   return out;

@@ -218,7 +218,7 @@ Tensor generate_model_tensor(const ModelConfig& config, const TensorSpec& spec, 
   if (spec.init == WeightInit::kUniform || spec.init == WeightInit::kOnePlus) {
     Tensor t = Tensor::zeros(DType::kBF16, spec.shape, device);
     cuda::fill_uniform_bf16(splitmix64(config.seed ^ fnv1a(spec.name)), spec.scale,
-                            spec.init == WeightInit::kOnePlus, t.numel(), t.data<void>());
+                            spec.init == WeightInit::kOnePlus, t.numel(), t.address());
     return t;
   }
   if (spec.init == WeightInit::kSuccessorTied) {
@@ -227,7 +227,7 @@ Tensor generate_model_tensor(const ModelConfig& config, const TensorSpec& spec, 
     Tensor t = Tensor::zeros(DType::kBF16, spec.shape, device);
     cuda::fill_successor_tied_bf16(splitmix64(config.seed ^ fnv1a(spec.name)), spec.scale,
                                    splitmix64(config.seed ^ fnv1a(embed.name)), embed.scale,
-                                   succ.data(), spec.shape[0], spec.shape[1], t.data<void>());
+                                   succ.data(), spec.shape[0], spec.shape[1], t.address());
     return t;
   }
 #endif
@@ -250,24 +250,24 @@ void WeightStore::put(const std::string& name, Tensor t) {
 }
 
 size_t WeightStore::parameter_bytes() const {
-  std::set<const std::byte*> seen;
+  std::set<const void*> seen;
   size_t n = 0;
   for (const auto& [name, t] : tensors_)
-    if (!t.empty() && seen.insert(t.bytes()).second) n += t.nbytes();
+    if (!t.empty() && seen.insert(t.address()).second) n += t.nbytes();
   return n;
 }
 
 size_t distinct_storage_bytes(const std::vector<const WeightStore*>& stores) {
-  std::set<const std::byte*> seen;
+  std::set<const void*> seen;
   size_t n = 0;
   for (const WeightStore* store : stores)
     for (const auto& [name, t] : store->tensors())
-      if (!t.empty() && seen.insert(t.bytes()).second) n += t.nbytes();
+      if (!t.empty() && seen.insert(t.address()).second) n += t.nbytes();
   return n;
 }
 
 bool same_storage(const Tensor& a, const Tensor& b) {
-  return !a.empty() && a.bytes() == b.bytes() && a.nbytes() == b.nbytes();
+  return !a.empty() && a.address() == b.address() && a.nbytes() == b.nbytes();
 }
 
 Result<WeightStore> generate_weights(const ModelConfig& config,

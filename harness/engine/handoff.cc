@@ -19,7 +19,8 @@ void put(std::vector<std::byte>& out, const T& v) {
 }
 
 void put_bytes(std::vector<std::byte>& out, const Tensor& t) {
-  out.insert(out.end(), t.bytes(), t.bytes() + t.nbytes());
+  const Tensor host = t.on_host();
+  out.insert(out.end(), host.bytes(), host.bytes() + host.nbytes());
 }
 
 class Cursor {

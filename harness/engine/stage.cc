@@ -23,18 +23,19 @@ Tensor nan_vector(int64_t n) {
 }
 
 bool has_nan(const Tensor& t) {
-  for (bf16 v : t.span<const bf16>())
+  const Tensor host = t.on_host();
+  for (bf16 v : host.span<const bf16>())
     if (std::isnan(to_f32(v))) return true;
   return false;
 }
 
-// Rows [0, rows) of a bank [T, R, H] as a new [T, rows, H] tensor.
+// Rows [0, rows) of a bank [T, R, H] as a new [T, rows, H] tensor on the bank's device.
 Tensor bank_rows(const Tensor& bank, int64_t rows) {
   const int64_t t = bank.dim(0), r = bank.dim(1), h = bank.dim(2);
-  Tensor out = Tensor::zeros(DType::kBF16, {t, rows, h});
-  for (int64_t i = 0; i < t; ++i)
-    std::memcpy(out.data<bf16>() + i * rows * h, bank.data<bf16>() + i * r * h,
-                static_cast<size_t>(rows * h) * sizeof(bf16));
+  Tensor out = Tensor::zeros(DType::kBF16, {t, rows, h}, bank.device());
+  const size_t row = static_cast<size_t>(h) * sizeof(bf16);
+  copy_tensor_runs(out, 0, static_cast<size_t>(rows) * row, bank, 0, static_cast<size_t>(r) * row,
+                   static_cast<size_t>(rows) * row, static_cast<size_t>(t));
   return out;
 }
 

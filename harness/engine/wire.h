@@ -36,7 +36,8 @@ class WireWriter {
     put(static_cast<uint8_t>(t.dtype()));
     put(static_cast<uint64_t>(t.shape().size()));
     for (int64_t d : t.shape()) put(d);
-    out.insert(out.end(), t.bytes(), t.bytes() + t.nbytes());
+    const Tensor host = t.on_host();
+    out.insert(out.end(), host.bytes(), host.bytes() + host.nbytes());
   }
   void put_record(const RunRecord& r) {
     put(static_cast<uint64_t>(r.entries().size()));

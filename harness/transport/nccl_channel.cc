@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "harness/engine/wire.h"
+#include "kernels/cuda/runtime.h"
 
 namespace splitcheck {
 namespace {
@@ -121,7 +122,9 @@ class NcclChannel : public PayloadChannel {
     const bool split = !body.empty();
     const size_t n = split ? body.nbytes() : payload.size();
     if (n == 0) return Status::ok();
-    const void* from = body.data<void>();
+    const void* from = body.address();
+    // The body was written on the backend's stream; NCCL reads it on its own.
+    if (split) cuda::synchronize();
     if (split && !said_device_) {
       // Once per process, for the logs (scripts/nccl-check.sh looks for it).
       said_device_ = true;
@@ -166,7 +169,8 @@ class NcclChannel : public PayloadChannel {
           return internal_error(fmt::format("receive buffer of {} bytes: {}", n, e.what()));
         }
       }
-      RETURN_IF_ERROR(nccl_status(ncclRecv(buffer.data<void>(), n, ncclUint8, from, comm_, stream_),
+      cuda::synchronize();  // a new buffer is zeroed on the backend's stream
+      RETURN_IF_ERROR(nccl_status(ncclRecv(buffer.address(), n, ncclUint8, from, comm_, stream_),
                                   "ncclRecv"));
       RETURN_IF_ERROR(
           wait(timeout_s, fmt::format("ncclRecv of a {}-byte body from rank {}", n, from)));
@@ -212,7 +216,7 @@ class NcclChannel : public PayloadChannel {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer out_, in_;  // the whole payload's bytes, staged (host payloads)
-  // Split payloads' bodies, received in place (managed memory), one buffer a slot (a
+  // Split payloads' bodies, received in place (device memory), one buffer a slot (a
   // serving step's segments' bodies stand side by side until the stage has read them).
   std::vector<Tensor> bodies_in_;
   bool said_device_ = false;

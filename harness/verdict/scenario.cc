@@ -17,8 +17,12 @@
 
 #include "harness/engine/partition.h"
 #include "harness/verdict/capabilities.h"
+#include "harness/verdict/device_fit.h"
 #include "harness/verdict/checks.h"
 #include "harness/verdict/faults.h"
+#ifdef SPLITCHECK_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
 
 namespace splitcheck {
 
@@ -686,6 +690,16 @@ Status check_capabilities(const Scenario& s, const std::string& source_name) {
                    std::string(kind) + " \"" + name + "\" cannot run here: " + why +
                        " (this build provides: " + provided_names(kind) + ")");
   }
+#ifdef SPLITCHECK_HAVE_CUDA
+  // A CUDA run whose tensors would not fit in the GPU's free memory is refused before
+  // anything is allocated (harness/verdict/device_fit.h).
+  if (s.backend == "cuda") {
+    const std::string why =
+        device_fit_problem(estimate_device_footprint(s), cuda::device_memory().free);
+    if (!why.empty())
+      return r.error("/backend", "backend \"cuda\" cannot run this scenario here: it " + why);
+  }
+#endif
   return Status::ok();
 }
 

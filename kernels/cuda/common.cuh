@@ -19,11 +19,12 @@ void check(cudaError_t e, const char* what);
 
 // The one stream every kernel and matrix product of the backend runs on.
 cudaStream_t stream();
-// Checks the last launch and waits for the stream: called before a kernel entry returns.
+// Checks the last launch and waits for the stream (where the host must see a result).
 void finish();
 
 // Device buffers of one kernel call: scratch space, and device views of host tensors
-// (copied in; outputs copied back by done()). Managed tensors are used in place.
+// (copied in; outputs copied back by done()). Device tensors are used in place. Scratch
+// is freed in stream order, so a call may return with its kernels still queued.
 class Staging {
  public:
   Staging() = default;
@@ -43,7 +44,8 @@ class Staging {
   const void* in_host(const void* host, size_t bytes);
   // Copies `bytes` from device `dev` to `host` in done().
   void copy_back(void* host, const void* dev, size_t bytes);
-  // Waits for the stream and copies the outputs back to the host.
+  // Checks the launches; when an output is on the host, copies it back and waits for the
+  // stream (otherwise returns at once, the kernels queued).
   void done();
 
  private:

@@ -1,7 +1,8 @@
 // The CUDA implementations named by the kernel registry (kernels/dispatch.cc): one per
 // CPU function of kernels/cpu/cpu_kernels.h, same arguments. Each accepts tensors on
-// either device (host tensors are staged through device buffers) and has finished when it
-// returns. Float32 orders are the GPU's own (block reductions, cuBLASLt), fixed per shape:
+// either device (host tensors are staged through device buffers). A call whose outputs
+// are in device memory returns with its kernels queued on the backend's stream; one with
+// an output on the host (or MoE, which routes on the host) has finished when it returns. Float32 orders are the GPU's own (block reductions, cuBLASLt), fixed per shape:
 // run to run and split to split the bits are the same; against the CPU they are close,
 // not equal (the approximate lane).
 #pragma once

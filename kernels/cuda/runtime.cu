@@ -1,7 +1,8 @@
-// The backend's stream, managed memory, staging of host tensors, device facts, and the
+// The backend's stream, device memory, staging of host tensors, device facts, and the
 // elementwise conversions.
 #include <cublasLt.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -32,17 +33,50 @@ void finish() {
   SPLITCHECK_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
-std::shared_ptr<void> managed_zeros(size_t bytes) {
+namespace {
+
+// The pool of the backend's device: it keeps freed memory for the next allocation rather
+// than returning it to the driver at each synchronisation.
+cudaMemPool_t device_pool() {
+  static cudaMemPool_t pool = [] {
+    int dev = 0;
+    cudaMemPool_t p = nullptr;
+    SPLITCHECK_CUDA_CHECK(cudaGetDevice(&dev));
+    SPLITCHECK_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&p, dev));
+    uint64_t keep = UINT64_MAX;
+    SPLITCHECK_CUDA_CHECK(cudaMemPoolSetAttribute(p, cudaMemPoolAttrReleaseThreshold, &keep));
+    return p;
+  }();
+  return pool;
+}
+
+}  // namespace
+
+std::shared_ptr<void> device_zeros(size_t bytes) {
   void* p = nullptr;
   const size_t n = bytes > 0 ? bytes : 1;
-  SPLITCHECK_CUDA_CHECK(cudaMallocManaged(&p, n, cudaMemAttachGlobal));
-  cudaError_t e = cudaMemsetAsync(p, 0, n, stream());
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream());
+  device_pool();
+  SPLITCHECK_CUDA_CHECK(cudaMallocAsync(&p, n, stream()));
+  const cudaError_t e = cudaMemsetAsync(p, 0, n, stream());
   if (e != cudaSuccess) {
-    cudaFree(p);
-    check(e, "cudaMemset (new managed tensor)");
+    cudaFreeAsync(p, stream());
+    check(e, "cudaMemsetAsync (new device tensor)");
   }
-  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  // Stream-ordered: the free waits for the work queued before it (a tensor dropped while
+  // its kernels are in flight stays valid for them). After the runtime has shut down
+  // (static destruction) the free fails harmlessly.
+  return std::shared_ptr<void>(p, [](void* q) { cudaFreeAsync(q, stream()); });
+}
+
+DeviceMemory device_memory() {
+  DeviceMemory m;
+  SPLITCHECK_CUDA_CHECK(cudaMemGetInfo(&m.free, &m.total));
+  uint64_t reserved = 0, used = 0;
+  SPLITCHECK_CUDA_CHECK(
+      cudaMemPoolGetAttribute(device_pool(), cudaMemPoolAttrReservedMemCurrent, &reserved));
+  SPLITCHECK_CUDA_CHECK(cudaMemPoolGetAttribute(device_pool(), cudaMemPoolAttrUsedMemCurrent, &used));
+  if (reserved > used) m.free += static_cast<size_t>(reserved - used);
+  return m;
 }
 
 void copy(void* dst, const void* src, size_t bytes) {
@@ -58,6 +92,8 @@ void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, siz
       cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, runs, cudaMemcpyDefault, stream()));
   SPLITCHECK_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
+
+void synchronize() { finish(); }
 
 std::string unavailable_reason() {
   int n = 0;
@@ -102,13 +138,13 @@ void* Staging::scratch_bytes(size_t bytes) {
 
 const void* Staging::in(const Tensor* t) {
   if (t == nullptr) return nullptr;
-  if (t->device() == Device::kCuda) return t->data<void>();
+  if (t->device() == Device::kCuda) return t->address();
   return in_host(t->data<void>(), t->nbytes());
 }
 
 void* Staging::inout(Tensor* t) {
   if (t == nullptr) return nullptr;
-  if (t->device() == Device::kCuda) return t->data<void>();
+  if (t->device() == Device::kCuda) return t->address();
   void* d = const_cast<void*>(in_host(t->data<void>(), t->nbytes()));
   copy_back(t->data<void>(), d, t->nbytes());
   return d;
@@ -125,8 +161,27 @@ void Staging::copy_back(void* host, const void* dev, size_t bytes) {
   backs_.push_back(Back{host, dev, bytes});
 }
 
+namespace {
+
+// SPLITCHECK_CUDA_WAIT_EACH_KERNEL=1: every kernel call waits for the stream before it
+// returns, as before kernels were queued (an asynchronous error then names its kernel;
+// the benchmarks measure what the waits cost).
+bool wait_each_kernel() {
+  static const bool wait = [] {
+    const char* v = std::getenv("SPLITCHECK_CUDA_WAIT_EACH_KERNEL");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return wait;
+}
+
+}  // namespace
+
 void Staging::done() {
   SPLITCHECK_CUDA_CHECK(cudaGetLastError());
+  // Outputs in device memory stay queued on the stream: nothing on the host reads them
+  // (the host reads device tensors through copies on the same stream). Only host outputs
+  // are waited for.
+  if (backs_.empty() && !wait_each_kernel()) return;
   for (const Back& b : backs_) {
     if (b.bytes > 0)
       SPLITCHECK_CUDA_CHECK(

@@ -1,4 +1,4 @@
-// The host side of the CUDA backend that the rest of the project may call: managed
+// The host side of the CUDA backend that the rest of the project may call: device
 // memory for kCuda tensors, whether a device is usable, what it is, and weight
 // generation on the device. A plain C++ header (no CUDA types), so kernels/tensor.cc and
 // reference/ include it in builds with SPLITCHECK_CUDA (SPLITCHECK_HAVE_CUDA defined).
@@ -11,9 +11,18 @@
 
 namespace splitcheck::cuda {
 
-// `bytes` zeroed bytes of CUDA managed memory (at least one byte), freed with the pointer.
-std::shared_ptr<void> managed_zeros(size_t bytes);
-// Copies `bytes` between host memory and managed memory in any direction; returns when
+// `bytes` bytes of device memory (at least one byte) from the stream-ordered pool of the
+// backend's stream, zeroed on that stream (the host does not wait); freed on the stream
+// with the last owner. Throws std::runtime_error when the device has no room.
+std::shared_ptr<void> device_zeros(size_t bytes);
+// The device's memory as a new allocation sees it: `free` counts the driver's free bytes
+// plus what the backend's pool holds unused; `total` the card's.
+struct DeviceMemory {
+  size_t free = 0;
+  size_t total = 0;
+};
+DeviceMemory device_memory();
+// Copies `bytes` between host memory and device memory in any direction; returns when
 // the copy has finished. Throws std::runtime_error on a CUDA error.
 void copy(void* dst, const void* src, size_t bytes);
 // Copies `runs` runs of `width` bytes, run i from src + i * src_pitch to dst + i * dst_pitch
@@ -21,6 +30,10 @@ void copy(void* dst, const void* src, size_t bytes);
 // Throws std::runtime_error on a CUDA error.
 void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
              size_t runs);
+
+// Waits until the work queued on the backend's stream has finished (before another stream,
+// NCCL's, reads what it wrote). Throws std::runtime_error on a CUDA error.
+void synchronize();
 
 // Empty when a CUDA device can run kernels here; otherwise why not, in one phrase.
 std::string unavailable_reason();
@@ -45,7 +58,7 @@ DeviceInfo device_info();
 std::string provenance_json();
 
 // out[i] = bf16(scale * u_i (+ 1 when one_plus)) for i in [0, n), u_i the uniform draw of
-// reference/weights.cc keyed by `key` (splitmix64(seed ^ fnv1a(name))). `out` is managed.
+// reference/weights.cc keyed by `key` (splitmix64(seed ^ fnv1a(name))). `out` is device memory.
 void fill_uniform_bf16(uint64_t key, float scale, bool one_plus, int64_t n, void* out);
 
 // lm_head's successor tie on the device: out[succ[t]][i] = bf16(scale * u_r(succ[t]*h + i) +

@@ -40,9 +40,9 @@ Tensor pattern(Shape shape, uint64_t seed, float scale, float offset = 0.0f) {
 double copy_seconds(size_t bytes, int reps) {
   Tensor src = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(bytes / 2)}, Device::kCuda);
   Tensor dst = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(bytes / 2)}, Device::kCuda);
-  cuda::copy(dst.data<void>(), src.data<void>(), bytes);
+  cuda::copy(dst.address(), src.address(), bytes);
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) cuda::copy(dst.data<void>(), src.data<void>(), bytes);
+  for (int i = 0; i < reps; ++i) cuda::copy(dst.address(), src.address(), bytes);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
 }
 
@@ -51,7 +51,7 @@ void BM_CudaCopy(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(t * kH * 2 * kRowsMoved / 2);  // read = written
   Tensor src = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(bytes / 2)}, Device::kCuda);
   Tensor dst = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(bytes / 2)}, Device::kCuda);
-  for (auto _ : state) cuda::copy(dst.data<void>(), src.data<void>(), bytes);
+  for (auto _ : state) cuda::copy(dst.address(), src.address(), bytes);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 2 *
                           static_cast<int64_t>(bytes));
 }

@@ -76,9 +76,9 @@ int run(int argc, char** argv) {
   const size_t copy_bytes = size_t{2} << 30;
   Tensor src = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(copy_bytes / 2)}, Device::kCuda);
   Tensor dst = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(copy_bytes / 2)}, Device::kCuda);
-  cuda::copy(dst.data<void>(), src.data<void>(), copy_bytes);
+  cuda::copy(dst.address(), src.address(), copy_bytes);
   auto t0 = Clock::now();
-  for (int i = 0; i < 5; ++i) cuda::copy(dst.data<void>(), src.data<void>(), copy_bytes);
+  for (int i = 0; i < 5; ++i) cuda::copy(dst.address(), src.address(), copy_bytes);
   const double copy_bps = 2.0 * static_cast<double>(copy_bytes) * 5 / seconds_since(t0);
   src = Tensor();
   dst = Tensor();

@@ -145,7 +145,7 @@ int run(int argc, char** argv) {
     for (size_t i = 0; i < header.size(); ++i) header[i] = std::byte(i * 7 + bytes);
     const int pattern = static_cast<int>((bytes * 31 + 1) & 0xff);
     if (rank == 0) {
-      cudaMemset(body_buffer.data<void>(), pattern, split.body);
+      cudaMemset(body_buffer.address(), pattern, split.body);
       cudaDeviceSynchronize();
     }
     auto raw_once = [&] {

@@ -228,10 +228,10 @@ TEST_F(CliTest, SweepNamesItsTransportAndWhereTheStagesRan) {
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   char host[256] = {};
   ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
-  EXPECT_NE(
-      r.out.find(std::string("\ntransport: inproc (every stage a thread of this process on ") +
-                 host + ")\n"),
-      std::string::npos)
+  // "stages: inproc: stages 0-1 on rank 0 (pid N, host H, cpu)"
+  const size_t at = r.out.find("\nstages: inproc: stages 0-1 on rank 0 (pid ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::string(", host ") + host + ", cpu)\n", at), std::string::npos)
       << r.out;
 }
 

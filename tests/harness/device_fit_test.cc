@@ -1,0 +1,75 @@
+// The device-memory estimate that refuses a CUDA run before it allocates
+// (harness/verdict/device_fit.h): its weight bytes are exactly the model's bf16 weights
+// (the store a run loads, at k3-tiny; the 79.5 GiB the GPU sweep holds, at k3-shape), its
+// activations grow with the forward's tokens, and an oversized model is refused with the
+// bytes needed and free named.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "harness/verdict/device_fit.h"
+#include "reference/config.h"
+#include "reference/weight_source.h"
+#include "reference/weights.h"
+
+namespace splitcheck {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+Scenario scenario_of(const std::string& preset) {
+  Scenario s;
+  s.model = *model_preset(preset);
+  s.workload.max_prompt_tokens = 24;
+  return s;
+}
+
+TEST(DeviceFitTest, WeightBytesAreTheLoadedStoresBytes) {
+  const Scenario s = scenario_of("k3-tiny");
+  GeneratedWeights source(s.model);
+  WeightStore store;
+  for (const TensorSpec& spec : model_tensor_specs(s.model)) {
+    Result<Tensor> t = source.load(spec.name);
+    ASSERT_TRUE(t.is_ok()) << t.status().message();
+    store.put(spec.name, *t);
+  }
+  EXPECT_EQ(estimate_device_footprint(s).weight_bytes, store.parameter_bytes());
+}
+
+TEST(DeviceFitTest, K3ShapeWeightsAreThe79GiBTheGpuSweepHolds) {
+  const DeviceFootprint f = estimate_device_footprint(scenario_of("k3-shape"));
+  EXPECT_NEAR(static_cast<double>(f.weight_bytes) / kGiB, 79.5, 0.1);
+  EXPECT_EQ(f.forward_tokens, 24);
+  EXPECT_LT(static_cast<double>(f.activation_bytes) / kGiB, 1.0);
+  EXPECT_EQ(device_fit_problem(f, size_t{139} << 30), "");  // fits one H200
+}
+
+TEST(DeviceFitTest, ActivationsGrowWithTheForwardsTokens) {
+  Scenario s = scenario_of("k3-shape");
+  const DeviceFootprint short_prompt = estimate_device_footprint(s);
+  s.workload.max_prompt_tokens = 0;  // whole prompts: the unbounded assumption
+  const DeviceFootprint whole = estimate_device_footprint(s);
+  EXPECT_EQ(whole.forward_tokens, kUnboundedPromptTokens);
+  EXPECT_GT(whole.activation_bytes, 50 * short_prompt.activation_bytes);
+  s.prefill_chunk = 16;
+  EXPECT_EQ(estimate_device_footprint(s).forward_tokens, 16);
+  s.serving.enabled = true;
+  s.serving.token_budget = 64;
+  EXPECT_EQ(estimate_device_footprint(s).forward_tokens, 64);
+}
+
+TEST(DeviceFitTest, AnOversizedModelIsRefusedNamingNeededAndFree) {
+  Scenario s = scenario_of("k3-shape");
+  s.model.num_hidden_layers = 186;  // twice k3-shape's 93 layers
+  const DeviceFootprint f = estimate_device_footprint(s);
+  EXPECT_GT(static_cast<double>(f.weight_bytes) / kGiB, 150.0);
+  const size_t free_bytes = size_t{139} << 30;
+  const std::string why = device_fit_problem(f, free_bytes);
+  EXPECT_NE(why.find("needs " + std::to_string(f.total()) + " bytes"), std::string::npos) << why;
+  EXPECT_NE(why.find(std::to_string(free_bytes) + " bytes"), std::string::npos) << why;
+  EXPECT_EQ(device_fit_problem(f, f.total()), "");
+  EXPECT_NE(device_fit_problem(f, f.total() - 1), "");
+}
+
+}  // namespace
+}  // namespace splitcheck
