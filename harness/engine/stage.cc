@@ -190,9 +190,10 @@ Result<std::unique_ptr<Stage>> Stage::create(const StageConfig& cfg, WeightSourc
   st->holdings_ = measure_holdings(cfg, st->weights_);
   if (cfg.faults.has("weights.rebound_after_load") && !st->is_first()) {
     // After loading (and measuring) what it holds, the stage re-binds its first layer's
-    // input_layernorm to a modified copy: the bytes it computes with are not those it loaded.
-    st->rebound_ = doubled_copy(*st->layers_.front().input_layernorm);
-    st->layers_.front().input_layernorm = &st->rebound_;
+    // post_attention_layernorm (the pre_mlp read's output weight) to a modified copy: the
+    // bytes it computes with are not those it loaded.
+    st->rebound_ = doubled_copy(*st->layers_.front().post_attention_layernorm);
+    st->layers_.front().post_attention_layernorm = &st->rebound_;
   }
   st->init_caches();
   return st;

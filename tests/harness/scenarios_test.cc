@@ -51,13 +51,16 @@ TEST_P(CommittedScenario, SweepConcludesWhatExpectSays) {
     }
   }
   // The engine under test computed every call it is judged on: a partition that ran made
-  // as many layer and head calls as PP=1 (and, without a fault, as many drafter calls).
+  // as many layer, head and drafter calls as PP=1 when the protocol is fixed (a serving
+  // fault changes the schedule it runs, so there only that it computed).
   EXPECT_GT(r->pp1_computed.layers, 0);
   for (const CaseResult& c : r->cases) {
     if (c.verdict == Verdict::kConfigRejected || c.verdict == Verdict::kError) continue;
-    EXPECT_EQ(c.computed.layers, r->pp1_computed.layers) << c.key;
-    EXPECT_EQ(c.computed.heads, r->pp1_computed.heads) << c.key;
+    EXPECT_GT(c.computed.layers, 0) << c.key;
+    EXPECT_GT(c.computed.heads, 0) << c.key;
     if (s->faults.empty()) {
+      EXPECT_EQ(c.computed.layers, r->pp1_computed.layers) << c.key;
+      EXPECT_EQ(c.computed.heads, r->pp1_computed.heads) << c.key;
       EXPECT_EQ(c.computed.drafter, r->pp1_computed.drafter) << c.key;
     }
   }
