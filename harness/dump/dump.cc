@@ -544,6 +544,11 @@ Result<DumpWriter> DumpWriter::create(const std::string& path, const DumpHeader&
       H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG) < 0 ||
       H5Pset_obj_track_times(fcpl.get(), false) < 0)
     return internal_error(path + ": cannot set file properties" + hdf5_detail());
+  // A missing folder is the user's input, not an internal failure.
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (!folder.empty() && !std::filesystem::is_directory(folder, ec))
+    return invalid_input(path + ": cannot write the dump: folder " + folder.string() +
+                         " does not exist");
   w.file_ = H5Fcreate(w.partial_path_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get());
   if (w.file_ < 0) return internal_error("cannot create " + w.partial_path_ + hdf5_detail());
 

@@ -297,12 +297,8 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
   ASSIGN_OR_RETURN(
       std::vector<Partition> all,
       enumerate_partitions(s.partitions, s.model.num_hidden_layers, FaultSet{s.faults}));
-  std::vector<Partition> parts;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (static_cast<int>(i % options.shard_count) != options.shard_index) continue;
-    if (!options.filter.empty() && all[i].key().find(options.filter) == std::string::npos) continue;
-    parts.push_back(all[i]);
-  }
+  const std::vector<Partition> parts =
+      select_partitions(all, options.shard_index, options.shard_count, options.filter);
   if (parts.empty())
     return invalid_input(fmt::format(
         "{}: {} of its {} split point(s): nothing to compare", where,

@@ -23,7 +23,7 @@ namespace splitcheck {
 // Upper bounds on a scenario's sizes (the lower bounds are those of the model): a value
 // past one is refused at load (invalid input, exit 2) with its JSON pointer, before
 // anything is allocated. scenarios/scenario.schema.json states the same bounds, and the
-// README lists them. The partition bound is kMaxPartitions (harness/engine/partition.h).
+// docs/scenarios.md lists them. The partition bound is kMaxPartitions (harness/engine/partition.h).
 namespace scenario_bounds {
 inline constexpr int kLayers = 256;           // /model/overrides/num_hidden_layers
 inline constexpr int kHiddenSize = 16384;     // hidden_size, native_attn_res_hidden_sizes

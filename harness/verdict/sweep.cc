@@ -594,12 +594,8 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   ASSIGN_OR_RETURN(
       std::vector<Partition> all,
       enumerate_partitions(s.partitions, s.model.num_hidden_layers, FaultSet{s.faults}));
-  std::vector<Partition> parts;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (static_cast<int>(i % options.shard_count) != options.shard_index) continue;
-    if (!options.filter.empty() && all[i].key().find(options.filter) == std::string::npos) continue;
-    parts.push_back(all[i]);
-  }
+  const std::vector<Partition> parts =
+      select_partitions(all, options.shard_index, options.shard_count, options.filter);
   RETURN_IF_ERROR(check_not_empty(s, options, all.size(), parts.size()));
   RETURN_IF_ERROR(check_transport(s, options, parts));
   // Where the stages run: known before anything runs, so a refused sweep reports it too.

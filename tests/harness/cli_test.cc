@@ -214,6 +214,15 @@ TEST_F(CliTest, SweepStatesWhatTheEngineUnderTestComputedInEveryReportForm) {
     EXPECT_NE(read_text(dir / form).find(line), std::string::npos) << form;
 }
 
+TEST_F(CliTest, RunIntoAMissingFolderIsInvalidInputNamingIt) {
+  const std::string out = path("no-such-folder").string() + "/pp1.h5";
+  const CliResult r =
+      cli("run " + quote(small_scenario("small.json").string()) + " --out " + quote(out));
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  expect_one_line_refusal(r, {out, "no-such-folder", "does not exist"});
+  EXPECT_FALSE(fs::exists(out + ".partial"));
+}
+
 TEST_F(CliTest, SweepHasNoModeThatTakesLayerCallsFromPp1) {
   const std::string scenario = quote(small_scenario("small.json").string());
   for (const char* option : {"--reuse on", "--reuse off", "--reuse-memory 16"}) {
@@ -231,8 +240,7 @@ TEST_F(CliTest, SweepNamesItsTransportAndWhereTheStagesRan) {
   // "stages: inproc: stages 0-1 on rank 0 (pid N, host H, cpu)"
   const size_t at = r.out.find("\nstages: inproc: stages 0-1 on rank 0 (pid ");
   ASSERT_NE(at, std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(std::string(", host ") + host + ", cpu)\n", at), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find(std::string(", host ") + host + ", cpu)\n", at), std::string::npos) << r.out;
 }
 
 TEST_F(CliTest, GoldenVerifyPassesOnCommittedGoldens) {
