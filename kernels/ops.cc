@@ -2,7 +2,19 @@
 
 #include <algorithm>
 
+#include "kernels/tensor_copy.h"
+
 namespace splitcheck {
+
+void reserve_latents(LatentCache& cache, int64_t need, int64_t r, Device device) {
+  const int64_t capacity = cache.rows.shape().size() == 2 ? cache.rows.dim(0) : 0;
+  if (need <= capacity && (capacity == 0 || cache.rows.device() == device)) return;
+  Tensor grown = Tensor::zeros(DType::kBF16, {std::max({need, 2 * capacity, int64_t{16}}), r},
+                               device);
+  const size_t kept = static_cast<size_t>(cache.positions * r) * sizeof(bf16);
+  if (kept > 0) copy_tensor_runs(grown, 0, kept, cache.rows, 0, kept, kept, 1);
+  cache.rows = std::move(grown);
+}
 
 bool attn_res_native_eligible(const AttnResArgs& a) {
   if (a.delta == nullptr || a.out_w == nullptr || a.nb <= 0 || a.write_idx >= 0) return false;

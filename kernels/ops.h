@@ -55,6 +55,18 @@ struct ArgmaxArgs {
   Tensor* tokens = nullptr;
 };
 
+// MLA's latent cache (SPEC 2.4): rows [0, positions) of `rows` (bf16 [capacity, r], where
+// the layer's weights are: device memory for a CUDA layer) hold the latent c of every
+// earlier position. An MLA call writes this forward's T latents after them (growing
+// `rows` when it is full) and advances `positions`.
+struct LatentCache {
+  Tensor rows;
+  int64_t positions = 0;
+};
+// Makes room for `need` positions of `r` latents on `device`, keeping the first
+// `positions` rows (a new tensor of at least twice the capacity when it is full).
+void reserve_latents(LatentCache& cache, int64_t need, int64_t r, Device device);
+
 // MLA-lite (SPEC 2.4). Weights are [in, out]. The cache holds the latent c (bf16 [n, r])
 // of every earlier position; the call appends this forward's T latents.
 struct MlaArgs {
@@ -69,11 +81,12 @@ struct MlaArgs {
   int heads = 0;
   int head_dim = 0;
   float eps = 1e-6f;
-  std::vector<bf16>* cache = nullptr;  // latents, n*r values, appended to
-  Tensor* out = nullptr;               // [T,H]
+  LatentCache* cache = nullptr;  // appended to
+  Tensor* out = nullptr;         // [T,H]
 };
 
-// KDA-lite (SPEC 2.4). state: float32 [heads, hd, hd], updated token by token.
+// KDA-lite (SPEC 2.4). state: float32 [heads, hd, hd] where the layer's weights are,
+// updated in place token by token.
 struct KdaArgs {
   const Tensor* x = nullptr;
   const Tensor* w_q = nullptr;     // [H, heads*hd]
@@ -87,7 +100,7 @@ struct KdaArgs {
   int heads = 0;
   int head_dim = 0;
   float eps = 1e-6f;
-  std::vector<float>* state = nullptr;  // heads*hd*hd
+  Tensor* state = nullptr;  // f32 [heads*hd*hd]
   Tensor* out = nullptr;
 };
 

@@ -138,4 +138,10 @@ bool Tensor::bit_equal(const Tensor& other) const {
   return std::memcmp(a.data_, b.data_, nbytes()) == 0;
 }
 
+void finish_thread_device_work() {
+#ifdef SPLITCHECK_HAVE_CUDA
+  cuda::synchronize_thread();
+#endif
+}
+
 }  // namespace splitcheck

@@ -105,4 +105,9 @@ class Tensor {
   void* data_ = nullptr;
 };
 
+// Waits until the device work the calling thread queued has finished: what it wrote may
+// then go to another thread (each thread queues on its own stream). A no-op for a thread
+// that queued none, and in a build without CUDA.
+void finish_thread_device_work();
+
 }  // namespace splitcheck

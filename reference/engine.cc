@@ -77,15 +77,20 @@ void record_forward_end(RunRecord* record, const ForwardRequest& req, DumpLevel 
 }
 
 Tensor cache_tensor(const ModelConfig& c, int layer, const LayerCache& lc) {
-  Tensor t;
   if (c.is_mla_layer(layer)) {
-    t = Tensor::zeros(DType::kBF16, {static_cast<int64_t>(lc.mla_latent.size())});
-    std::copy(lc.mla_latent.begin(), lc.mla_latent.end(), t.data<bf16>());
-  } else {
-    t = Tensor::zeros(DType::kF32, {static_cast<int64_t>(lc.kda_state.size())});
-    std::copy(lc.kda_state.begin(), lc.kda_state.end(), t.data<float>());
+    const int64_t n = lc.mla_latent.positions * c.kv_lora_rank;
+    Tensor t = Tensor::zeros(DType::kBF16, {n});
+    if (n > 0) {
+      const size_t bytes = static_cast<size_t>(n) * sizeof(bf16);
+      copy_tensor_runs(t, 0, bytes, lc.mla_latent.rows, 0, bytes, bytes, 1);
+    }
+    return t;
   }
-  return t;
+  if (lc.kda_state.shape().empty()) {  // the layer has not run: the state is still zero
+    return Tensor::zeros(DType::kF32,
+                         {int64_t{c.num_attention_heads} * c.head_dim * c.head_dim});
+  }
+  return lc.kda_state.to(Device::kCpu);
 }
 
 Tensor concat_taps(const std::vector<std::pair<int, Tensor>>& taps, int64_t tokens,

@@ -1,5 +1,6 @@
 #include "reference/layer.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace splitcheck {
@@ -81,17 +82,26 @@ Result<LayerWeights> bind_layer(const ModelConfig& c, const WeightStore& store, 
   return w;
 }
 
-LayerCache empty_layer_cache(const ModelConfig& c, int l) {
-  LayerCache cache;
-  if (!c.is_mla_layer(l)) {
-    cache.kda_state.assign(static_cast<size_t>(c.num_attention_heads) * c.head_dim * c.head_dim,
-                           0.0f);
-  }
-  return cache;
+namespace {
+
+Tensor deep_copy(const Tensor& t) { return t.shape().empty() ? Tensor() : t.clone(); }
+
+}  // namespace
+
+LayerCache::LayerCache(const LayerCache& other)
+    : mla_latent{deep_copy(other.mla_latent.rows), other.mla_latent.positions},
+      kda_state(deep_copy(other.kda_state)) {}
+
+LayerCache& LayerCache::operator=(const LayerCache& other) {
+  if (this != &other) *this = LayerCache(other);
+  return *this;
 }
 
+LayerCache empty_layer_cache(const ModelConfig&, int) { return LayerCache{}; }
+
 void truncate_layer_cache(const ModelConfig& c, int l, LayerCache& cache, int64_t positions) {
-  if (c.is_mla_layer(l)) cache.mla_latent.resize(static_cast<size_t>(positions * c.kv_lora_rank));
+  if (c.is_mla_layer(l))
+    cache.mla_latent.positions = std::min(cache.mla_latent.positions, positions);
 }
 
 Tensor run_layer_until_mlp(const KernelContext& ctx0, const ModelConfig& c, int l,
@@ -144,6 +154,10 @@ Tensor run_layer_until_mlp(const KernelContext& ctx0, const ModelConfig& c, int 
               eps,
               &cache.kda_state,
               &a};
+    if (cache.kda_state.shape().empty()) {
+      cache.kda_state = Tensor::zeros(
+          DType::kF32, {int64_t{c.num_attention_heads} * c.head_dim * c.head_dim}, w.q->device());
+    }
     kda_attention(attn_ctx, k);
   }
   record(rec, l, "attn_out", a);

@@ -36,10 +36,18 @@ struct LayerWeights {
 // Binds layer l's tensors; an error names the first tensor the store lacks.
 Result<LayerWeights> bind_layer(const ModelConfig& config, const WeightStore& store, int l);
 
-// Per-layer cache: MLA latents (bf16, positions x r) or the KDA state (float32).
+// Per-layer cache, where the layer's weights are (device memory for a CUDA layer): MLA
+// latents (bf16, positions x r) or the KDA state (float32 [heads*hd*hd], allocated by the
+// layer's first call). A copy is deep (a snapshot for a rollback); a move is not.
 struct LayerCache {
-  std::vector<bf16> mla_latent;
-  std::vector<float> kda_state;
+  LatentCache mla_latent;
+  Tensor kda_state;
+
+  LayerCache() = default;
+  LayerCache(const LayerCache& other);
+  LayerCache& operator=(const LayerCache& other);
+  LayerCache(LayerCache&&) = default;
+  LayerCache& operator=(LayerCache&&) = default;
 };
 LayerCache empty_layer_cache(const ModelConfig& config, int l);
 // Keeps the first `positions` positions of an MLA cache (no-op for KDA).

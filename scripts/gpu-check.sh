@@ -9,9 +9,9 @@
 # the benchmarks, sweep serving (scenarios/serving.json at 3 split points and the three
 # serving fault scenarios) on the GPU, and print a results table last.
 #   scripts/gpu-check.sh [--build-dir DIR] [--jobs N]   (GPU_CHECK_ONLY=REGEX: only those steps)
-# k3-shape (several minutes: its 92-split sweep, one PP=1 forward's speed, and the
-# properties on a 16-token prompt) runs with K3_SHAPE=1, or when GPU_CHECK_ONLY selects it:
-#   K3_SHAPE=1 GPU_CHECK_ONLY=k3-shape scripts/gpu-check.sh   (build + the k3-shape steps only)
+# k3-shape (its 92-split sweep, one PP=1 forward's speed, and the properties on a 16-token
+# prompt) runs too, unless K3_SHAPE=0:
+#   GPU_CHECK_ONLY=k3-shape scripts/gpu-check.sh   (build + the k3-shape steps only)
 #   GPU_CHECK_ONLY=sweep-k3-shape / =k3-shape-forward / =properties-k3-shape   (one of them)
 #   GPU_CHECK_ONLY=serving-cuda scripts/gpu-check.sh   (build + the serving tests and sweeps only)
 # Libraries missing on the machine (xtensor, xtl, libxxhash) are taken from .xt/ when it
@@ -72,7 +72,7 @@ nvcc=/usr/local/cuda/bin/nvcc
 step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DSPLITCHECK_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CXX_FLAGS=-Wno-dangling-reference || { printf '%s\n' "${rows[@]}"; exit 1; }
 step build 300 cmake --build "$build" -j"$jobs" --target splitcheck splitcheck_tests cuda_benchmark \
-  k3_forward_benchmark \
+  k3_forward_benchmark serving_benchmark \
   || { printf '%s\n' "${rows[@]}"; exit 1; }
 
 gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
@@ -198,6 +198,28 @@ PY
 )")
 done
 
+# Serving throughput on the GPU: scenarios/serving.json's 16 requests by the PP=1 engine,
+# 8 in flight against one at a time, generated tokens per wall second of each (medians of
+# 3 alternated runs; target: batched at least 4x).
+detail="16 requests, 8 in flight vs one at a time"
+rm -f "$log/serving-throughput.json"
+step serving-throughput 240 "$build/serving_benchmark" --benchmark_filter='/gpu:1' \
+  --benchmark_out="$log/serving-throughput.json" --benchmark_out_format=json
+serving_tp=""
+if [[ -s "$log/serving-throughput.json" ]]; then
+  serving_tp="$(python3 - "$log/serving-throughput.json" <<'PY'
+import json, sys
+for b in json.load(open(sys.argv[1])).get("benchmarks", []):
+    if b.get("run_type", "iteration") != "iteration" or "batched_tokens_per_s" not in b:
+        continue
+    x = b["speedup_wall"]
+    print(f"   batched (8 in flight) {b['batched_tokens_per_s']:.1f} tokens/s, one at a time "
+          f"{b['one_at_a_time_tokens_per_s']:.1f} tokens/s: {x:.2f}x (target 4x: "
+          f"{'met' if x >= 4 else 'NOT met'})")
+PY
+)"
+fi
+
 # compute-sanitizer on the CUDA kernel tests (the largest, 1100 tokens a call, left out):
 # memcheck, racecheck (shared memory), synccheck (barriers). Absent: "not installed",
 # never a pass.
@@ -318,11 +340,11 @@ fi
 # k3-shape on one GPU (issue 12): every split point at PP=2 against PP=1, the model's
 # weights held once (every stage views PP=1's copy); then one PP=1 forward's speed.
 k3_rows=()
-run_k3=0
-[[ "${K3_SHAPE:-0}" == "1" ]] && run_k3=1
-if [[ -n "${GPU_CHECK_ONLY:-}" ]] && [[ "sweep-k3-shape" =~ $GPU_CHECK_ONLY ||
+run_k3=1
+[[ "${K3_SHAPE:-1}" == "0" ]] && run_k3=0
+if [[ -n "${GPU_CHECK_ONLY:-}" ]] && ! [[ "sweep-k3-shape" =~ $GPU_CHECK_ONLY ||
   "k3-shape-forward" =~ $GPU_CHECK_ONLY || "properties-k3-shape" =~ $GPU_CHECK_ONLY ]]; then
-  run_k3=1
+  run_k3=0
 fi
 if [[ $run_k3 -eq 1 ]]; then
   detail="92 split points, PP=2, summary dumps"
@@ -402,5 +424,6 @@ if [[ -f "$golden_out/MANIFEST.json" ]]; then
 fi
 if [[ -n "$bench" ]]; then echo "benchmarks:"; echo "$bench" | sed 's/^/   /'; fi
 if [[ -n "$attn_rows" ]]; then echo "attn_res against copy:"; echo "$attn_rows"; fi
+if [[ -n "$serving_tp" ]]; then echo "serving throughput on the GPU (PP=1, wall clock):"; echo "$serving_tp"; fi
 if [[ ${#k3_rows[@]} -gt 0 ]]; then echo "k3-shape:"; printf '   %s\n' "${k3_rows[@]}"; fi
 exit $failed

@@ -15,6 +15,7 @@ Result<std::unique_ptr<InprocTransport>> InprocTransport::create(
   for (auto& stage : t->stages_) stage->set_tap0_relayed(tap0_relayed);
   for (size_t s = 0; s <= t->stages_.size(); ++s)
     t->queues_.push_back(std::make_unique<BoundedQueue<StageJob>>(2));
+  finish_thread_device_work();  // the stages' device tensors, written here, go to their threads
   for (size_t s = 0; s < t->stages_.size(); ++s)
     t->threads_.emplace_back([transport = t.get(), s] { transport->stage_loop(s); });
   return t;
@@ -28,6 +29,7 @@ InprocTransport::~InprocTransport() {
 void InprocTransport::stage_loop(size_t s) {
   while (std::optional<StageJob> job = queues_[s]->pop()) {
     run_stage_job_guarded(*stages_[s], level_, *job);
+    finish_thread_device_work();  // the job's device tensors go to the next thread
     if (!queues_[s + 1]->push(std::move(*job))) return;
   }
 }

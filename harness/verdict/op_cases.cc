@@ -8,6 +8,7 @@
 
 #include "harness/engine/run.h"
 #include "kernels/ops.h"
+#include "kernels/tensor_copy.h"
 
 namespace splitcheck {
 namespace {
@@ -82,7 +83,13 @@ bool fill_case(OpCase& c, const void* args) {
     keep_weight(c, "w_g", a.w_g);
     keep_weight(c, "w_o", a.w_o);
     c.params = {{"heads", a.heads}, {"head_dim", a.head_dim}, {"eps", a.eps}};
-    c.mla_cache = *a.cache;
+    const int64_t r = a.w_dkv->dim(1);
+    c.mla_cache.resize(static_cast<size_t>(a.cache->positions * r));
+    if (!c.mla_cache.empty()) {
+      Tensor rows = Tensor::borrow(DType::kBF16, {a.cache->positions, r}, c.mla_cache.data());
+      const size_t bytes = c.mla_cache.size() * sizeof(bf16);
+      copy_tensor_runs(rows, 0, bytes, a.cache->rows, 0, bytes, bytes, 1);
+    }
     c.out_shape = a.out->shape();
   } else if (op == "kda") {
     const auto& a = *static_cast<const KdaArgs*>(args);
@@ -97,7 +104,8 @@ bool fill_case(OpCase& c, const void* args) {
                            {"w_o", a.w_o}})
       keep_weight(c, role, t);
     c.params = {{"heads", a.heads}, {"head_dim", a.head_dim}, {"eps", a.eps}};
-    c.kda_state = *a.state;
+    const Tensor state = a.state->on_host();
+    c.kda_state.assign(state.data<float>(), state.data<float>() + state.numel());
     c.out_shape = a.out->shape();
   } else if (op == "dense_mlp") {
     const auto& a = *static_cast<const DenseMlpArgs*>(args);
@@ -225,7 +233,10 @@ Tensor run_op_case(const OpCase& c, Device device, std::map<std::string, Tensor>
     ArgmaxArgs a{maybe(t, "logits"), &out};
     run(a);
   } else if (op == "mla") {
-    std::vector<bf16> cache = c.mla_cache;
+    const int64_t r = maybe(t, "w_dkv")->dim(1);
+    LatentCache cache{Tensor::zeros(DType::kBF16, {static_cast<int64_t>(c.mla_cache.size()) / r, r}),
+                      static_cast<int64_t>(c.mla_cache.size()) / r};
+    std::copy(c.mla_cache.begin(), c.mla_cache.end(), cache.rows.data<bf16>());
     MlaArgs a{maybe(t, "x"),
               maybe(t, "w_q"),
               maybe(t, "w_dkv"),
@@ -241,7 +252,8 @@ Tensor run_op_case(const OpCase& c, Device device, std::map<std::string, Tensor>
               &out};
     run(a);
   } else if (op == "kda") {
-    std::vector<float> state = c.kda_state;
+    Tensor state = Tensor::zeros(DType::kF32, {static_cast<int64_t>(c.kda_state.size())});
+    std::copy(c.kda_state.begin(), c.kda_state.end(), state.data<float>());
     KdaArgs a{maybe(t, "x"),
               maybe(t, "w_q"),
               maybe(t, "w_k"),

@@ -46,14 +46,17 @@ void mla_attention(MlaArgs& a) {
   round_all(q);
   matmul(x.data(), t_count, h, a.w_g->data<bf16>(), qd, g.data());
   matmul(x.data(), t_count, h, a.w_dkv->data<bf16>(), r, c.data());
-  for (float v : c) a.cache->push_back(to_bf16(v));
+  const int64_t first_pos = a.cache->positions;
+  const int64_t n_ctx = first_pos + t_count;
+  reserve_latents(*a.cache, n_ctx, r, Device::kCpu);
+  bf16* latents = a.cache->rows.data<bf16>();
+  for (int64_t i = 0; i < t_count * r; ++i) latents[first_pos * r + i] = to_bf16(c[i]);
+  a.cache->positions = n_ctx;
 
   // K and V for every cached position (earlier ones and this forward's).
-  const int64_t n_ctx = static_cast<int64_t>(a.cache->size()) / r;
-  const int64_t first_pos = n_ctx - t_count;
   std::vector<float> cn(n_ctx * r), kv_norm(r);
   widen(a.kv_norm->data<bf16>(), r, kv_norm.data());
-  widen(a.cache->data(), n_ctx * r, cn.data());
+  widen(latents, n_ctx * r, cn.data());
   for (int64_t j = 0; j < n_ctx; ++j) {
     float* row = cn.data() + j * r;
     const float s = rms_scale(row, r, a.eps);
@@ -108,7 +111,7 @@ void kda_attention(KdaArgs& a) {
   std::vector<float> o_norm(hd);
   widen(a.o_norm->data<bf16>(), hd, o_norm.data());
 
-  std::vector<float>& st = *a.state;
+  float* st = a.state->data<float>();
   std::vector<float> u(hd), o(hd), og(t_count * qd);
   for (int64_t t = 0; t < t_count; ++t) {
     for (int head = 0; head < a.heads; ++head) {
@@ -119,7 +122,7 @@ void kda_attention(KdaArgs& a) {
       l2_normalize(qv, hd, a.eps);
       l2_normalize(kv, hd, a.eps);
       const float beta = fmath::sigmoid(b[t * a.heads + head]);
-      float* s = st.data() + static_cast<int64_t>(head) * hd * hd;  // [d_k][d_v]
+      float* s = st + static_cast<int64_t>(head) * hd * hd;  // [d_k][d_v]
       // Two passes over the state, each row i finished before the next: decay the row
       // and add its term to u (u sums over i ascending), then update the row and add its
       // term to o (likewise). The same operations, in the same order per element, as one

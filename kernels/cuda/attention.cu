@@ -75,11 +75,35 @@ void attention(const uint16_t* q, const uint16_t* k, const uint16_t* v, const fl
                      stream()>>>(q, k, v, gate, tk, first_pos, heads, hd, inv_sqrt_d, out);
 }
 
+// The state column of value channel j: in registers when the head size is known at
+// compile time (HD > 0: read once, written once per call), else in place in global memory.
+template <int HD>
+struct StateColumn {
+  float v[HD];
+  __device__ void load(const float* s, int hd, int j) {
+#pragma unroll
+    for (int i = 0; i < HD; ++i) v[i] = s[i * hd + j];
+  }
+  __device__ void store(float* s, int hd, int j) const {
+#pragma unroll
+    for (int i = 0; i < HD; ++i) s[i * hd + j] = v[i];
+  }
+  __device__ float& at(float*, int i, int, int) { return v[i]; }
+};
+template <>
+struct StateColumn<0> {
+  __device__ void load(const float*, int, int) {}
+  __device__ void store(float*, int, int) const {}
+  __device__ float& at(float* s, int i, int hd, int j) { return s[i * hd + j]; }
+};
+
 // KDA-lite's recurrence for one head per block, thread j owning value channel j.
+template <int HD>
 __global__ void kda_kernel(const float* q, const float* k, const float* v, const float* b,
                            const float* al, const float* g, const uint16_t* o_norm, int64_t t_count,
-                           int heads, int hd, float eps, float* state, uint16_t* og) {
+                           int heads, int hd_arg, float eps, float* state, uint16_t* og) {
   extern __shared__ float sh[];  // qv[hd], kv[hd], alpha[hd], o[hd]
+  const int hd = HD > 0 ? HD : hd_arg;
   float* qv = sh;
   float* kv = sh + hd;
   float* alpha = sh + 2 * hd;
@@ -89,6 +113,8 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
   const int j = threadIdx.x;
   const int64_t qd = static_cast<int64_t>(heads) * hd;
   float* s = state + static_cast<int64_t>(head) * hd * hd;  // [d_k][d_v]
+  StateColumn<HD> col;
+  col.load(s, hd, j);
   for (int64_t t = 0; t < t_count; ++t) {
     const int64_t base = t * qd + head * hd;
     qv[j] = q[base + j];
@@ -107,16 +133,34 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
     kv[j] = kv[j] * stat[1];
     __syncthreads();
     const float beta = dsigmoid(b[t * heads + head]);
-    for (int i = 0; i < hd; ++i) s[i * hd + j] *= alpha[i];
+    // Two passes over the state column (the CPU's order per element): decay each row and
+    // add its term to u, then update each row and add its term to o.
     float u = 0.0f;
-    for (int i = 0; i < hd; ++i) u += kv[i] * s[i * hd + j];
-    const float vj = v[base + j];
-    for (int i = 0; i < hd; ++i) {
-      const float bk = beta * kv[i];
-      s[i * hd + j] = (s[i * hd + j] - bk * u) + bk * vj;
+    auto decay = [&](int i) {
+      float& e = col.at(s, i, hd, j);
+      e = e * alpha[i];
+      u += kv[i] * e;
+    };
+    if constexpr (HD > 0) {
+#pragma unroll
+      for (int i = 0; i < HD; ++i) decay(i);
+    } else {
+      for (int i = 0; i < hd; ++i) decay(i);
     }
+    const float vj = v[base + j];
     float oj = 0.0f;
-    for (int i = 0; i < hd; ++i) oj += s[i * hd + j] * qv[i];
+    auto update = [&](int i) {
+      float& e = col.at(s, i, hd, j);
+      const float bk = beta * kv[i];
+      e = (e - bk * u) + bk * vj;
+      oj += e * qv[i];
+    };
+    if constexpr (HD > 0) {
+#pragma unroll
+      for (int i = 0; i < HD; ++i) update(i);
+    } else {
+      for (int i = 0; i < hd; ++i) update(i);
+    }
     o[j] = oj;
     __syncthreads();
     if (j == 0) {
@@ -128,15 +172,13 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
     og[base + j] = f_to_bf(oj * stat[2] * bf_to_f(o_norm[j]) * dsigmoid(g[base + j]));
     __syncthreads();
   }
+  col.store(s, hd, j);
 }
 
 // x [rows, in] bf16 times W [in, out] -> bf16 [rows, out], rounded once.
 void project_bf16(Staging& s, const uint16_t* x, int64_t rows, int64_t in, const Tensor* w,
                   uint16_t* out) {
-  const int64_t n = w->dim(1);
-  float* acc = s.scratch<float>(rows * n);
-  gemm(x, as<uint16_t>(s.in(w)), acc, rows, n, in, false);
-  round_to_bf16(acc, out, rows * n);
+  gemm_bf16(x, as<uint16_t>(s.in(w)), out, rows, w->dim(1), in);
 }
 
 }  // namespace
@@ -151,19 +193,13 @@ void mla_attention(MlaArgs& a) {
   float* g = s.scratch<float>(t_count * qd);
   gemm(x, as<uint16_t>(s.in(a.w_g)), g, t_count, qd, h, false);
 
-  // The cache: earlier latents, then this forward's T latents appended.
-  const int64_t n_prev = static_cast<int64_t>(a.cache->size()) / r;
+  // The cache, in device memory: earlier latents, then this forward's T latents appended.
+  const int64_t n_prev = a.cache->positions;
   const int64_t n_ctx = n_prev + t_count;
-  uint16_t* latents = s.scratch<uint16_t>(n_ctx * r);
-  if (n_prev > 0) {
-    SPLITCHECK_CUDA_CHECK(cudaMemcpyAsync(latents, a.cache->data(),
-                                          static_cast<size_t>(n_prev * r) * sizeof(uint16_t),
-                                          cudaMemcpyHostToDevice, stream()));
-  }
+  reserve_latents(*a.cache, n_ctx, r, Device::kCuda);
+  auto* latents = static_cast<uint16_t*>(a.cache->rows.address());
   project_bf16(s, x, t_count, h, a.w_dkv, latents + n_prev * r);
-  a.cache->resize(static_cast<size_t>(n_ctx * r));
-  s.copy_back(a.cache->data() + n_prev * r, latents + n_prev * r,
-              static_cast<size_t>(t_count * r) * sizeof(uint16_t));
+  a.cache->positions = n_ctx;
 
   uint16_t* cn = s.scratch<uint16_t>(n_ctx * r);
   rms_rows(latents, as<uint16_t>(s.in(a.kv_norm)), n_ctx, r, a.eps, cn);
@@ -197,13 +233,12 @@ void kda_attention(KdaArgs& a) {
   gemm(x, as<uint16_t>(s.in(a.w_b)), b, t_count, a.heads, h, false);
   gemm(x, as<uint16_t>(s.in(a.w_a)), al, t_count, qd, h, false);
   gemm(x, as<uint16_t>(s.in(a.w_g)), g, t_count, qd, h, false);
-  const size_t state_bytes = a.state->size() * sizeof(float);
-  auto* state = static_cast<float*>(const_cast<void*>(s.in_host(a.state->data(), state_bytes)));
-  s.copy_back(a.state->data(), state, state_bytes);
+  auto* state = static_cast<float*>(s.inout(a.state));
   uint16_t* og = s.scratch<uint16_t>(t_count * qd);
   if (t_count > 0) {
-    kda_kernel<<<static_cast<unsigned>(a.heads), static_cast<unsigned>(hd),
-                 4 * static_cast<size_t>(hd) * sizeof(float), stream()>>>(
+    const auto launch = hd == 128 ? kda_kernel<128> : kda_kernel<0>;
+    launch<<<static_cast<unsigned>(a.heads), static_cast<unsigned>(hd),
+             4 * static_cast<size_t>(hd) * sizeof(float), stream()>>>(
         q, k, v, b, al, g, as<uint16_t>(s.in(a.o_norm)), t_count, a.heads, hd, a.eps, state, og);
   }
   project_bf16(s, og, t_count, qd, a.w_o, static_cast<uint16_t*>(s.inout(a.out)));

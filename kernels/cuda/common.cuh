@@ -17,7 +17,10 @@ namespace splitcheck::cuda {
 void check(cudaError_t e, const char* what);
 #define SPLITCHECK_CUDA_CHECK(expr) ::splitcheck::cuda::check((expr), #expr)
 
-// The one stream every kernel and matrix product of the backend runs on.
+// The calling thread's stream: every kernel, copy and matrix product a thread queues runs
+// on its own stream, so the stages and split points of a sweep, each on its thread, keep
+// the GPU busy together. A thread hands a device tensor to another only once its stream has
+// finished writing it (a host read, a copy that returns finished, or synchronize()).
 cudaStream_t stream();
 // Checks the last launch and waits for the stream (where the host must see a result).
 void finish();
@@ -181,7 +184,30 @@ void rms_rows(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t h, flo
 // C[m, n] (float32, row-major) = A[m, k] (bf16, row-major) times B, where B is bf16
 // [k, n] row-major, or [n, k] row-major when b_nk. Through cuBLASLt: float32 compute, no
 // TF32, the algorithm chosen once per shape and pinned (gemm.cu).
+// A product of at most kSkinnyMaxRows rows with B [k, n] takes skinny_gemm instead.
 void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, int64_t k,
           bool b_nk);
+// gemm(), rounded once to bf16 into `out` [m, n].
+void gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, int64_t n,
+               int64_t k);
+
+// Products of at most this many rows read the weight at the memory's speed (skinny_gemm.cu).
+constexpr int64_t kSkinnyMaxRows = 16;
+// C = A B for A bf16 [m, k] (m <= kSkinnyMaxRows), B bf16 [k, n] row-major: float32 into
+// `c` and/or rounded to bf16 into `c_bf16` (either may be null). Each row's bits depend
+// on (k, n) and its own inputs alone, never on m.
+void skinny_gemm(const uint16_t* a, const uint16_t* b, float* c, uint16_t* c_bf16, int64_t m,
+                 int64_t n, int64_t k);
+// The weights a routed product picks from (by value in the launch: no copy to the device).
+struct WeightTable {
+  const uint16_t* w[256] = {};
+};
+// One product row per slot s < slots: row s of C = A[s / a_div] times table.w[pick[s]]
+// (each B bf16 [k, n]; pick in device memory), with skinny_gemm's bits for that row.
+void routed_gemm(const uint16_t* a, int a_div, const int32_t* pick, const WeightTable& table,
+                 float* c, uint16_t* c_bf16, int64_t slots, int64_t n, int64_t k);
+// Whether gemm() takes skinny_gemm for m rows of a B stored [k, n] (false when
+// SPLITCHECK_CUDA_SKINNY=0, for measuring cuBLASLt in its place).
+bool skinny_applies(int64_t m, bool b_nk);
 
 }  // namespace splitcheck::cuda

@@ -5,6 +5,7 @@
 #include <cublasLt.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -35,16 +36,23 @@ struct Pinned {
 
 struct Lt {
   cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
   std::mutex mu;
   std::map<ShapeKey, Pinned> algos;
+  // One workspace per stream (threads' streams are pooled, so these are as many as the
+  // threads that ran products at once): products on two streams may overlap.
+  std::map<cudaStream_t, void*> workspaces;
+
+  void* workspace(cudaStream_t s) {
+    void*& w = workspaces[s];
+    if (w == nullptr) SPLITCHECK_CUDA_CHECK(cudaMalloc(&w, kWorkspaceBytes));
+    return w;
+  }
 };
 
 Lt& lt() {
   static Lt* state = [] {
     auto* s = new Lt;
     SPLITCHECK_LT_CHECK(cublasLtCreate(&s->handle));
-    SPLITCHECK_CUDA_CHECK(cudaMalloc(&s->workspace, kWorkspaceBytes));
     return s;
   }();
   return *state;
@@ -73,9 +81,36 @@ std::string describe(const cublasLtMatmulAlgo_t& algo) {
 
 }  // namespace
 
+bool skinny_applies(int64_t m, bool b_nk) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("SPLITCHECK_CUDA_SKINNY");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled && !b_nk && m <= kSkinnyMaxRows;
+}
+
+void gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, int64_t n,
+               int64_t k) {
+  if (m == 0 || n == 0) return;
+  if (skinny_applies(m, false)) {
+    skinny_gemm(a, b, nullptr, out, m, n, k);
+    return;
+  }
+  float* acc = nullptr;
+  SPLITCHECK_CUDA_CHECK(
+      cudaMallocAsync(&acc, static_cast<size_t>(m * n) * sizeof(float), stream()));
+  gemm(a, b, acc, m, n, k, false);
+  round_to_bf16(acc, out, m * n);
+  SPLITCHECK_CUDA_CHECK(cudaFreeAsync(acc, stream()));
+}
+
 void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, int64_t k,
           bool b_nk) {
   if (m == 0 || n == 0) return;
+  if (skinny_applies(m, b_nk)) {
+    skinny_gemm(a, b, c, nullptr, m, n, k);
+    return;
+  }
   Lt& s = lt();
   // Row-major C[m,n] = A[m,k] B is column-major C^T[n,m] = B^T[n,k] A^T[k,m]: cuBLASLt's
   // first operand is B (as stored: [n,k] col-major with ld n, or [k,n] col-major when b_nk,
@@ -99,7 +134,7 @@ void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, 
 
   const ShapeKey key{m, n, k, b_nk};
   cublasLtMatmulAlgo_t algo;
-  // One product at a time (stage threads share the handle, the stream and its workspace).
+  // One product queued at a time (threads share the handle and the pinned algorithms).
   std::lock_guard<std::mutex> lock(s.mu);
   {
     auto it = s.algos.find(key);
@@ -123,7 +158,7 @@ void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, 
   }
   const float alpha = 1.0f, beta = 0.0f;
   SPLITCHECK_LT_CHECK(cublasLtMatmul(s.handle, desc, &alpha, b, la, a, lb, &beta, c, lc, c, lc,
-                                     &algo, s.workspace, kWorkspaceBytes, stream()));
+                                     &algo, s.workspace(stream()), kWorkspaceBytes, stream()));
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(lc);

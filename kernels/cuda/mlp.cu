@@ -1,7 +1,10 @@
 // The drafters' linear layer, dense SwiGLU and MoE (SPEC 2.5) on the GPU. Matrix products
-// through gemm() (cuBLASLt); routing by one thread per token; tokens grouped by expert as
-// on the CPU, so each expert's product has as many rows as tokens routed to it.
+// through gemm() (skinny_gemm for a few rows, else cuBLASLt); routing by one thread per
+// token. A few tokens' experts run a row per slot with the picks read on the device (no
+// host wait); more are grouped by expert as on the CPU after one wait for the picks.
 #include <algorithm>
+#include <span>
+#include <stdexcept>
 #include <cstdint>
 #include <vector>
 
@@ -102,9 +105,8 @@ void swiglu(Staging& s, const uint16_t* x, int64_t rows, int64_t h, const SwiGlu
 void linear(LinearArgs& a) {
   Staging s;
   const int64_t t = a.x->dim(0), in = a.x->dim(1), out_dim = a.weight->dim(1);
-  float* acc = s.scratch<float>(t * out_dim);
-  gemm(as<uint16_t>(s.in(a.x)), as<uint16_t>(s.in(a.weight)), acc, t, out_dim, in, false);
-  round_to_bf16(acc, static_cast<uint16_t*>(s.inout(a.out)), t * out_dim);
+  gemm_bf16(as<uint16_t>(s.in(a.x)), as<uint16_t>(s.in(a.weight)),
+            static_cast<uint16_t*>(s.inout(a.out)), t, out_dim, in);
   s.done();
 }
 
@@ -116,6 +118,70 @@ void dense_mlp(DenseMlpArgs& a) {
   round_to_bf16(out, static_cast<uint16_t*>(s.inout(a.out)), t * h);
   s.done();
 }
+
+namespace {
+
+// The routed experts of every slot t*top_k + k, each token alone (a row per slot), with
+// the picks read on the device: no host synchronisation. Each row has the bits a grouped
+// product of at most kSkinnyMaxRows rows gives it (skinny_gemm.cu).
+void routed_experts_on_device(Staging& s, const uint16_t* x, const int32_t* d_expert,
+                              int64_t slots, int top_k, int64_t h,
+                              std::span<const SwiGluWeights> experts, float* expert_out) {
+  const int64_t inter = experts[0].gate->dim(1);
+  WeightTable gate, up, down;
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const SwiGluWeights& w = experts[e];
+    if (w.gate->dim(1) != inter || w.down->dim(0) != inter)
+      throw std::runtime_error("MoE on CUDA: routed experts of different sizes");
+    gate.w[e] = as<uint16_t>(s.in(w.gate));
+    up.w[e] = as<uint16_t>(s.in(w.up));
+    down.w[e] = as<uint16_t>(s.in(w.down));
+  }
+  float* g = s.scratch<float>(slots * inter);
+  float* u = s.scratch<float>(slots * inter);
+  uint16_t* hidden = s.scratch<uint16_t>(slots * inter);
+  routed_gemm(x, top_k, d_expert, gate, g, nullptr, slots, inter, h);
+  routed_gemm(x, top_k, d_expert, up, u, nullptr, slots, inter, h);
+  swiglu_hidden_kernel<<<blocks_for(slots * inter, 256), 256, 0, stream()>>>(g, u, slots * inter,
+                                                                             hidden);
+  routed_gemm(hidden, 1, d_expert, down, expert_out, nullptr, slots, h, inter);
+  round_f32_kernel<<<blocks_for(slots * h, 256), 256, 0, stream()>>>(expert_out, slots * h);
+}
+
+// The routed experts grouped by expert on the host (one wait for the picks): each
+// expert's product has as many rows as tokens routed to it.
+void routed_experts_grouped(Staging& s, const uint16_t* x, const int32_t* d_expert,
+                            int64_t t_count, int top_k, int64_t h,
+                            std::span<const SwiGluWeights> experts, float* expert_out) {
+  const int64_t n_exp = static_cast<int64_t>(experts.size());
+  std::vector<int32_t> picks(static_cast<size_t>(t_count * top_k));
+  SPLITCHECK_CUDA_CHECK(cudaMemcpyAsync(picks.data(), d_expert, picks.size() * sizeof(int32_t),
+                                        cudaMemcpyDeviceToHost, stream()));
+  finish();
+  // Tokens grouped by expert (ascending token), and the slot t*top_k + k of each.
+  std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(n_exp)), slots_of(rows_of.size());
+  for (int64_t t = 0; t < t_count; ++t) {
+    for (int k = 0; k < top_k; ++k) {
+      const int32_t e = picks[static_cast<size_t>(t * top_k + k)];
+      rows_of[e].push_back(static_cast<int32_t>(t));
+      slots_of[e].push_back(static_cast<int32_t>(t * top_k + k));
+    }
+  }
+  for (int64_t e = 0; e < n_exp; ++e) {
+    const auto& rows = rows_of[e];
+    if (rows.empty()) continue;
+    const int64_t n = static_cast<int64_t>(rows.size());
+    const auto* d_rows = as<int32_t>(s.in_host(rows.data(), rows.size() * sizeof(int32_t)));
+    const auto* d_slots = as<int32_t>(s.in_host(slots_of[e].data(), rows.size() * sizeof(int32_t)));
+    uint16_t* xs = s.scratch<uint16_t>(n * h);
+    float* ys = s.scratch<float>(n * h);
+    gather_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream()>>>(x, d_rows, h, xs);
+    swiglu(s, xs, n, h, experts[e], ys);
+    scatter_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream()>>>(ys, d_slots, h, expert_out);
+  }
+}
+
+}  // namespace
 
 void moe(MoeArgs& a) {
   Staging s;
@@ -131,32 +197,14 @@ void moe(MoeArgs& a) {
     route_kernel<<<blocks_for(t_count, 128), 128, 0, stream()>>>(
         logits, t_count, static_cast<int>(n_exp), top_k, d_expert, d_weight);
   }
-  std::vector<int32_t> picks(static_cast<size_t>(t_count * top_k));
-  SPLITCHECK_CUDA_CHECK(cudaMemcpyAsync(picks.data(), d_expert, picks.size() * sizeof(int32_t),
-                                        cudaMemcpyDeviceToHost, stream()));
-  finish();
-
-  // Tokens grouped by expert (ascending token), and the slot t*top_k + k of each.
-  std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(n_exp)), slots_of(rows_of.size());
-  for (int64_t t = 0; t < t_count; ++t) {
-    for (int k = 0; k < top_k; ++k) {
-      const int32_t e = picks[static_cast<size_t>(t * top_k + k)];
-      rows_of[e].push_back(static_cast<int32_t>(t));
-      slots_of[e].push_back(static_cast<int32_t>(t * top_k + k));
-    }
-  }
   float* expert_out = s.scratch<float>(t_count * top_k * h);
-  for (int64_t e = 0; e < n_exp; ++e) {
-    const auto& rows = rows_of[e];
-    if (rows.empty()) continue;
-    const int64_t n = static_cast<int64_t>(rows.size());
-    const auto* d_rows = as<int32_t>(s.in_host(rows.data(), rows.size() * sizeof(int32_t)));
-    const auto* d_slots = as<int32_t>(s.in_host(slots_of[e].data(), rows.size() * sizeof(int32_t)));
-    uint16_t* xs = s.scratch<uint16_t>(n * h);
-    float* ys = s.scratch<float>(n * h);
-    gather_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream()>>>(x, d_rows, h, xs);
-    swiglu(s, xs, n, h, a.experts[e], ys);
-    scatter_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream()>>>(ys, d_slots, h, expert_out);
+  // A token alone per slot reads no more expert weight than grouping would while the
+  // slots are no more than the experts; beyond that, one wait groups them by expert.
+  const int64_t slots = t_count * top_k;
+  if (slots > 0 && slots <= n_exp && skinny_applies(1, false)) {
+    routed_experts_on_device(s, x, d_expert, slots, top_k, h, a.experts, expert_out);
+  } else if (slots > 0) {
+    routed_experts_grouped(s, x, d_expert, t_count, top_k, h, a.experts, expert_out);
   }
   const int n_shared = static_cast<int>(a.shared.size());
   float* shared = s.scratch<float>(std::max<int64_t>(1, n_shared) * t_count * h);

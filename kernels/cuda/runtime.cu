@@ -5,8 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/runtime.h"
@@ -19,13 +21,53 @@ void check(cudaError_t e, const char* what) {
   throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
 }
 
+namespace {
+
+// Streams outlive their threads: a thread takes one from this pool at its first CUDA call
+// and gives it back, drained, when it ends, so a stream handle a device tensor recorded at
+// its allocation stays valid for as long as the tensor.
+struct StreamPool {
+  std::mutex mu;
+  std::vector<cudaStream_t> idle;
+};
+StreamPool& stream_pool() {
+  static StreamPool* pool = new StreamPool;  // never destroyed: threads end after main
+  return *pool;
+}
+
+struct ThreadStream {
+  cudaStream_t s = nullptr;
+  ThreadStream() {
+    StreamPool& pool = stream_pool();
+    std::lock_guard<std::mutex> lock(pool.mu);
+    if (!pool.idle.empty()) {
+      s = pool.idle.back();
+      pool.idle.pop_back();
+      return;
+    }
+    SPLITCHECK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  }
+  ~ThreadStream() {
+    cudaStreamSynchronize(s);
+    StreamPool& pool = stream_pool();
+    std::lock_guard<std::mutex> lock(pool.mu);
+    pool.idle.push_back(s);
+  }
+};
+
+}  // namespace
+
+namespace {
+thread_local std::optional<ThreadStream> t_stream;
+}  // namespace
+
 cudaStream_t stream() {
-  static cudaStream_t s = [] {
-    cudaStream_t created = nullptr;
-    SPLITCHECK_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
-    return created;
-  }();
-  return s;
+  if (!t_stream) t_stream.emplace();
+  return t_stream->s;
+}
+
+void synchronize_thread() {
+  if (t_stream) finish();
 }
 
 void finish() {
@@ -62,10 +104,19 @@ std::shared_ptr<void> device_zeros(size_t bytes) {
     cudaFreeAsync(p, stream());
     check(e, "cudaMemsetAsync (new device tensor)");
   }
-  // Stream-ordered: the free waits for the work queued before it (a tensor dropped while
-  // its kernels are in flight stays valid for them). After the runtime has shut down
+  // Stream-ordered: the free waits for the work queued before it on the freeing thread's
+  // stream (a tensor dropped while its kernels are in flight stays valid for them). A last
+  // owner on another stream than the allocating one (a handoff body, weights every stage
+  // of a sweep viewed) first waits for the allocating stream. A tensor reaches another
+  // thread only once written (see stream()), and the threads that read it without owning
+  // it last have ended, their streams drained, before it is dropped (a transport joins its
+  // stage threads before it destroys their stages). After the runtime has shut down
   // (static destruction) the free fails harmlessly.
-  return std::shared_ptr<void>(p, [](void* q) { cudaFreeAsync(q, stream()); });
+  return std::shared_ptr<void>(p, [owner = stream()](void* q) {
+    cudaStream_t mine = stream();
+    if (mine != owner) cudaStreamSynchronize(owner);
+    cudaFreeAsync(q, mine);
+  });
 }
 
 DeviceMemory device_memory() {

@@ -31,9 +31,13 @@ void copy(void* dst, const void* src, size_t bytes);
 void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
              size_t runs);
 
-// Waits until the work queued on the backend's stream has finished (before another stream,
-// NCCL's, reads what it wrote). Throws std::runtime_error on a CUDA error.
+// Waits until the work queued on the calling thread's stream has finished (before another
+// stream, NCCL's or another thread's, reads what it wrote). Throws std::runtime_error on a
+// CUDA error.
 void synchronize();
+// synchronize() for a thread that has queued device work; a no-op for one that has not
+// (it creates no stream and needs no device).
+void synchronize_thread();
 
 // Empty when a CUDA device can run kernels here; otherwise why not, in one phrase.
 std::string unavailable_reason();

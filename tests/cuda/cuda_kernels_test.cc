@@ -3,6 +3,8 @@
 // run-to-run and row-count independence. Skipped, saying why, without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -309,6 +311,72 @@ TEST(CudaOpsTest, LinearDenseMlpAndMoeAreCloseToTheCpu) {
   EXPECT_LE(difference(r_cpu, r_gpu).max_rel, kClose);
 }
 
+// Rows [first, first + n) of a host copy of `t`, as bytes.
+std::vector<uint8_t> row_bytes(const Tensor& t, int64_t first, int64_t n) {
+  const Tensor h = t.on_host();
+  const size_t row = h.nbytes() / static_cast<size_t>(h.dim(0));
+  const auto* p = static_cast<const uint8_t*>(h.address()) + static_cast<size_t>(first) * row;
+  return std::vector<uint8_t>(p, p + static_cast<size_t>(n) * row);
+}
+
+// A product of a few rows (the skinny path) gives each row the bits it has alone, at any
+// row count up to kSkinnyMaxRows, with aligned (vector) and odd (scalar) widths; and an MoE
+// whose tokens run a row per slot on the device (few tokens) gives every token the bits
+// the host-grouped path gives it among many.
+TEST(CudaOpsTest, AFewRowsProductAndTheMoeGiveARowTheBitsItHasAlone) {
+  SPLITCHECK_REQUIRE_GPU();
+  for (auto [h, n] : {std::pair<int64_t, int64_t>{512, 768}, {1000, 333}}) {
+    Tensor w_g = on_gpu(random_bf16({h, n}, 60 + h, 1.0f / std::sqrt(static_cast<float>(h))));
+    Tensor x = random_bf16({16, h}, 61 + n, 1.0f);
+    std::vector<std::vector<uint8_t>> alone;
+    for (int64_t r = 0; r < 16; ++r) {
+      Tensor row = Tensor::zeros(DType::kBF16, {1, h});
+      std::copy_n(x.data<bf16>() + r * h, h, row.data<bf16>());
+      Tensor row_g = on_gpu(row), o = Tensor::zeros(DType::kBF16, {1, n}, Device::kCuda);
+      LinearArgs a{&row_g, &w_g, &o};
+      run_variant("linear", "matmul", &a);
+      alone.push_back(row_bytes(o, 0, 1));
+    }
+    for (int64_t m : {2, 3, 8, 9, 16}) {
+      Tensor xm = Tensor::zeros(DType::kBF16, {m, h});
+      std::copy_n(x.data<bf16>(), m * h, xm.data<bf16>());
+      Tensor xm_g = on_gpu(xm), o = Tensor::zeros(DType::kBF16, {m, n}, Device::kCuda);
+      LinearArgs a{&xm_g, &w_g, &o};
+      run_variant("linear", "matmul", &a);
+      for (int64_t r = 0; r < m; ++r)
+        EXPECT_EQ(row_bytes(o, r, 1), alone[static_cast<size_t>(r)])
+            << "h " << h << " n " << n << ": row " << r << " of " << m;
+    }
+  }
+
+  const int64_t t = 11, h = 256, inter = 64;
+  const int n_exp = 8;
+  const float s = 1.0f / std::sqrt(static_cast<float>(h));
+  std::vector<Tensor> dev;
+  dev.reserve(3 * (n_exp + 1) + 1);
+  for (int e = 0; e < n_exp + 1; ++e) {
+    dev.push_back(on_gpu(random_bf16({h, inter}, 300 + 10 * e, s)));
+    dev.push_back(on_gpu(random_bf16({h, inter}, 301 + 10 * e, s)));
+    dev.push_back(on_gpu(random_bf16({inter, h}, 302 + 10 * e, 1.0f / 8.0f)));
+  }
+  dev.push_back(on_gpu(random_bf16({h, n_exp}, 7, s)));
+  std::vector<SwiGluWeights> experts, shared;
+  for (int e = 0; e < n_exp; ++e) experts.push_back({&dev[3 * e], &dev[3 * e + 1], &dev[3 * e + 2]});
+  shared.push_back({&dev[3 * n_exp], &dev[3 * n_exp + 1], &dev[3 * n_exp + 2]});
+  Tensor x = random_bf16({t, h}, 70, 1.0f), x_g = on_gpu(x);
+  Tensor all = Tensor::zeros(DType::kBF16, {t, h}, Device::kCuda);
+  MoeArgs many{&x_g, &dev.back(), experts, shared, 2, &all};  // 22 slots > 8 experts: grouped
+  run_variant("moe", "grouped", &many);
+  for (int64_t r = 0; r < t; ++r) {
+    Tensor row = Tensor::zeros(DType::kBF16, {1, h});
+    std::copy_n(x.data<bf16>() + r * h, h, row.data<bf16>());
+    Tensor row_g = on_gpu(row), o = Tensor::zeros(DType::kBF16, {1, h}, Device::kCuda);
+    MoeArgs one{&row_g, &dev.back(), experts, shared, 2, &o};  // 2 slots: on the device
+    run_variant("moe", "grouped", &one);
+    EXPECT_EQ(row_bytes(o, 0, 1), row_bytes(all, r, 1)) << "token " << r;
+  }
+}
+
 TEST(CudaOpsTest, MlaKdaAndDenseAttentionAreCloseToTheCpuAndKeepTheirCaches) {
   SPLITCHECK_REQUIRE_GPU();
   const int64_t h = 256, r = 64;
@@ -326,7 +394,7 @@ TEST(CudaOpsTest, MlaKdaAndDenseAttentionAreCloseToTheCpuAndKeepTheirCaches) {
   w.push_back(random_bf16({r}, 7, 0.1f, 1.0f));
   std::vector<Tensor> wg;
   for (const Tensor& t0 : w) wg.push_back(on_gpu(t0));
-  std::vector<bf16> cache_cpu, cache_gpu;
+  LatentCache cache_cpu, cache_gpu;
   for (int64_t t : {5, 1, 3}) {  // a prefill, a decode, a verify block: the cache grows
     Tensor x = random_bf16({t, h}, 20 + t, 1.0f), x_g = on_gpu(x);
     Tensor o_cpu = Tensor::zeros(DType::kBF16, {t, h}), o_gpu = zeros_like(o_cpu, Device::kCuda);
@@ -337,7 +405,8 @@ TEST(CudaOpsTest, MlaKdaAndDenseAttentionAreCloseToTheCpuAndKeepTheirCaches) {
     run_variant("mla", "latent_cache", &a);
     run_variant("mla", "latent_cache", &b);
     EXPECT_LE(difference(o_cpu, o_gpu).max_rel, kClose) << "T " << t;
-    ASSERT_EQ(cache_cpu.size(), cache_gpu.size());
+    ASSERT_EQ(cache_cpu.positions, cache_gpu.positions);
+    EXPECT_EQ(cache_gpu.rows.device(), Device::kCuda);  // the latents stay on the device
   }
 
   std::vector<Tensor> k;
@@ -353,18 +422,21 @@ TEST(CudaOpsTest, MlaKdaAndDenseAttentionAreCloseToTheCpuAndKeepTheirCaches) {
   k.push_back(random_bf16({hd}, 37, 0.1f, 1.0f));
   std::vector<Tensor> kg;
   for (const Tensor& t0 : k) kg.push_back(on_gpu(t0));
-  std::vector<float> st_cpu(static_cast<size_t>(heads * hd * hd), 0.0f), st_gpu = st_cpu;
+  Tensor st_cpu_t = Tensor::zeros(DType::kF32, {int64_t{heads} * hd * hd});
+  Tensor st_gpu_t = Tensor::zeros(DType::kF32, {int64_t{heads} * hd * hd}, Device::kCuda);
   for (int64_t t : {6, 1}) {
     Tensor x = random_bf16({t, h}, 40 + t, 1.0f), x_g = on_gpu(x);
     Tensor o_cpu = Tensor::zeros(DType::kBF16, {t, h}), o_gpu = zeros_like(o_cpu, Device::kCuda);
     KdaArgs a{&x,    &k[0], &k[1], &k[2], &k[3], &k[4],   &k[5],
-              &k[7], &k[6], heads, hd,    1e-6f, &st_cpu, &o_cpu};
+              &k[7], &k[6], heads, hd,    1e-6f, &st_cpu_t, &o_cpu};
     KdaArgs b{&x_g,   &kg[0], &kg[1], &kg[2], &kg[3], &kg[4],  &kg[5],
-              &kg[7], &kg[6], heads,  hd,     1e-6f,  &st_gpu, &o_gpu};
+              &kg[7], &kg[6], heads,  hd,     1e-6f,  &st_gpu_t, &o_gpu};
     run_variant("kda", "recurrent", &a);
     run_variant("kda", "recurrent", &b);
     EXPECT_LE(difference(o_cpu, o_gpu).max_rel, kClose) << "T " << t;
   }
+  const Tensor st_back = st_gpu_t.to(Device::kCpu);
+  const std::span<const float> st_cpu = st_cpu_t.span<float>(), st_gpu = st_back.span<float>();
   double max_state = 0.0, max_diff = 0.0;
   for (size_t i = 0; i < st_cpu.size(); ++i) {
     max_state = std::max(max_state, std::fabs(static_cast<double>(st_cpu[i])));
