@@ -296,10 +296,11 @@ PY
 # GPU goldens: the default scenario (k3-tiny, PP=1) on cuda, written with the GPU's
 # fingerprint into $OUT/golden/ (or the log dir) for the lead to commit under
 # golden/cuda/, then verified on the spot (a second run, compared bit for bit).
+# GOLDEN_REASON: the reason recorded with it (why the GPU's bits changed).
 golden_out="${OUT:-$log}/golden"
 detail="default on cuda, PP=1 -> $golden_out"
 step golden-cuda-update 240 "$build/splitcheck" golden --dir "$golden_out" update --backend cuda \
-  --reason "GPU golden of the default scenario (k3-tiny, PP=1) on ${gpu:-the GPU}" \
+  --reason "${GOLDEN_REASON:-GPU golden of the default scenario (k3-tiny, PP=1) on ${gpu:-the GPU}}" \
   "$root/scenarios/default.json"
 detail="recomputed on this GPU, bit for bit"
 step golden-cuda-verify 240 "$build/splitcheck" golden --dir "$golden_out" verify

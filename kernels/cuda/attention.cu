@@ -189,9 +189,18 @@ void mla_attention(MlaArgs& a) {
   const int64_t qd = static_cast<int64_t>(a.heads) * a.head_dim;
   const auto* x = as<uint16_t>(s.in(a.x));
   uint16_t* q = s.scratch<uint16_t>(t_count * qd);
-  project_bf16(s, x, t_count, h, a.w_q, q);
-  float* g = s.scratch<float>(t_count * qd);
-  gemm(x, as<uint16_t>(s.in(a.w_g)), g, t_count, qd, h, false);
+  float* g = nullptr;
+  if (skinny_applies(t_count, false)) {  // q and g in one launch, q rounded after
+    float* qg = s.scratch<float>(2 * t_count * qd);
+    const uint16_t* ws[2] = {as<uint16_t>(s.in(a.w_q)), as<uint16_t>(s.in(a.w_g))};
+    multi_gemm(x, ws, qg, nullptr, t_count, qd, h);
+    round_to_bf16(qg, q, t_count * qd);
+    g = qg + t_count * qd;
+  } else {
+    project_bf16(s, x, t_count, h, a.w_q, q);
+    g = s.scratch<float>(t_count * qd);
+    gemm(x, as<uint16_t>(s.in(a.w_g)), g, t_count, qd, h, false);
+  }
 
   // The cache, in device memory: earlier latents, then this forward's T latents appended.
   const int64_t n_prev = a.cache->positions;
@@ -221,18 +230,21 @@ void kda_attention(KdaArgs& a) {
   const int64_t qd = static_cast<int64_t>(a.heads) * hd;
   if (hd > 1024) throw std::runtime_error("KDA on CUDA supports a head size of at most 1024");
   const auto* x = as<uint16_t>(s.in(a.x));
-  float* q = s.scratch<float>(t_count * qd);
-  float* k = s.scratch<float>(t_count * qd);
-  float* v = s.scratch<float>(t_count * qd);
+  // q, k, v, alpha's logits and g: [5, T, qd], one launch for a few tokens.
+  float* proj = s.scratch<float>(5 * t_count * qd);
+  float *q = proj, *k = proj + t_count * qd, *v = proj + 2 * t_count * qd,
+        *al = proj + 3 * t_count * qd, *g = proj + 4 * t_count * qd;
   float* b = s.scratch<float>(t_count * a.heads);
-  float* al = s.scratch<float>(t_count * qd);
-  float* g = s.scratch<float>(t_count * qd);
-  gemm(x, as<uint16_t>(s.in(a.w_q)), q, t_count, qd, h, false);
-  gemm(x, as<uint16_t>(s.in(a.w_k)), k, t_count, qd, h, false);
-  gemm(x, as<uint16_t>(s.in(a.w_v)), v, t_count, qd, h, false);
+  const Tensor* square[5] = {a.w_q, a.w_k, a.w_v, a.w_a, a.w_g};
+  if (skinny_applies(t_count, false)) {
+    const uint16_t* ws[5];
+    for (int i = 0; i < 5; ++i) ws[i] = as<uint16_t>(s.in(square[i]));
+    multi_gemm(x, ws, proj, nullptr, t_count, qd, h);
+  } else {
+    for (int i = 0; i < 5; ++i)
+      gemm(x, as<uint16_t>(s.in(square[i])), proj + i * t_count * qd, t_count, qd, h, false);
+  }
   gemm(x, as<uint16_t>(s.in(a.w_b)), b, t_count, a.heads, h, false);
-  gemm(x, as<uint16_t>(s.in(a.w_a)), al, t_count, qd, h, false);
-  gemm(x, as<uint16_t>(s.in(a.w_g)), g, t_count, qd, h, false);
   auto* state = static_cast<float*>(s.inout(a.state));
   uint16_t* og = s.scratch<uint16_t>(t_count * qd);
   if (t_count > 0) {

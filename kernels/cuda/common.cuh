@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/tensor.h"
@@ -198,14 +199,22 @@ constexpr int64_t kSkinnyMaxRows = 16;
 // on (k, n) and its own inputs alone, never on m.
 void skinny_gemm(const uint16_t* a, const uint16_t* b, float* c, uint16_t* c_bf16, int64_t m,
                  int64_t n, int64_t k);
+// C [G, m, n] = A times each of the G weights bs (each bf16 [k, n]), in one launch, each
+// row with skinny_gemm's bits; at most kMultiMax weights.
+constexpr int kMultiMax = 8;
+void multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
+                uint16_t* c_bf16, int64_t m, int64_t n, int64_t k);
 // The weights a routed product picks from (by value in the launch: no copy to the device).
 struct WeightTable {
   const uint16_t* w[256] = {};
 };
 // One product row per slot s < slots: row s of C = A[s / a_div] times table.w[pick[s]]
-// (each B bf16 [k, n]; pick in device memory), with skinny_gemm's bits for that row.
+// (each B bf16 [k, n]; pick in device memory, each in [0, n_weights)), every weight read
+// once for all the slots that picked it (at most max_rows <= kSkinnyMaxRows of them), with
+// skinny_gemm's bits for each row. No host wait for the picks.
 void routed_gemm(const uint16_t* a, int a_div, const int32_t* pick, const WeightTable& table,
-                 float* c, uint16_t* c_bf16, int64_t slots, int64_t n, int64_t k);
+                 int n_weights, int64_t max_rows, float* c, uint16_t* c_bf16, int64_t slots,
+                 int64_t n, int64_t k);
 // Whether gemm() takes skinny_gemm for m rows of a B stored [k, n] (false when
 // SPLITCHECK_CUDA_SKINNY=0, for measuring cuBLASLt in its place).
 bool skinny_applies(int64_t m, bool b_nk);

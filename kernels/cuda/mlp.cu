@@ -1,7 +1,7 @@
 // The drafters' linear layer, dense SwiGLU and MoE (SPEC 2.5) on the GPU. Matrix products
 // through gemm() (skinny_gemm for a few rows, else cuBLASLt); routing by one thread per
-// token. A few tokens' experts run a row per slot with the picks read on the device (no
-// host wait); more are grouped by expert as on the CPU after one wait for the picks.
+// token. A few tokens' experts run with the picks read on the device (no host wait); more
+// are grouped by expert as on the CPU after one wait for the picks.
 #include <algorithm>
 #include <span>
 #include <stdexcept>
@@ -121,13 +121,13 @@ void dense_mlp(DenseMlpArgs& a) {
 
 namespace {
 
-// The routed experts of every slot t*top_k + k, each token alone (a row per slot), with
-// the picks read on the device: no host synchronisation. Each row has the bits a grouped
-// product of at most kSkinnyMaxRows rows gives it (skinny_gemm.cu).
+// The routed experts of every slot t*top_k + k with the picks read on the device (no host
+// wait): each expert's weights read once for the slots that picked it, each slot a row with
+// the bits a host-grouped product of at most kSkinnyMaxRows rows gives it (skinny_gemm.cu).
 void routed_experts_on_device(Staging& s, const uint16_t* x, const int32_t* d_expert,
-                              int64_t slots, int top_k, int64_t h,
+                              int64_t t_count, int top_k, int64_t h,
                               std::span<const SwiGluWeights> experts, float* expert_out) {
-  const int64_t inter = experts[0].gate->dim(1);
+  const int64_t inter = experts[0].gate->dim(1), slots = t_count * top_k;
   WeightTable gate, up, down;
   for (size_t e = 0; e < experts.size(); ++e) {
     const SwiGluWeights& w = experts[e];
@@ -137,14 +137,16 @@ void routed_experts_on_device(Staging& s, const uint16_t* x, const int32_t* d_ex
     up.w[e] = as<uint16_t>(s.in(w.up));
     down.w[e] = as<uint16_t>(s.in(w.down));
   }
+  const int n = static_cast<int>(experts.size());
   float* g = s.scratch<float>(slots * inter);
   float* u = s.scratch<float>(slots * inter);
   uint16_t* hidden = s.scratch<uint16_t>(slots * inter);
-  routed_gemm(x, top_k, d_expert, gate, g, nullptr, slots, inter, h);
-  routed_gemm(x, top_k, d_expert, up, u, nullptr, slots, inter, h);
+  // A token picks distinct experts: an expert takes at most t_count slots.
+  routed_gemm(x, top_k, d_expert, gate, n, t_count, g, nullptr, slots, inter, h);
+  routed_gemm(x, top_k, d_expert, up, n, t_count, u, nullptr, slots, inter, h);
   swiglu_hidden_kernel<<<blocks_for(slots * inter, 256), 256, 0, stream()>>>(g, u, slots * inter,
                                                                              hidden);
-  routed_gemm(hidden, 1, d_expert, down, expert_out, nullptr, slots, h, inter);
+  routed_gemm(hidden, 1, d_expert, down, n, t_count, expert_out, nullptr, slots, h, inter);
   round_f32_kernel<<<blocks_for(slots * h, 256), 256, 0, stream()>>>(expert_out, slots * h);
 }
 
@@ -198,11 +200,11 @@ void moe(MoeArgs& a) {
         logits, t_count, static_cast<int>(n_exp), top_k, d_expert, d_weight);
   }
   float* expert_out = s.scratch<float>(t_count * top_k * h);
-  // A token alone per slot reads no more expert weight than grouping would while the
-  // slots are no more than the experts; beyond that, one wait groups them by expert.
+  // Up to kSkinnyMaxRows tokens are routed on the device; more are grouped by expert on
+  // the host after one wait for the picks (products of more rows take cuBLASLt).
   const int64_t slots = t_count * top_k;
-  if (slots > 0 && slots <= n_exp && skinny_applies(1, false)) {
-    routed_experts_on_device(s, x, d_expert, slots, top_k, h, a.experts, expert_out);
+  if (slots > 0 && t_count <= kSkinnyMaxRows && skinny_applies(t_count, false)) {
+    routed_experts_on_device(s, x, d_expert, t_count, top_k, h, a.experts, expert_out);
   } else if (slots > 0) {
     routed_experts_grouped(s, x, d_expert, t_count, top_k, h, a.experts, expert_out);
   }

@@ -1,15 +1,19 @@
-// Products of a few rows (a decode, a verify block, a short chunk) by a bf16 weight: the
+// Products of a few rows (a decode, a verify block, a short chunk) by bf16 weights: each
 // weight is read once, 16 bytes a lane, by enough blocks to keep the memory busy, so the
 // product runs near the device's copy bandwidth where cuBLASLt's general kernels do not.
+// One launch may multiply several weights (grid z): the same rows by each of G weights
+// (KDA's projections), or each routed token by the experts it picked, every expert's
+// weight read once for all its tokens (the MoE), with no host wait for the picks.
 //
-// The order of every sum is fixed by (k, n) alone, never by the row count m or the tile
-// a launch uses: k is cut into chunks of kc rows (kc from k and n); in a chunk, warp w
-// (of 8) sums rows chunk + w, chunk + w + 8, ... ascending; the 8 warp sums are added in
-// warp order; the chunk sums are added in chunk order. So a row of C has the same bits in
-// a product of 1 row as in one of 16, and the MoE may run each routed token alone
-// (mlp.cu) with the bits a grouped product would give on this path.
+// The order of every sum is fixed by (k, n) alone, never by the row count, the rows that
+// share a launch, or the tile a launch uses: k is cut into chunks of kc rows (kc from k
+// and n); in a chunk, warp w (of 8) sums rows chunk + w, chunk + w + 8, ... ascending; the
+// 8 warp sums are added in warp order; the chunk sums are added in chunk order. So a row
+// of C has the same bits in a product of 1 row as in one of 16, alone or routed.
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
+#include <span>
 #include <stdexcept>
 
 #include "kernels/cuda/common.cuh"
@@ -21,33 +25,64 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kNominalTile = 256;  // columns per block in the choice of kc (8 per lane)
 constexpr int64_t kMaxChunk = 512;
+constexpr int64_t kMaxChunks = 64;
 
 // Rows of k per chunk: enough chunks for about eight blocks per multiprocessor of an H200
-// at the nominal tile, a multiple of the warp count, at most kMaxChunk.
+// at the nominal tile, at most kMaxChunks of them (their sum is sequential), a multiple of
+// 32 rows, at most kMaxChunk.
 int64_t chunk_rows(int64_t n, int64_t k) {
   const int64_t tiles = (n + kNominalTile - 1) / kNominalTile;
-  const int64_t chunks = std::max<int64_t>(1, 1056 / tiles);
+  const int64_t chunks = std::clamp<int64_t>(1056 / tiles, 1, kMaxChunks);
   const int64_t kc = ((k + chunks - 1) / chunks + 31) / 32 * 32;
   return std::clamp<int64_t>(kc, 32, kMaxChunk);
 }
 
-// One (column tile, chunk) of a product: out[r][c] = sum over the chunk's rows kk of
-// a[r][kk] * b[kk][c], for r < m (padded to M) and c in the tile's CPT * 32 columns; `out`
-// has rows of n.
-template <int M, int CPT>
-__device__ __forceinline__ void skinny_tile(const uint16_t* __restrict__ a,
-                                            const uint16_t* __restrict__ b,
-                                            float* __restrict__ out, int m, int64_t n, int64_t k,
-                                            int64_t kc, bool vector_loads, int64_t chunk,
-                                            int64_t tile) {
+// The weights of one launch, by grid z.
+template <int G>
+struct Weights {
+  const uint16_t* w[G] = {};
+};
+
+// One (column tile, chunk, weight g) per block. The block's rows: without `pick`, every
+// row r < rows of A (output row g * rows + r); with it, every slot s < rows that picked g
+// (A row s / a_div, output row s), at most M of them. partial[chunk][out row][c] = the
+// chunk's sum over kk of a[a row][kk] * w_g[kk][c], for c in the tile's CPT * 32 columns.
+template <int M, int CPT, int G>
+__global__ void __launch_bounds__(kThreads)
+    grouped_kernel(const uint16_t* __restrict__ a, Weights<G> weights,
+                   const int32_t* __restrict__ pick, int a_div, int rows, int64_t out_rows,
+                   float* __restrict__ partial, int64_t n, int64_t k, int64_t kc,
+                   bool vector_loads) {
   __shared__ float a_chunk[M * kMaxChunk];
   __shared__ float sums[M * CPT * 32];
+  __shared__ int a_row[M], out_row[M];
+  __shared__ int count;
+  const int g = blockIdx.z;
+  const int64_t chunk = blockIdx.y, tile = blockIdx.x;
+  if (threadIdx.x == 0) {
+    int c = 0;
+    for (int s = 0; s < rows && c < M; ++s) {
+      if (pick == nullptr) {
+        a_row[c] = s;
+        out_row[c++] = g * rows + s;
+      } else if (pick[s] == g) {
+        a_row[c] = s / a_div;
+        out_row[c++] = s;
+      }
+    }
+    count = c;
+  }
+  __syncthreads();
+  const int m = count;
+  if (m == 0) return;  // no token picked this expert: the whole block leaves
+  const uint16_t* b = weights.w[g];
+
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k0 = chunk * kc, k1 = k0 + kc < k ? k0 + kc : k;
   for (int64_t i = threadIdx.x; i < M * kc; i += kThreads) {
     const int r = static_cast<int>(i / kc);
     const int64_t kk = k0 + i % kc;
-    a_chunk[i] = (r < m && kk < k1) ? bf_to_f(a[r * k + kk]) : 0.0f;
+    a_chunk[i] = (r < m && kk < k1) ? bf_to_f(a[a_row[r] * k + kk]) : 0.0f;
   }
   __syncthreads();
 
@@ -111,61 +146,59 @@ __device__ __forceinline__ void skinny_tile(const uint16_t* __restrict__ a,
   for (int i = threadIdx.x; i < M * 32 * CPT; i += kThreads) {
     const int r = i / (32 * CPT);
     const int64_t c = tile * 32 * CPT + i % (32 * CPT);
-    if (r < m && c < n) out[r * n + c] = sums[i];
+    if (r < m && c < n) partial[(chunk * out_rows + out_row[r]) * n + c] = sums[i];
   }
 }
 
-// partial[chunk][r][c]: blockIdx.x the column tile, blockIdx.y the chunk.
-template <int M, int CPT>
-__global__ void __launch_bounds__(kThreads)
-    skinny_kernel(const uint16_t* __restrict__ a, const uint16_t* __restrict__ b,
-                  float* __restrict__ partial, int m, int64_t n, int64_t k, int64_t kc,
-                  bool vector_loads) {
-  const int64_t chunk = blockIdx.y;
-  skinny_tile<M, CPT>(a, b, partial + chunk * m * n, m, n, k, kc, vector_loads, chunk,
-                      blockIdx.x);
-}
-
-// One row per slot (blockIdx.z): partial[chunk][slot][c] = a[slot / a_div] times the
-// weight table.w[pick[slot]].
-__global__ void __launch_bounds__(kThreads)
-    routed_kernel(const uint16_t* __restrict__ a, int a_div, const int32_t* __restrict__ pick,
-                  WeightTable table, float* __restrict__ partial, int64_t n, int64_t k,
-                  int64_t kc, bool vector_loads) {
-  const int64_t slot = blockIdx.z, slots = gridDim.z, chunk = blockIdx.y;
-  skinny_tile<1, 8>(a + (slot / a_div) * k, table.w[pick[slot]],
-                    partial + (chunk * slots + slot) * n, 1, n, k, kc, vector_loads, chunk,
-                    blockIdx.x);
-}
-
-// c[r][col] = the chunk sums in chunk order; rounded to bf16 into c_bf16 when given.
+// c[i] = the chunk sums of element i in chunk order (loads unrolled, adds in order);
+// rounded to bf16 into c_bf16 when given.
 __global__ void sum_chunks_kernel(const float* __restrict__ partial, int64_t chunks, int64_t mn,
                                   float* __restrict__ c, uint16_t* __restrict__ c_bf16) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= mn) return;
   float s = partial[i];
+#pragma unroll 16
   for (int64_t j = 1; j < chunks; ++j) s = __fadd_rn(s, partial[j * mn + i]);
   if (c != nullptr) c[i] = s;
   if (c_bf16 != nullptr) c_bf16[i] = f_to_bf(s);
 }
 
-template <int M, int CPT>
-void launch(const uint16_t* a, const uint16_t* b, float* partial, int m, int64_t n, int64_t k,
-            int64_t kc, int64_t chunks, bool vector_loads) {
-  const dim3 grid(static_cast<unsigned>((n + 32 * CPT - 1) / (32 * CPT)),
-                  static_cast<unsigned>(chunks));
-  skinny_kernel<M, CPT><<<grid, kThreads, 0, stream()>>>(a, b, partial, m, n, k, kc,
-                                                          vector_loads);
-}
-
-float* partial_buffer(int64_t chunks, int64_t rows, int64_t n) {
+// One grouped launch and its chunk sums: C [out_rows, n] (float and/or bf16). `max_rows`:
+// the most rows any weight takes (the template's M).
+template <int G>
+void grouped(const uint16_t* a, const Weights<G>& weights, int groups, const int32_t* pick,
+             int a_div, int64_t rows, int64_t out_rows, int64_t max_rows, float* c,
+             uint16_t* c_bf16, int64_t n, int64_t k) {
+  if (out_rows == 0 || n == 0) return;
+  if (max_rows > kSkinnyMaxRows)
+    throw std::logic_error("a skinny product of more than kSkinnyMaxRows rows per weight");
+  const int64_t kc = chunk_rows(n, k);
+  const int64_t chunks = std::max<int64_t>(1, (k + kc - 1) / kc);
   float* partial = nullptr;
-  SPLITCHECK_CUDA_CHECK(cudaMallocAsync(
-      &partial, static_cast<size_t>(chunks * rows * n) * sizeof(float), stream()));
-  return partial;
-}
-
-void sum_chunks(float* partial, int64_t chunks, int64_t mn, float* c, uint16_t* c_bf16) {
+  const size_t bytes = static_cast<size_t>(chunks * out_rows * n) * sizeof(float);
+  SPLITCHECK_CUDA_CHECK(cudaMallocAsync(&partial, bytes, stream()));
+  // Every partial is written by a block (routed: a slot's row by its expert's blocks, each
+  // pick one of the experts), except when k == 0 and every sum is empty.
+  if (k == 0) SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(partial, 0, bytes, stream()));
+  if (k > 0) {
+    const int cpt = max_rows <= 8 ? 8 : 4;
+    bool vec = n % cpt == 0;
+    for (int g = 0; g < groups; ++g)
+      vec = vec && reinterpret_cast<uintptr_t>(weights.w[g]) % (2 * cpt) == 0;
+    const dim3 grid(static_cast<unsigned>((n + 32 * cpt - 1) / (32 * cpt)),
+                    static_cast<unsigned>(chunks), static_cast<unsigned>(groups));
+    const int r = static_cast<int>(rows);
+    auto go = [&](auto kernel) {
+      kernel<<<grid, kThreads, 0, stream()>>>(a, weights, pick, a_div, r, out_rows, partial, n, k,
+                                              kc, vec);
+    };
+    if (max_rows <= 1) go(grouped_kernel<1, 8, G>);
+    else if (max_rows <= 2) go(grouped_kernel<2, 8, G>);
+    else if (max_rows <= 4) go(grouped_kernel<4, 8, G>);
+    else if (max_rows <= 8) go(grouped_kernel<8, 8, G>);
+    else go(grouped_kernel<kSkinnyMaxRows, 4, G>);
+  }
+  const int64_t mn = out_rows * n;
   sum_chunks_kernel<<<blocks_for(mn, 256), 256, 0, stream()>>>(partial, chunks, mn, c, c_bf16);
   SPLITCHECK_CUDA_CHECK(cudaFreeAsync(partial, stream()));
 }
@@ -174,40 +207,27 @@ void sum_chunks(float* partial, int64_t chunks, int64_t mn, float* c, uint16_t* 
 
 void skinny_gemm(const uint16_t* a, const uint16_t* b, float* c, uint16_t* c_bf16, int64_t m,
                  int64_t n, int64_t k) {
-  if (m == 0 || n == 0) return;
-  const int64_t kc = chunk_rows(n, k);
-  const int64_t chunks = std::max<int64_t>(1, (k + kc - 1) / kc);
-  float* partial = partial_buffer(chunks, m, n);
-  const int mi = static_cast<int>(m);
-  if (k == 0) {
-    SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(
-        partial, 0, static_cast<size_t>(chunks * m * n) * sizeof(float), stream()));
-  } else if (m <= 8) {
-    const bool vec = n % 8 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
-    if (m == 1) launch<1, 8>(a, b, partial, mi, n, k, kc, chunks, vec);
-    else if (m == 2) launch<2, 8>(a, b, partial, mi, n, k, kc, chunks, vec);
-    else if (m <= 4) launch<4, 8>(a, b, partial, mi, n, k, kc, chunks, vec);
-    else launch<8, 8>(a, b, partial, mi, n, k, kc, chunks, vec);
-  } else {
-    const bool vec = n % 4 == 0 && reinterpret_cast<uintptr_t>(b) % 8 == 0;
-    launch<kSkinnyMaxRows, 4>(a, b, partial, mi, n, k, kc, chunks, vec);
-  }
-  sum_chunks(partial, chunks, m * n, c, c_bf16);
+  Weights<1> w;
+  w.w[0] = b;
+  grouped(a, w, 1, nullptr, 1, m, m, m, c, c_bf16, n, k);
+}
+
+void multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
+                uint16_t* c_bf16, int64_t m, int64_t n, int64_t k) {
+  Weights<kMultiMax> w;
+  if (bs.size() > static_cast<size_t>(kMultiMax))
+    throw std::logic_error("multi_gemm: more than kMultiMax weights");
+  std::copy(bs.begin(), bs.end(), w.w);
+  const auto g = static_cast<int64_t>(bs.size());
+  grouped(a, w, static_cast<int>(g), nullptr, 1, m, g * m, m, c, c_bf16, n, k);
 }
 
 void routed_gemm(const uint16_t* a, int a_div, const int32_t* pick, const WeightTable& table,
-                 float* c, uint16_t* c_bf16, int64_t slots, int64_t n, int64_t k) {
-  if (slots == 0 || n == 0) return;
-  if (k == 0) throw std::logic_error("routed_gemm: an empty inner dimension");
-  const int64_t kc = chunk_rows(n, k);
-  const int64_t chunks = (k + kc - 1) / kc;
-  float* partial = partial_buffer(chunks, slots, n);
-  bool vec = n % 8 == 0;
-  for (const uint16_t* w : table.w) vec = vec && reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  const dim3 grid(static_cast<unsigned>((n + 255) / 256), static_cast<unsigned>(chunks),
-                  static_cast<unsigned>(slots));
-  routed_kernel<<<grid, kThreads, 0, stream()>>>(a, a_div, pick, table, partial, n, k, kc, vec);
-  sum_chunks(partial, chunks, slots * n, c, c_bf16);
+                 int n_weights, int64_t max_rows, float* c, uint16_t* c_bf16, int64_t slots,
+                 int64_t n, int64_t k) {
+  Weights<256> w;
+  std::copy(std::begin(table.w), std::end(table.w), w.w);
+  grouped(a, w, n_weights, pick, a_div, slots, slots, max_rows, c, c_bf16, n, k);
 }
 
 }  // namespace splitcheck::cuda

@@ -57,9 +57,10 @@ std::pair<double, double> decode_bytes(const ModelConfig& c) {
 }
 
 #ifdef SPLITCHECK_HAVE_CUDA
-// Where a decode forward's time goes: the kernel observer waits for the device before
-// each call and charges the time since the previous call to that call's registry row;
-// the forward's end charges the last. Milliseconds per forward, the mean of 4, by op.
+// Where a forward's time goes: the kernel observer waits for the device before each
+// call and charges the time since the previous call to that call's registry row; the
+// forward's end charges the last. Milliseconds per forward, the mean over `forwards`, by
+// op; forward(i) runs the i-th.
 struct OpClock {
   std::map<std::string, double> seconds;
   std::string last;
@@ -75,10 +76,8 @@ void charge(OpClock& clock, const std::string& next) {
   clock.since = Clock::now();
 }
 
-std::vector<std::pair<std::string, double>> op_breakdown(ReferenceEngine& engine,
-                                                          const ModelConfig& c,
-                                                          int64_t first_position,
-                                                          int32_t first_index) {
+template <typename Forward>
+std::vector<std::pair<std::string, double>> op_breakdown(int forwards, Forward forward) {
   OpClock clock;
   set_kernel_observer(
       [](void* user, const KernelContext&, int32_t row, const void*) {
@@ -86,17 +85,12 @@ std::vector<std::pair<std::string, double>> op_breakdown(ReferenceEngine& engine
         charge(*static_cast<OpClock*>(user), std::string(r.op) + "." + std::string(r.variant));
       },
       &clock);
-  const int forwards = 4;
   for (int i = 0; i < forwards; ++i) {
-    ForwardRequest d;
-    d.ids = {(i * 29 + 3) % c.vocab_size};
-    d.kind = ForwardKind::kDecode;
-    d.first_position = first_position + i;
-    d.index = first_index + i;
     clock.last.clear();
     charge(clock, "");
-    if (!engine.forward(d, nullptr).is_ok()) break;
+    const bool ok = forward(i);
     charge(clock, "");
+    if (!ok) break;
   }
   set_kernel_observer(nullptr, nullptr);
   std::vector<std::pair<std::string, double>> out;
@@ -188,7 +182,18 @@ int run(int argc, char** argv) {
   }
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
-  const std::vector<std::pair<std::string, double>> breakdown = op_breakdown(**engine, *c, prompt + decodes, 1 + decodes);
+  const auto decode_ops = op_breakdown(4, [&](int i) {
+    ForwardRequest d;
+    d.ids = {(i * 29 + 3) % c->vocab_size};
+    d.kind = ForwardKind::kDecode;
+    d.first_position = prompt + decodes + i;
+    d.index = 1 + decodes + i;
+    return (*engine)->forward(d, nullptr).is_ok();
+  });
+  const auto prefill_ops = op_breakdown(2, [&](int) {
+    (*engine)->restore_state();
+    return (*engine)->forward(req, nullptr).is_ok();
+  });
   const auto [read, all] = decode_bytes(*c);
   const double gib = 1024.0 * 1024.0 * 1024.0;
   fmt::print("k3 forward: {} on the GPU: weights {:.2f} GiB held once (generated in {:.1f} s)\n",
@@ -207,9 +212,11 @@ int run(int argc, char** argv) {
              "a {}-token prefill takes {:.2f}x a decode (at most 1.5x: {})\n",
              100.0 * fraction, fraction >= 0.5 ? "met" : "NOT met", prompt, ratio,
              ratio <= 1.5 ? "met" : "NOT met");
-  fmt::print("k3 forward: decode time by op (a wait after each call, so the sum exceeds the "
-             "median above by the launch gaps the waits expose):\n");
-  for (const auto& [name, ms] : breakdown) fmt::print("k3 forward:   {:<28} {:8.3f} ms\n", name, ms);
+  // A wait after each call: the sums exceed the medians above by the launch gaps exposed.
+  for (const auto& [what, ops] : {std::pair{"decode", &decode_ops}, {"prefill", &prefill_ops}}) {
+    fmt::print("k3 forward: {} time by op (a wait after each call):\n", what);
+    for (const auto& [name, ms] : *ops) fmt::print("k3 forward:   {:<28} {:8.3f} ms\n", name, ms);
+  }
   return 0;
 #endif
 }
