@@ -1,6 +1,7 @@
 // The backend's stream, device memory, staging of host tensors, device facts, and the
 // elementwise conversions.
 #include <cublasLt.h>
+#include <cuda_profiler_api.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -145,6 +146,11 @@ void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, siz
 }
 
 void synchronize() { finish(); }
+
+void profile_region(bool on) {
+  finish();
+  SPLITCHECK_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
+}
 
 std::string unavailable_reason() {
   int n = 0;

@@ -39,6 +39,10 @@ void synchronize();
 // (it creates no stream and needs no device).
 void synchronize_thread();
 
+// Marks the region a profiler started with --profile-from-start off (ncu) records:
+// cudaProfilerStart when `on`, cudaProfilerStop otherwise.
+void profile_region(bool on);
+
 // Empty when a CUDA device can run kernels here; otherwise why not, in one phrase.
 std::string unavailable_reason();
 

@@ -182,6 +182,23 @@ int run(int argc, char** argv) {
   }
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
+  // K3_FORWARD_PROFILE=decode|prefill: that one forward inside a profiler region (run
+  // under `ncu --profile-from-start off` for each kernel's device time).
+  if (const char* p = std::getenv("K3_FORWARD_PROFILE"); p != nullptr) {
+    const bool prefill = std::string(p) == "prefill";
+    ForwardRequest d;
+    d.ids = {5};
+    d.kind = ForwardKind::kDecode;
+    d.first_position = prompt + decodes;
+    d.index = 1 + decodes;
+    if (prefill) (*engine)->restore_state();
+    cuda::profile_region(true);
+    const bool ok = (*engine)->forward(prefill ? req : d, nullptr).is_ok();
+    cuda::profile_region(false);
+    fmt::print("k3 forward: profiled one {} forward ({})\n", prefill ? "prefill" : "decode",
+               ok ? "ok" : "failed");
+    return ok ? 0 : 3;
+  }
   const auto decode_ops = op_breakdown(4, [&](int i) {
     ForwardRequest d;
     d.ids = {(i * 29 + 3) % c->vocab_size};
