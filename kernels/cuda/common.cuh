@@ -192,8 +192,10 @@ void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, 
 void gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, int64_t n,
                int64_t k);
 
-// Products of at most this many rows read the weight at the memory's speed (skinny_gemm.cu).
-constexpr int64_t kSkinnyMaxRows = 16;
+// Products of at most this many rows read the weight at the memory's speed (skinny_gemm.cu;
+// beyond, the multiply-adds on the CUDA cores bound the product and cuBLASLt's tensor-core
+// kernels are faster).
+constexpr int64_t kSkinnyMaxRows = 8;
 // C = A B for A bf16 [m, k] (m <= kSkinnyMaxRows), B bf16 [k, n] row-major: float32 into
 // `c` and/or rounded to bf16 into `c_bf16` (either may be null). Each row's bits depend
 // on (k, n) and its own inputs alone, never on m.
@@ -210,8 +212,9 @@ struct WeightTable {
 };
 // One product row per slot s < slots: row s of C = A[s / a_div] times table.w[pick[s]]
 // (each B bf16 [k, n]; pick in device memory, each in [0, n_weights)), every weight read
-// once for all the slots that picked it (at most max_rows <= kSkinnyMaxRows of them), with
-// skinny_gemm's bits for each row. No host wait for the picks.
+// once for all the slots that picked it (at most max_rows <= kRoutedMaxRows of them, taken
+// kSkinnyMaxRows at a time), with skinny_gemm's bits for each row. No host wait.
+constexpr int64_t kRoutedMaxRows = 16;
 void routed_gemm(const uint16_t* a, int a_div, const int32_t* pick, const WeightTable& table,
                  int n_weights, int64_t max_rows, float* c, uint16_t* c_bf16, int64_t slots,
                  int64_t n, int64_t k);

@@ -124,6 +124,7 @@ namespace {
 // The routed experts of every slot t*top_k + k with the picks read on the device (no host
 // wait): each expert's weights read once for the slots that picked it, each slot a row with
 // the bits a host-grouped product of at most kSkinnyMaxRows rows gives it (skinny_gemm.cu).
+// A token picks distinct experts, so an expert takes at most t_count <= kRoutedMaxRows slots.
 void routed_experts_on_device(Staging& s, const uint16_t* x, const int32_t* d_expert,
                               int64_t t_count, int top_k, int64_t h,
                               std::span<const SwiGluWeights> experts, float* expert_out) {
@@ -141,7 +142,6 @@ void routed_experts_on_device(Staging& s, const uint16_t* x, const int32_t* d_ex
   float* g = s.scratch<float>(slots * inter);
   float* u = s.scratch<float>(slots * inter);
   uint16_t* hidden = s.scratch<uint16_t>(slots * inter);
-  // A token picks distinct experts: an expert takes at most t_count slots.
   routed_gemm(x, top_k, d_expert, gate, n, t_count, g, nullptr, slots, inter, h);
   routed_gemm(x, top_k, d_expert, up, n, t_count, u, nullptr, slots, inter, h);
   swiglu_hidden_kernel<<<blocks_for(slots * inter, 256), 256, 0, stream()>>>(g, u, slots * inter,
@@ -200,10 +200,10 @@ void moe(MoeArgs& a) {
         logits, t_count, static_cast<int>(n_exp), top_k, d_expert, d_weight);
   }
   float* expert_out = s.scratch<float>(t_count * top_k * h);
-  // Up to kSkinnyMaxRows tokens are routed on the device; more are grouped by expert on
+  // Up to kRoutedMaxRows tokens are routed on the device; more are grouped by expert on
   // the host after one wait for the picks (products of more rows take cuBLASLt).
   const int64_t slots = t_count * top_k;
-  if (slots > 0 && t_count <= kSkinnyMaxRows && skinny_applies(t_count, false)) {
+  if (slots > 0 && t_count <= kRoutedMaxRows && skinny_applies(1, false)) {
     routed_experts_on_device(s, x, d_expert, t_count, top_k, h, a.experts, expert_out);
   } else if (slots > 0) {
     routed_experts_grouped(s, x, d_expert, t_count, top_k, h, a.experts, expert_out);

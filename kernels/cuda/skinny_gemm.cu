@@ -1,18 +1,21 @@
-// Products of a few rows (a decode, a verify block, a short chunk) by bf16 weights: each
-// weight is read once, 16 bytes a lane, by enough blocks to keep the memory busy, so the
-// product runs near the device's copy bandwidth where cuBLASLt's general kernels do not.
-// One launch may multiply several weights (grid z): the same rows by each of G weights
-// (KDA's projections), or each routed token by the experts it picked, every expert's
-// weight read once for all its tokens (the MoE), with no host wait for the picks.
+// Products of a few rows (a decode, a verify block) by bf16 weights: each weight is read
+// once, 16 bytes a lane, by enough blocks to keep the memory busy, and the chunk sums are
+// added by the last block of each tile, so a product is one launch. One launch may
+// multiply several weights (grid z): the same rows by each of G weights (KDA's and MLA's
+// projections), or each routed token by the experts it picked, every expert's weight read
+// once for all its tokens (the MoE), with no host wait for the picks.
 //
 // The order of every sum is fixed by (k, n) alone, never by the row count, the rows that
 // share a launch, or the tile a launch uses: k is cut into chunks of kc rows (kc from k
-// and n); in a chunk, warp w (of 8) sums rows chunk + w, chunk + w + 8, ... ascending; the
-// 8 warp sums are added in warp order; the chunk sums are added in chunk order. So a row
-// of C has the same bits in a product of 1 row as in one of 16, alone or routed.
+// and n); in a chunk, warp w (of 8) accumulates rows chunk + w, chunk + w + 8, ...
+// ascending by fused multiply-add (an explicit one: the compiler still contracts nothing);
+// the 8 warp sums are added in warp order; the chunk sums are added in chunk order. So a
+// row of C has the same bits in a product of 1 row as in one of 8, alone or routed.
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
+#include <map>
+#include <mutex>
 #include <span>
 #include <stdexcept>
 
@@ -43,163 +46,197 @@ struct Weights {
   const uint16_t* w[G] = {};
 };
 
-// One (column tile, chunk, weight g) per block. The block's rows: without `pick`, every
-// row r < rows of A (output row g * rows + r); with it, every slot s < rows that picked g
-// (A row s / a_div, output row s), at most M of them. partial[chunk][out row][c] = the
-// chunk's sum over kk of a[a row][kk] * w_g[kk][c], for c in the tile's CPT * 32 columns.
-template <int M, int CPT, int G>
-__global__ void __launch_bounds__(kThreads)
+// The most rows one weight takes in a launch (routed: the slots that picked an expert).
+constexpr int kMaxListRows = 16;
+
+// One (column tile, chunk, weight g) per block, CPT = 8 columns a lane. The block's rows:
+// without `pick`, every row r < rows of A (output row g * rows + r); with it, every slot
+// s < rows that picked g (A row s / a_div, output row s), M at a time. For each,
+// partial[chunk][out row][c] = the chunk's sum over kk of a[a row][kk] * w_g[kk][c] (a
+// fused multiply-add per kk, ascending within a warp; warps added in order). The block
+// that finishes its (tile, g) last adds the chunk sums in chunk order into c and/or c_bf16
+// and re-arms the tile's counter (zero again for the next product on this stream).
+template <int M, int G>
+__global__ void __launch_bounds__(kThreads, M <= 2 ? 4 : 2)  // 4 blocks a multiprocessor for a decode
     grouped_kernel(const uint16_t* __restrict__ a, Weights<G> weights,
                    const int32_t* __restrict__ pick, int a_div, int rows, int64_t out_rows,
-                   float* __restrict__ partial, int64_t n, int64_t k, int64_t kc,
-                   bool vector_loads) {
+                   float* __restrict__ partial, unsigned* __restrict__ counters,
+                   float* __restrict__ c, uint16_t* __restrict__ c_bf16, int64_t n, int64_t k,
+                   int64_t kc, int64_t chunks, bool vector_loads) {
+  constexpr int CPT = 8;
   __shared__ float a_chunk[M * kMaxChunk];
   __shared__ float sums[M * CPT * 32];
-  __shared__ int a_row[M], out_row[M];
+  __shared__ int a_row[kMaxListRows], out_row[kMaxListRows];
   __shared__ int count;
+  __shared__ bool last;
   const int g = blockIdx.z;
   const int64_t chunk = blockIdx.y, tile = blockIdx.x;
   if (threadIdx.x == 0) {
-    int c = 0;
-    for (int s = 0; s < rows && c < M; ++s) {
+    int n_rows = 0;
+    for (int s = 0; s < rows && n_rows < kMaxListRows; ++s) {
       if (pick == nullptr) {
-        a_row[c] = s;
-        out_row[c++] = g * rows + s;
+        a_row[n_rows] = s;
+        out_row[n_rows++] = g * rows + s;
       } else if (pick[s] == g) {
-        a_row[c] = s / a_div;
-        out_row[c++] = s;
+        a_row[n_rows] = s / a_div;
+        out_row[n_rows++] = s;
       }
     }
-    count = c;
+    count = n_rows;
   }
   __syncthreads();
-  const int m = count;
-  if (m == 0) return;  // no token picked this expert: the whole block leaves
+  const int total = count;
+  if (total == 0) return;  // no token picked this expert: the whole block leaves
   const uint16_t* b = weights.w[g];
-
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t k0 = chunk * kc, k1 = k0 + kc < k ? k0 + kc : k;
-  for (int64_t i = threadIdx.x; i < M * kc; i += kThreads) {
-    const int r = static_cast<int>(i / kc);
-    const int64_t kk = k0 + i % kc;
-    a_chunk[i] = (r < m && kk < k1) ? bf_to_f(a[a_row[r] * k + kk]) : 0.0f;
-  }
-  __syncthreads();
-
   const int64_t col0 = (tile * 32 + lane) * CPT;
-  float acc[M][CPT];
-#pragma unroll
-  for (int r = 0; r < M; ++r)
-#pragma unroll
-    for (int c = 0; c < CPT; ++c) acc[r][c] = 0.0f;
 
-  if (col0 < n) {
+  for (int base = 0; base < total; base += M) {
+    const int m = total - base < M ? total - base : M;
+    for (int64_t i = threadIdx.x; i < M * kc; i += kThreads) {
+      const int r = static_cast<int>(i / kc);
+      const int64_t kk = k0 + i % kc;
+      a_chunk[i] = (r < m && kk < k1) ? bf_to_f(a[a_row[base + r] * k + kk]) : 0.0f;
+    }
+    __syncthreads();
+
+    float acc[M][CPT];
+#pragma unroll
+    for (int r = 0; r < M; ++r)
+#pragma unroll
+      for (int j = 0; j < CPT; ++j) acc[r][j] = 0.0f;
+    if (col0 < n) {
 #pragma unroll 4
-    for (int64_t kk = k0 + warp; kk < k1; kk += kWarps) {
-      float w[CPT];
-      const uint16_t* row = b + kk * n + col0;
-      if (vector_loads) {
-        if constexpr (CPT == 8) {
+      for (int64_t kk = k0 + warp; kk < k1; kk += kWarps) {
+        float w[CPT];
+        const uint16_t* row = b + kk * n + col0;
+        if (vector_loads) {
           const uint4 v = __ldg(reinterpret_cast<const uint4*>(row));
           const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            w[2 * c] = __uint_as_float(words[c] << 16);
-            w[2 * c + 1] = __uint_as_float(words[c] & 0xffff0000u);
+          for (int j = 0; j < 4; ++j) {
+            w[2 * j] = __uint_as_float(words[j] << 16);
+            w[2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
           }
         } else {
-          const uint2 v = __ldg(reinterpret_cast<const uint2*>(row));
-          const uint32_t words[2] = {v.x, v.y};
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            w[2 * c] = __uint_as_float(words[c] << 16);
-            w[2 * c + 1] = __uint_as_float(words[c] & 0xffff0000u);
-          }
+          for (int j = 0; j < CPT; ++j) w[j] = col0 + j < n ? bf_to_f(row[j]) : 0.0f;
         }
-      } else {
+        const int64_t i = kk - k0;
 #pragma unroll
-        for (int c = 0; c < CPT; ++c) w[c] = col0 + c < n ? bf_to_f(row[c]) : 0.0f;
-      }
-      const int64_t i = kk - k0;
+        for (int r = 0; r < M; ++r) {
+          const float x = a_chunk[r * kc + i];
 #pragma unroll
-      for (int r = 0; r < M; ++r) {
-        const float x = a_chunk[r * kc + i];
-#pragma unroll
-        for (int c = 0; c < CPT; ++c) acc[r][c] = __fadd_rn(acc[r][c], __fmul_rn(x, w[c]));
+          for (int j = 0; j < CPT; ++j) acc[r][j] = __fmaf_rn(x, w[j], acc[r][j]);
+        }
       }
     }
-  }
-
-  // The warp sums in warp order: warp 0 stores, then each next warp adds its own.
-  for (int w = 0; w < kWarps; ++w) {
-    if (warp == w) {
+    // The warp sums in warp order: warp 0 stores, then each next warp adds its own.
+    for (int w = 0; w < kWarps; ++w) {
+      if (warp == w) {
 #pragma unroll
-      for (int r = 0; r < M; ++r)
+        for (int r = 0; r < M; ++r)
 #pragma unroll
-        for (int c = 0; c < CPT; ++c) {
-          float& s = sums[(r * 32 + lane) * CPT + c];
-          s = w == 0 ? acc[r][c] : __fadd_rn(s, acc[r][c]);
-        }
+          for (int j = 0; j < CPT; ++j) {
+            float& sum = sums[(r * 32 + lane) * CPT + j];
+            sum = w == 0 ? acc[r][j] : __fadd_rn(sum, acc[r][j]);
+          }
+      }
+      __syncthreads();
+    }
+    for (int i = threadIdx.x; i < M * 32 * CPT; i += kThreads) {
+      const int r = i / (32 * CPT);
+      const int64_t col = tile * 32 * CPT + i % (32 * CPT);
+      if (r < m && col < n) partial[(chunk * out_rows + out_row[base + r]) * n + col] = sums[i];
     }
     __syncthreads();
   }
-  for (int i = threadIdx.x; i < M * 32 * CPT; i += kThreads) {
+
+  // The last block of this (tile, g) to finish adds the chunks: every thread's partials
+  // are visible device-wide before the block takes its ticket.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* counter = counters + static_cast<int64_t>(g) * gridDim.x + tile;
+    last = atomicAdd(counter, 1u) == static_cast<unsigned>(chunks - 1);
+    if (last) *counter = 0u;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  constexpr int kBatch = 8;
+  for (int i = threadIdx.x; i < total * 32 * CPT; i += kThreads) {
     const int r = i / (32 * CPT);
-    const int64_t c = tile * 32 * CPT + i % (32 * CPT);
-    if (r < m && c < n) partial[(chunk * out_rows + out_row[r]) * n + c] = sums[i];
+    const int64_t col = tile * 32 * CPT + i % (32 * CPT);
+    if (col >= n) continue;
+    const int64_t at = static_cast<int64_t>(out_row[r]) * n + col, stride = out_rows * n;
+    float s = __ldcg(partial + at);
+    for (int64_t ch = 1; ch < chunks; ch += kBatch) {
+      float v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) v[j] = ch + j < chunks ? __ldcg(partial + (ch + j) * stride + at) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (ch + j < chunks) s = __fadd_rn(s, v[j]);
+    }
+    if (c != nullptr) c[at] = s;
+    if (c_bf16 != nullptr) c_bf16[at] = f_to_bf(s);
   }
 }
 
-// c[i] = the chunk sums of element i in chunk order (loads unrolled, adds in order);
-// rounded to bf16 into c_bf16 when given.
-__global__ void sum_chunks_kernel(const float* __restrict__ partial, int64_t chunks, int64_t mn,
-                                  float* __restrict__ c, uint16_t* __restrict__ c_bf16) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= mn) return;
-  float s = partial[i];
-#pragma unroll 16
-  for (int64_t j = 1; j < chunks; ++j) s = __fadd_rn(s, partial[j * mn + i]);
-  if (c != nullptr) c[i] = s;
-  if (c_bf16 != nullptr) c_bf16[i] = f_to_bf(s);
+// Zeroed tile counters of a stream's products (each product leaves them zero again).
+constexpr int64_t kCounters = int64_t{1} << 16;
+unsigned* counters_for(cudaStream_t s) {
+  static std::mutex mu;
+  static std::map<cudaStream_t, unsigned*> all;
+  std::lock_guard<std::mutex> lock(mu);
+  unsigned*& c = all[s];
+  if (c == nullptr) {
+    SPLITCHECK_CUDA_CHECK(cudaMalloc(&c, kCounters * sizeof(unsigned)));
+    SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(c, 0, kCounters * sizeof(unsigned), s));
+  }
+  return c;
 }
 
-// One grouped launch and its chunk sums: C [out_rows, n] (float and/or bf16). `max_rows`:
-// the most rows any weight takes (the template's M).
+// One grouped launch: C [out_rows, n] (float and/or bf16). `max_rows`: the most rows any
+// weight takes (the template's M, up to kSkinnyMaxRows; more pass M at a time).
 template <int G>
 void grouped(const uint16_t* a, const Weights<G>& weights, int groups, const int32_t* pick,
              int a_div, int64_t rows, int64_t out_rows, int64_t max_rows, float* c,
              uint16_t* c_bf16, int64_t n, int64_t k) {
   if (out_rows == 0 || n == 0) return;
-  if (max_rows > kSkinnyMaxRows)
-    throw std::logic_error("a skinny product of more than kSkinnyMaxRows rows per weight");
-  const int64_t kc = chunk_rows(n, k);
-  const int64_t chunks = std::max<int64_t>(1, (k + kc - 1) / kc);
-  float* partial = nullptr;
-  const size_t bytes = static_cast<size_t>(chunks * out_rows * n) * sizeof(float);
-  SPLITCHECK_CUDA_CHECK(cudaMallocAsync(&partial, bytes, stream()));
-  // Every partial is written by a block (routed: a slot's row by its expert's blocks, each
-  // pick one of the experts), except when k == 0 and every sum is empty.
-  if (k == 0) SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(partial, 0, bytes, stream()));
-  if (k > 0) {
-    const int cpt = max_rows <= 8 ? 8 : 4;
-    bool vec = n % cpt == 0;
-    for (int g = 0; g < groups; ++g)
-      vec = vec && reinterpret_cast<uintptr_t>(weights.w[g]) % (2 * cpt) == 0;
-    const dim3 grid(static_cast<unsigned>((n + 32 * cpt - 1) / (32 * cpt)),
-                    static_cast<unsigned>(chunks), static_cast<unsigned>(groups));
-    const int r = static_cast<int>(rows);
-    auto go = [&](auto kernel) {
-      kernel<<<grid, kThreads, 0, stream()>>>(a, weights, pick, a_div, r, out_rows, partial, n, k,
-                                              kc, vec);
-    };
-    if (max_rows <= 1) go(grouped_kernel<1, 8, G>);
-    else if (max_rows <= 2) go(grouped_kernel<2, 8, G>);
-    else if (max_rows <= 4) go(grouped_kernel<4, 8, G>);
-    else if (max_rows <= 8) go(grouped_kernel<8, 8, G>);
-    else go(grouped_kernel<kSkinnyMaxRows, 4, G>);
+  if (max_rows > kMaxListRows)
+    throw std::logic_error("a skinny product of more than 16 rows for one weight");
+  if (k == 0) {  // every sum is empty
+    if (c != nullptr)
+      SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(c, 0, out_rows * n * sizeof(float), stream()));
+    if (c_bf16 != nullptr)
+      SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(c_bf16, 0, out_rows * n * sizeof(uint16_t), stream()));
+    return;
   }
-  const int64_t mn = out_rows * n;
-  sum_chunks_kernel<<<blocks_for(mn, 256), 256, 0, stream()>>>(partial, chunks, mn, c, c_bf16);
+  const int64_t kc = chunk_rows(n, k);
+  const int64_t chunks = (k + kc - 1) / kc;
+  const int64_t tiles = (n + 255) / 256;
+  if (tiles * groups > kCounters) throw std::logic_error("a skinny product of too many tiles");
+  float* partial = nullptr;
+  SPLITCHECK_CUDA_CHECK(cudaMallocAsync(
+      &partial, static_cast<size_t>(chunks * out_rows * n) * sizeof(float), stream()));
+  bool vec = n % 8 == 0;
+  for (int gi = 0; gi < groups; ++gi)
+    vec = vec && reinterpret_cast<uintptr_t>(weights.w[gi]) % 16 == 0;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks),
+                  static_cast<unsigned>(groups));
+  unsigned* counters = counters_for(stream());
+  const int r = static_cast<int>(rows);
+  auto go = [&](auto kernel) {
+    kernel<<<grid, kThreads, 0, stream()>>>(a, weights, pick, a_div, r, out_rows, partial,
+                                            counters, c, c_bf16, n, k, kc, chunks, vec);
+  };
+  if (max_rows <= 1) go(grouped_kernel<1, G>);
+  else if (max_rows <= 2) go(grouped_kernel<2, G>);
+  else if (max_rows <= 4) go(grouped_kernel<4, G>);
+  else go(grouped_kernel<8, G>);
   SPLITCHECK_CUDA_CHECK(cudaFreeAsync(partial, stream()));
 }
 
