@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -36,39 +35,47 @@ StreamPool& stream_pool() {
   return *pool;
 }
 
-struct ThreadStream {
-  cudaStream_t s = nullptr;
-  ThreadStream() {
-    StreamPool& pool = stream_pool();
-    std::lock_guard<std::mutex> lock(pool.mu);
-    if (!pool.idle.empty()) {
-      s = pool.idle.back();
-      pool.idle.pop_back();
-      return;
-    }
-    SPLITCHECK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+cudaStream_t take_stream() {
+  StreamPool& pool = stream_pool();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  if (!pool.idle.empty()) {
+    const cudaStream_t s = pool.idle.back();
+    pool.idle.pop_back();
+    return s;
   }
-  ~ThreadStream() {
-    cudaStreamSynchronize(s);
+  cudaStream_t s = nullptr;
+  SPLITCHECK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+// The calling thread's stream. A plain handle (nothing to destroy), so a tensor freed
+// while the process ends, after the thread's objects are gone, still finds it.
+thread_local cudaStream_t t_stream = nullptr;
+
+// Drains the thread's stream and gives it back to the pool when the thread ends.
+struct GiveBack {
+  ~GiveBack() {
+    if (t_stream == nullptr) return;
+    cudaStreamSynchronize(t_stream);
     StreamPool& pool = stream_pool();
     std::lock_guard<std::mutex> lock(pool.mu);
-    pool.idle.push_back(s);
+    pool.idle.push_back(t_stream);
   }
 };
+thread_local GiveBack t_give_back;
 
-}  // namespace
-
-namespace {
-thread_local std::optional<ThreadStream> t_stream;
 }  // namespace
 
 cudaStream_t stream() {
-  if (!t_stream) t_stream.emplace();
-  return t_stream->s;
+  if (t_stream == nullptr) {
+    t_stream = take_stream();
+    [[maybe_unused]] GiveBack* armed = &t_give_back;  // constructed now, destroyed at exit
+  }
+  return t_stream;
 }
 
 void synchronize_thread() {
-  if (t_stream) finish();
+  if (t_stream != nullptr) finish();
 }
 
 void finish() {
