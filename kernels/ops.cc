@@ -16,6 +16,14 @@ void reserve_latents(LatentCache& cache, int64_t need, int64_t r, Device device)
   cache.rows = std::move(grown);
 }
 
+Tensor latents_on_host(const LatentCache& cache, int64_t r) {
+  const int64_t n = cache.positions * r;
+  Tensor out = Tensor::zeros(DType::kBF16, {n});
+  const size_t bytes = static_cast<size_t>(n) * sizeof(bf16);
+  if (bytes > 0) copy_tensor_runs(out, 0, bytes, cache.rows, 0, bytes, bytes, 1);
+  return out;
+}
+
 bool attn_res_native_eligible(const AttnResArgs& a) {
   if (a.delta == nullptr || a.out_w == nullptr || a.nb <= 0 || a.write_idx >= 0) return false;
   const int h = static_cast<int>(a.prefix->dim(1));

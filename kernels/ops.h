@@ -66,6 +66,8 @@ struct LatentCache {
 // Makes room for `need` positions of `r` latents on `device`, keeping the first
 // `positions` rows (a new tensor of at least twice the capacity when it is full).
 void reserve_latents(LatentCache& cache, int64_t need, int64_t r, Device device);
+// The cache's latents, positions * r values, as a new host tensor (for the host to read).
+Tensor latents_on_host(const LatentCache& cache, int64_t r);
 
 // MLA-lite (SPEC 2.4). Weights are [in, out]. The cache holds the latent c (bf16 [n, r])
 // of every earlier position; the call appends this forward's T latents.

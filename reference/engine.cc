@@ -4,6 +4,7 @@
 
 #include "kernels/tensor_copy.h"
 
+
 namespace splitcheck {
 
 const char* forward_kind_name(ForwardKind kind) {
@@ -77,20 +78,10 @@ void record_forward_end(RunRecord* record, const ForwardRequest& req, DumpLevel 
 }
 
 Tensor cache_tensor(const ModelConfig& c, int layer, const LayerCache& lc) {
-  if (c.is_mla_layer(layer)) {
-    const int64_t n = lc.mla_latent.positions * c.kv_lora_rank;
-    Tensor t = Tensor::zeros(DType::kBF16, {n});
-    if (n > 0) {
-      const size_t bytes = static_cast<size_t>(n) * sizeof(bf16);
-      copy_tensor_runs(t, 0, bytes, lc.mla_latent.rows, 0, bytes, bytes, 1);
-    }
-    return t;
-  }
-  if (lc.kda_state.shape().empty()) {  // the layer has not run: the state is still zero
-    return Tensor::zeros(DType::kF32,
-                         {int64_t{c.num_attention_heads} * c.head_dim * c.head_dim});
-  }
-  return lc.kda_state.to(Device::kCpu);
+  if (c.is_mla_layer(layer)) return latents_on_host(lc.mla_latent, c.kv_lora_rank);
+  // A layer that has not run has no state yet: still zero.
+  return lc.kda_state.shape().empty() ? zero_kda_state(c, Device::kCpu)
+                                      : lc.kda_state.to(Device::kCpu);
 }
 
 Tensor concat_taps(const std::vector<std::pair<int, Tensor>>& taps, int64_t tokens,

@@ -99,6 +99,11 @@ LayerCache& LayerCache::operator=(const LayerCache& other) {
 
 LayerCache empty_layer_cache(const ModelConfig&, int) { return LayerCache{}; }
 
+Tensor zero_kda_state(const ModelConfig& c, Device device) {
+  return Tensor::zeros(DType::kF32, {int64_t{c.num_attention_heads} * c.head_dim * c.head_dim},
+                       device);
+}
+
 void truncate_layer_cache(const ModelConfig& c, int l, LayerCache& cache, int64_t positions) {
   if (c.is_mla_layer(l))
     cache.mla_latent.positions = std::min(cache.mla_latent.positions, positions);
@@ -154,10 +159,7 @@ Tensor run_layer_until_mlp(const KernelContext& ctx0, const ModelConfig& c, int 
               eps,
               &cache.kda_state,
               &a};
-    if (cache.kda_state.shape().empty()) {
-      cache.kda_state = Tensor::zeros(
-          DType::kF32, {int64_t{c.num_attention_heads} * c.head_dim * c.head_dim}, w.q->device());
-    }
+    if (cache.kda_state.shape().empty()) cache.kda_state = zero_kda_state(c, w.q->device());
     kda_attention(attn_ctx, k);
   }
   record(rec, l, "attn_out", a);

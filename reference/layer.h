@@ -50,6 +50,8 @@ struct LayerCache {
   LayerCache& operator=(LayerCache&&) = default;
 };
 LayerCache empty_layer_cache(const ModelConfig& config, int l);
+// A KDA layer's state before its first call: zeros, float32 [heads*hd*hd] on `device`.
+Tensor zero_kda_state(const ModelConfig& config, Device device);
 // Keeps the first `positions` positions of an MLA cache (no-op for KDA).
 void truncate_layer_cache(const ModelConfig& config, int l, LayerCache& cache, int64_t positions);
 

@@ -8,7 +8,6 @@
 
 #include "harness/engine/run.h"
 #include "kernels/ops.h"
-#include "kernels/tensor_copy.h"
 
 namespace splitcheck {
 namespace {
@@ -83,13 +82,8 @@ bool fill_case(OpCase& c, const void* args) {
     keep_weight(c, "w_g", a.w_g);
     keep_weight(c, "w_o", a.w_o);
     c.params = {{"heads", a.heads}, {"head_dim", a.head_dim}, {"eps", a.eps}};
-    const int64_t r = a.w_dkv->dim(1);
-    c.mla_cache.resize(static_cast<size_t>(a.cache->positions * r));
-    if (!c.mla_cache.empty()) {
-      Tensor rows = Tensor::borrow(DType::kBF16, {a.cache->positions, r}, c.mla_cache.data());
-      const size_t bytes = c.mla_cache.size() * sizeof(bf16);
-      copy_tensor_runs(rows, 0, bytes, a.cache->rows, 0, bytes, bytes, 1);
-    }
+    const Tensor latents = latents_on_host(*a.cache, a.w_dkv->dim(1));
+    c.mla_cache.assign(latents.data<bf16>(), latents.data<bf16>() + latents.numel());
     c.out_shape = a.out->shape();
   } else if (op == "kda") {
     const auto& a = *static_cast<const KdaArgs*>(args);

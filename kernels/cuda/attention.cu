@@ -188,19 +188,13 @@ void mla_attention(MlaArgs& a) {
   const int64_t t_count = a.x->dim(0), h = a.x->dim(1), r = a.w_dkv->dim(1);
   const int64_t qd = static_cast<int64_t>(a.heads) * a.head_dim;
   const auto* x = as<uint16_t>(s.in(a.x));
+  // q and g together (one launch for a few tokens), q rounded to bf16 after.
+  float* qg = s.scratch<float>(2 * t_count * qd);
+  const uint16_t* qg_w[2] = {as<uint16_t>(s.in(a.w_q)), as<uint16_t>(s.in(a.w_g))};
+  multi_gemm(x, qg_w, qg, t_count, qd, h);
   uint16_t* q = s.scratch<uint16_t>(t_count * qd);
-  float* g = nullptr;
-  if (skinny_applies(t_count, false)) {  // q and g in one launch, q rounded after
-    float* qg = s.scratch<float>(2 * t_count * qd);
-    const uint16_t* ws[2] = {as<uint16_t>(s.in(a.w_q)), as<uint16_t>(s.in(a.w_g))};
-    multi_gemm(x, ws, qg, nullptr, t_count, qd, h);
-    round_to_bf16(qg, q, t_count * qd);
-    g = qg + t_count * qd;
-  } else {
-    project_bf16(s, x, t_count, h, a.w_q, q);
-    g = s.scratch<float>(t_count * qd);
-    gemm(x, as<uint16_t>(s.in(a.w_g)), g, t_count, qd, h, false);
-  }
+  round_to_bf16(qg, q, t_count * qd);
+  const float* g = qg + t_count * qd;
 
   // The cache, in device memory: earlier latents, then this forward's T latents appended.
   const int64_t n_prev = a.cache->positions;
@@ -235,15 +229,10 @@ void kda_attention(KdaArgs& a) {
   float *q = proj, *k = proj + t_count * qd, *v = proj + 2 * t_count * qd,
         *al = proj + 3 * t_count * qd, *g = proj + 4 * t_count * qd;
   float* b = s.scratch<float>(t_count * a.heads);
-  const Tensor* square[5] = {a.w_q, a.w_k, a.w_v, a.w_a, a.w_g};
-  if (skinny_applies(t_count, false)) {
-    const uint16_t* ws[5];
-    for (int i = 0; i < 5; ++i) ws[i] = as<uint16_t>(s.in(square[i]));
-    multi_gemm(x, ws, proj, nullptr, t_count, qd, h);
-  } else {
-    for (int i = 0; i < 5; ++i)
-      gemm(x, as<uint16_t>(s.in(square[i])), proj + i * t_count * qd, t_count, qd, h, false);
-  }
+  const uint16_t* square[5] = {as<uint16_t>(s.in(a.w_q)), as<uint16_t>(s.in(a.w_k)),
+                               as<uint16_t>(s.in(a.w_v)), as<uint16_t>(s.in(a.w_a)),
+                               as<uint16_t>(s.in(a.w_g))};
+  multi_gemm(x, square, proj, t_count, qd, h);
   gemm(x, as<uint16_t>(s.in(a.w_b)), b, t_count, a.heads, h, false);
   auto* state = static_cast<float*>(s.inout(a.state));
   uint16_t* og = s.scratch<uint16_t>(t_count * qd);

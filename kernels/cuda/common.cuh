@@ -204,8 +204,12 @@ void skinny_gemm(const uint16_t* a, const uint16_t* b, float* c, uint16_t* c_bf1
 // C [G, m, n] = A times each of the G weights bs (each bf16 [k, n]), in one launch, each
 // row with skinny_gemm's bits; at most kMultiMax weights.
 constexpr int kMultiMax = 8;
-void multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
-                uint16_t* c_bf16, int64_t m, int64_t n, int64_t k);
+void skinny_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
+                       uint16_t* c_bf16, int64_t m, int64_t n, int64_t k);
+// C [G, m, n] (float32) = A times each of the G weights bs, as G gemm() calls would give
+// it: one skinny_multi_gemm launch where gemm() takes skinny_gemm, else one product each.
+void multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c, int64_t m,
+                int64_t n, int64_t k);
 // The weights a routed product picks from (by value in the launch: no copy to the device).
 struct WeightTable {
   const uint16_t* w[256] = {};

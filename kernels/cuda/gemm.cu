@@ -104,6 +104,15 @@ void gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, i
   SPLITCHECK_CUDA_CHECK(cudaFreeAsync(acc, stream()));
 }
 
+void multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c, int64_t m,
+                int64_t n, int64_t k) {
+  if (skinny_applies(m, false)) {
+    skinny_multi_gemm(a, bs, c, nullptr, m, n, k);
+    return;
+  }
+  for (size_t i = 0; i < bs.size(); ++i) gemm(a, bs[i], c + i * m * n, m, n, k, false);
+}
+
 void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, int64_t k,
           bool b_nk) {
   if (m == 0 || n == 0) return;

@@ -249,11 +249,11 @@ void skinny_gemm(const uint16_t* a, const uint16_t* b, float* c, uint16_t* c_bf1
   grouped(a, w, 1, nullptr, 1, m, m, m, c, c_bf16, n, k);
 }
 
-void multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
-                uint16_t* c_bf16, int64_t m, int64_t n, int64_t k) {
+void skinny_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
+                       uint16_t* c_bf16, int64_t m, int64_t n, int64_t k) {
   Weights<kMultiMax> w;
   if (bs.size() > static_cast<size_t>(kMultiMax))
-    throw std::logic_error("multi_gemm: more than kMultiMax weights");
+    throw std::logic_error("skinny_multi_gemm: more than kMultiMax weights");
   std::copy(bs.begin(), bs.end(), w.w);
   const auto g = static_cast<int64_t>(bs.size());
   grouped(a, w, static_cast<int>(g), nullptr, 1, m, g * m, m, c, c_bf16, n, k);
