@@ -48,6 +48,19 @@ DeviceFootprint estimate_device_footprint(const Scenario& s) {
                              std::max(3 * t * mlp, 6 * t * attn) * sizeof(float);
   f.forward_tokens = static_cast<int64_t>(t);
   f.activation_bytes = per_forward * kForwardsInFlight;
+  // The longest sequence: its prompt, its new tokens and a verify block past them.
+  const int64_t prompt = s.workload.max_prompt_tokens > 0 ? s.workload.max_prompt_tokens
+                                                          : kUnboundedPromptTokens;
+  const auto positions =
+      static_cast<size_t>(prompt + s.workload.max_new_tokens + s.speculative.gamma + 1);
+  size_t per_sequence = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    per_sequence += c.is_mla_layer(l)
+                        ? positions * static_cast<size_t>(c.kv_lora_rank) * sizeof(bf16)
+                        : attn * static_cast<size_t>(c.head_dim) * sizeof(float);
+  }
+  const auto sequences = static_cast<size_t>(s.serving.enabled ? s.serving.max_in_flight : 1);
+  f.cache_bytes = 2 * per_sequence * sequences * kForwardsInFlight;
   f.reserve_bytes = kDeviceReserveBytes;
   return f;
 }
@@ -56,9 +69,10 @@ std::string device_fit_problem(const DeviceFootprint& f, size_t free_bytes) {
   if (f.total() <= free_bytes) return "";
   return fmt::format(
       "needs {} bytes ({:.1f} GiB) of GPU memory: weights {:.1f} GiB, activations {:.1f} GiB "
-      "({} forwards of {} tokens), reserve {:.1f} GiB; {} bytes ({:.1f} GiB) are free",
+      "({} forwards of {} tokens), layer caches {:.1f} GiB, reserve {:.1f} GiB; {} bytes "
+      "({:.1f} GiB) are free",
       f.total(), gib(f.total()), gib(f.weight_bytes), gib(f.activation_bytes), kForwardsInFlight,
-      f.forward_tokens, gib(f.reserve_bytes), free_bytes, gib(free_bytes));
+      f.forward_tokens, gib(f.cache_bytes), gib(f.reserve_bytes), free_bytes, gib(free_bytes));
 }
 
 }  // namespace splitcheck

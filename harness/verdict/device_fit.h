@@ -14,13 +14,17 @@ namespace splitcheck {
 // model's bf16 weights once (every stage views PP=1's copy), and the activations of the
 // largest forward (tokens: the serving token budget, else the prefill chunk or the
 // prompt limit, else kUnboundedPromptTokens), for each of kForwardsInFlight forwards
-// (a sweep's threads), plus kDeviceReserveBytes for the libraries' workspaces.
+// (a sweep's threads), the layer caches in device memory (each KDA layer's state and each
+// MLA layer's latents for the longest sequence, twice for a rollback's snapshot, for every
+// sequence in flight: serving's max_in_flight, else one; for each of kForwardsInFlight
+// runs), plus kDeviceReserveBytes for the libraries' workspaces.
 struct DeviceFootprint {
   size_t weight_bytes = 0;
   size_t activation_bytes = 0;  // all forwards in flight together
+  size_t cache_bytes = 0;       // all runs' caches together
   size_t reserve_bytes = 0;
   int64_t forward_tokens = 0;   // tokens of the largest forward assumed
-  size_t total() const { return weight_bytes + activation_bytes + reserve_bytes; }
+  size_t total() const { return weight_bytes + activation_bytes + cache_bytes + reserve_bytes; }
 };
 
 inline constexpr int64_t kUnboundedPromptTokens = 2048;

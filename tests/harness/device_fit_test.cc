@@ -58,6 +58,24 @@ TEST(DeviceFitTest, ActivationsGrowWithTheForwardsTokens) {
   EXPECT_EQ(estimate_device_footprint(s).forward_tokens, 64);
 }
 
+// The KDA states and MLA latents live in device memory: k3-shape's 69 KDA layers hold
+// 56 x 128 x 128 float32 each per sequence, twice (a snapshot) in each of the runs in
+// flight; serving multiplies them by the requests in flight, and they can tip a model that
+// fits otherwise over the free memory.
+TEST(DeviceFitTest, LayerCachesAreCountedPerSequenceAndSnapshot) {
+  Scenario s = scenario_of("k3-shape");
+  const size_t kda_layers = 69, state = size_t{56} * 128 * 128 * sizeof(float);
+  const DeviceFootprint one = estimate_device_footprint(s);
+  EXPECT_GE(one.cache_bytes, 2 * kda_layers * state * kForwardsInFlight);
+  EXPECT_LT(one.cache_bytes, 2 * (kda_layers * state + (size_t{1} << 20)) * kForwardsInFlight);
+  s.serving.enabled = true;
+  s.serving.max_in_flight = 8;
+  const DeviceFootprint served = estimate_device_footprint(s);
+  EXPECT_EQ(served.cache_bytes, 8 * one.cache_bytes);
+  const size_t without_caches = served.total() - served.cache_bytes;
+  EXPECT_EQ(device_fit_problem(served, without_caches + served.cache_bytes / 2).find("needs "), 0u);
+}
+
 TEST(DeviceFitTest, AnOversizedModelIsRefusedNamingNeededAndFree) {
   Scenario s = scenario_of("k3-shape");
   s.model.num_hidden_layers = 186;  // twice k3-shape's 93 layers
