@@ -1,8 +1,9 @@
 // MLA-lite, KDA-lite (SPEC 2.4) and the drafters' dense attention on the GPU, with the
 // CPU's rounding points (kernels/cpu/attention.cc). Projections through gemm()
-// (cuBLASLt). Softmax attention: one block per (query, head), scores in shared memory,
-// max and sum by one thread in ascending position. KDA: one block per head, one thread
-// per value channel, sequential over tokens, the CPU's summation orders inside a token.
+// (skinny_gemm or cuBLASLt). Softmax attention: one block per (query, head), scores in
+// shared memory, max and sum by one thread in ascending position. KDA: one block per head,
+// one thread per value channel, the state updated token by token, the norms computed
+// across tokens; every sum in the CPU's order.
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -97,42 +98,80 @@ struct StateColumn<0> {
   __device__ float& at(float* s, int i, int hd, int j) { return s[i * hd + j]; }
 };
 
-// KDA-lite's recurrence for one head per block, thread j owning value channel j.
+// Tokens a KDA block sums at once, each by one of its hd threads in the CPU's sequential
+// order: at most 16, and at most 2048 / hd rows of q and k in shared memory.
+__host__ __device__ constexpr int kda_batch(int hd) {
+  const int fit = 2048 / hd < 1 ? 1 : 2048 / hd;
+  const int most = hd < 16 ? hd : 16;
+  return fit < most ? fit : most;
+}
+
+// KDA-lite's recurrence for one head per block, thread j owning value channel j. What
+// does not depend on the state runs across tokens: the norms of q and k before the
+// recurrence, the output's norm and gate after it, kda_batch(hd) tokens at a time with
+// each sum in the CPU's order by one thread. Only the state update goes token by token.
 template <int HD>
 __global__ void kda_kernel(const float* q, const float* k, const float* v, const float* b,
                            const float* al, const float* g, const uint16_t* o_norm, int64_t t_count,
-                           int heads, int hd_arg, float eps, float* state, uint16_t* og) {
-  extern __shared__ float sh[];  // qv[hd], kv[hd], alpha[hd], o[hd]
+                           int heads, int hd_arg, float eps, float* state, float* qk_norm,
+                           float* o_raw, uint16_t* og) {
+  extern __shared__ float sh[];  // qv, kv, alpha [2 buffers][hd] each; rows [batch][2][hd]
   const int hd = HD > 0 ? HD : hd_arg;
-  float* qv = sh;
-  float* kv = sh + hd;
-  float* alpha = sh + 2 * hd;
-  float* o = sh + 3 * hd;
-  __shared__ float stat[3];
+  const int batch = kda_batch(hd);
+  float* rows = sh + 6 * hd;
+  __shared__ float o_scale[16];
   const int head = blockIdx.x;
   const int j = threadIdx.x;
   const int64_t qd = static_cast<int64_t>(heads) * hd;
+
+  // The q and k norms of every token: `batch` tokens' rows into shared memory, then
+  // thread i sums token t0 + i (ascending channels).
+  for (int64_t t0 = 0; t0 < t_count; t0 += batch) {
+    const int nb = t_count - t0 < batch ? static_cast<int>(t_count - t0) : batch;
+    for (int i = 0; i < nb; ++i) {
+      const int64_t base = (t0 + i) * qd + head * hd;
+      rows[(2 * i) * hd + j] = q[base + j];
+      rows[(2 * i + 1) * hd + j] = k[base + j];
+    }
+    __syncthreads();
+    if (j < nb) {
+      const float* qr = rows + (2 * j) * hd;
+      const float* kr = qr + hd;
+      float ssq = 0.0f, ssk = 0.0f;
+      for (int i = 0; i < hd; ++i) ssq += qr[i] * qr[i];
+      for (int i = 0; i < hd; ++i) ssk += kr[i] * kr[i];
+      qk_norm[((t0 + j) * heads + head) * 2] = drsqrt(ssq + eps);
+      qk_norm[((t0 + j) * heads + head) * 2 + 1] = drsqrt(ssk + eps);
+    }
+    __syncthreads();
+  }
+
   float* s = state + static_cast<int64_t>(head) * hd * hd;  // [d_k][d_v]
   StateColumn<HD> col;
   col.load(s, hd, j);
-  for (int64_t t = 0; t < t_count; ++t) {
+  // Token t + 1's inputs load while token t updates the state.
+  struct Inputs {
+    float q, k, al, v, b, q_norm, k_norm;
+  } next{};
+  auto fetch = [&](int64_t t) {
     const int64_t base = t * qd + head * hd;
-    qv[j] = q[base + j];
-    kv[j] = k[base + j];
-    alpha[j] = 1.0f / (1.0f + dexp(al[base + j]));
+    next = {q[base + j], k[base + j], al[base + j], v[base + j], b[t * heads + head],
+            qk_norm[(t * heads + head) * 2], qk_norm[(t * heads + head) * 2 + 1]};
+  };
+  if (t_count > 0) fetch(0);
+  for (int64_t t = 0; t < t_count; ++t) {
+    const Inputs in = next;
+    if (t + 1 < t_count) fetch(t + 1);
+    // Two buffers: a thread fills token t + 1's while others may still read token t's.
+    float* qv = sh + (t & 1) * 3 * hd;
+    float* kv = qv + hd;
+    float* alpha = qv + 2 * hd;
+    const int64_t base = t * qd + head * hd;
+    qv[j] = in.q * in.q_norm;
+    kv[j] = in.k * in.k_norm;
+    alpha[j] = 1.0f / (1.0f + dexp(in.al));
     __syncthreads();
-    if (j == 0) {
-      float ssq = 0.0f, ssk = 0.0f;
-      for (int i = 0; i < hd; ++i) ssq += qv[i] * qv[i];
-      for (int i = 0; i < hd; ++i) ssk += kv[i] * kv[i];
-      stat[0] = drsqrt(ssq + eps);
-      stat[1] = drsqrt(ssk + eps);
-    }
-    __syncthreads();
-    qv[j] = qv[j] * stat[0];
-    kv[j] = kv[j] * stat[1];
-    __syncthreads();
-    const float beta = dsigmoid(b[t * heads + head]);
+    const float beta = dsigmoid(in.b);
     // Two passes over the state column (the CPU's order per element): decay each row and
     // add its term to u, then update each row and add its term to o.
     float u = 0.0f;
@@ -147,7 +186,7 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
     } else {
       for (int i = 0; i < hd; ++i) decay(i);
     }
-    const float vj = v[base + j];
+    const float vj = in.v;
     float oj = 0.0f;
     auto update = [&](int i) {
       float& e = col.at(s, i, hd, j);
@@ -161,18 +200,29 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
     } else {
       for (int i = 0; i < hd; ++i) update(i);
     }
-    o[j] = oj;
-    __syncthreads();
-    if (j == 0) {
-      float ss = 0.0f;
-      for (int i = 0; i < hd; ++i) ss += o[i] * o[i];
-      stat[2] = drsqrt(ss / static_cast<float>(hd) + eps);
-    }
-    __syncthreads();
-    og[base + j] = f_to_bf(oj * stat[2] * bf_to_f(o_norm[j]) * dsigmoid(g[base + j]));
-    __syncthreads();
+    o_raw[base + j] = oj;
   }
   col.store(s, hd, j);
+  __syncthreads();
+
+  // bf16(rmsnorm(o) * sigmoid(g)), `batch` tokens at a time.
+  for (int64_t t0 = 0; t0 < t_count; t0 += batch) {
+    const int nb = t_count - t0 < batch ? static_cast<int>(t_count - t0) : batch;
+    for (int i = 0; i < nb; ++i) rows[i * hd + j] = o_raw[(t0 + i) * qd + head * hd + j];
+    __syncthreads();
+    if (j < nb) {
+      const float* orow = rows + j * hd;
+      float ss = 0.0f;
+      for (int i = 0; i < hd; ++i) ss += orow[i] * orow[i];
+      o_scale[j] = drsqrt(ss / static_cast<float>(hd) + eps);
+    }
+    __syncthreads();
+    for (int i = 0; i < nb; ++i) {
+      const int64_t at = (t0 + i) * qd + head * hd + j;
+      og[at] = f_to_bf(rows[i * hd + j] * o_scale[i] * bf_to_f(o_norm[j]) * dsigmoid(g[at]));
+    }
+    __syncthreads();
+  }
 }
 
 // x [rows, in] bf16 times W [in, out] -> bf16 [rows, out], rounded once.
@@ -237,10 +287,13 @@ void kda_attention(KdaArgs& a) {
   auto* state = static_cast<float*>(s.inout(a.state));
   uint16_t* og = s.scratch<uint16_t>(t_count * qd);
   if (t_count > 0) {
+    float* qk_norm = s.scratch<float>(2 * t_count * a.heads);
+    float* o_raw = s.scratch<float>(t_count * qd);
     const auto launch = hd == 128 ? kda_kernel<128> : kda_kernel<0>;
-    launch<<<static_cast<unsigned>(a.heads), static_cast<unsigned>(hd),
-             4 * static_cast<size_t>(hd) * sizeof(float), stream()>>>(
-        q, k, v, b, al, g, as<uint16_t>(s.in(a.o_norm)), t_count, a.heads, hd, a.eps, state, og);
+    const size_t smem = static_cast<size_t>(6 + 2 * kda_batch(hd)) * hd * sizeof(float);
+    launch<<<static_cast<unsigned>(a.heads), static_cast<unsigned>(hd), smem, stream()>>>(
+        q, k, v, b, al, g, as<uint16_t>(s.in(a.o_norm)), t_count, a.heads, hd, a.eps, state,
+        qk_norm, o_raw, og);
   }
   project_bf16(s, og, t_count, qd, a.w_o, static_cast<uint16_t*>(s.inout(a.out)));
   s.done();

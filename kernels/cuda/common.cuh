@@ -214,14 +214,30 @@ void multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c
 struct WeightTable {
   const uint16_t* w[256] = {};
 };
-// One product row per slot s < slots: row s of C = A[s / a_div] times table.w[pick[s]]
-// (each B bf16 [k, n]; pick in device memory, each in [0, n_weights)), every weight read
-// once for all the slots that picked it (at most max_rows <= kRoutedMaxRows of them, taken
-// kSkinnyMaxRows at a time), with skinny_gemm's bits for each row. No host wait.
+// The A operand of a routed product: bf16 rows, or the SwiGLU hidden rows of float gate
+// and up products, bf16(silu(bf16(gate)) * bf16(up)) (SPEC 2.5), computed as they are read.
+struct SkinnyOperand {
+  const uint16_t* bf16 = nullptr;
+  const float* swiglu_gate = nullptr;
+  const float* swiglu_up = nullptr;
+};
+// The rows of a routed product, in device memory: row s < rows picks pick[s] and
+// multiplies row a_rows[s] of A (row s when a_rows is null) by each of the per_pick
+// weights per_pick * pick[s] + i, into row s + i * rows of C.
+struct SkinnyRows {
+  const int32_t* pick = nullptr;
+  const int32_t* a_rows = nullptr;
+  int per_pick = 1;
+  int rows = 0;
+};
+// C [per_pick * rows, n] of the routed rows, every weight read once for all the rows that
+// picked it (at most max_rows <= kRoutedMaxRows of them, kSkinnyMaxRows at a time), with
+// skinny_gemm's bits for each row: a gate and an up product of every expert in one launch,
+// or the down product on the SwiGLU hidden. No host wait.
 constexpr int64_t kRoutedMaxRows = 16;
-void routed_gemm(const uint16_t* a, int a_div, const int32_t* pick, const WeightTable& table,
-                 int n_weights, int64_t max_rows, float* c, uint16_t* c_bf16, int64_t slots,
-                 int64_t n, int64_t k);
+void routed_gemm(const SkinnyOperand& a, const SkinnyRows& rows, int64_t max_rows,
+                 const WeightTable& table, int n_weights, float* c, uint16_t* c_bf16, int64_t n,
+                 int64_t k);
 // Whether gemm() takes skinny_gemm for m rows of a B stored [k, n] (false when
 // SPLITCHECK_CUDA_SKINNY=0, for measuring cuBLASLt in its place).
 bool skinny_applies(int64_t m, bool b_nk);

@@ -26,18 +26,28 @@ __global__ void round_f32_kernel(float* v, int64_t n) {
 }
 
 // Sigmoid scores, top-k with ties to the lower expert index, the chosen experts in
-// ascending index, weights = score / sum of the chosen scores (summed in that order).
+// ascending index, weights = score / sum of the chosen scores (summed in that order). One
+// warp a token: its lanes take the scores, lane 0 chooses. The routed rows of the experts'
+// products (SkinnyRows) are written too: slot t*top_k + k picks its expert for token t,
+// then row slots + i*t_count + t picks shared expert i (as expert n_exp + i) for token t.
+constexpr int kRouteWarps = 4;
+constexpr int kMaxExperts = 256;
 __global__ void route_kernel(const float* logits, int64_t t_count, int n_exp, int top_k,
-                             int32_t* pick_expert, float* pick_weight) {
-  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+                             int n_shared, int32_t* pick_expert, float* pick_weight,
+                             int32_t* row_pick, int32_t* row_token) {
+  __shared__ float scores[kRouteWarps][kMaxExperts];
+  __shared__ bool chosen_of[kRouteWarps][kMaxExperts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = blockIdx.x * static_cast<int64_t>(kRouteWarps) + warp;
   if (t >= t_count) return;
-  constexpr int kMaxExperts = 256;
-  float score[kMaxExperts];
-  bool chosen[kMaxExperts];
-  for (int e = 0; e < n_exp; ++e) {
+  float* score = scores[warp];
+  bool* chosen = chosen_of[warp];
+  for (int e = lane; e < n_exp; e += 32) {
     score[e] = dsigmoid(logits[t * n_exp + e]);
     chosen[e] = false;
   }
+  __syncwarp();
+  if (lane != 0) return;
   for (int k = 0; k < top_k; ++k) {
     int best = -1;
     for (int e = 0; e < n_exp; ++e) {
@@ -54,7 +64,16 @@ __global__ void route_kernel(const float* logits, int64_t t_count, int n_exp, in
     if (!chosen[e]) continue;
     pick_expert[t * top_k + k] = e;
     pick_weight[t * top_k + k] = score[e] / sum;
+    if (row_pick != nullptr) {
+      row_pick[t * top_k + k] = e;
+      row_token[t * top_k + k] = static_cast<int32_t>(t);
+    }
     ++k;
+  }
+  if (row_pick == nullptr) return;
+  for (int i = 0; i < n_shared; ++i) {
+    row_pick[t_count * top_k + i * t_count + t] = n_exp + i;
+    row_token[t_count * top_k + i * t_count + t] = static_cast<int32_t>(t);
   }
 }
 
@@ -64,23 +83,24 @@ __global__ void gather_rows_kernel(const uint16_t* x, const int32_t* rows, int64
   for (int64_t c = threadIdx.x; c < h; c += blockDim.x) out[i * h + c] = x[rows[i] * h + c];
 }
 
-__global__ void scatter_rows_kernel(const float* ys, const int32_t* slots, int64_t h, float* out) {
+// Rows of bf16-exact float values into their slots of a bf16 array.
+__global__ void scatter_rows_kernel(const float* ys, const int32_t* slots, int64_t h,
+                                    uint16_t* out) {
   const int64_t i = blockIdx.x;
-  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) out[slots[i] * h + c] = ys[i * h + c];
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) out[slots[i] * h + c] = f_to_bf(ys[i * h + c]);
 }
 
-// out[t][d] = bf16(sum_k w[t][k] * expert_out[t*top_k + k][d] + sum_s shared[s][t][d]),
-// accumulated in that order.
-__global__ void combine_kernel(const float* expert_out, const float* weights, int top_k,
-                               const float* shared, int n_shared, int64_t t_count, int64_t h,
-                               uint16_t* out) {
+// out[t][d] = bf16(sum_k w[t][k] * out_row[t*top_k + k][d] + sum_s out_row[slots + s*t_count
+// + t][d]), accumulated in that order: the routed experts' rows, then the shared experts'.
+__global__ void combine_kernel(const uint16_t* expert_out, const float* weights, int top_k,
+                               int n_shared, int64_t t_count, int64_t h, uint16_t* out) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= t_count * h) return;
-  const int64_t t = i / h, d = i % h;
+  const int64_t t = i / h, d = i % h, slots = t_count * top_k;
   float acc = 0.0f;
   for (int k = 0; k < top_k; ++k)
-    acc += weights[t * top_k + k] * expert_out[(t * top_k + k) * h + d];
-  for (int s = 0; s < n_shared; ++s) acc += shared[(s * t_count + t) * h + d];
+    acc += weights[t * top_k + k] * bf_to_f(expert_out[(t * top_k + k) * h + d]);
+  for (int s = 0; s < n_shared; ++s) acc += bf_to_f(expert_out[(slots + s * t_count + t) * h + d]);
   out[i] = f_to_bf(acc);
 }
 
@@ -121,52 +141,65 @@ void dense_mlp(DenseMlpArgs& a) {
 
 namespace {
 
-// The routed experts of every slot t*top_k + k with the picks read on the device (no host
-// wait): each expert's weights read once for the slots that picked it, each slot a row with
-// the bits a host-grouped product of at most kSkinnyMaxRows rows gives it (skinny_gemm.cu).
-// A token picks distinct experts, so an expert takes at most t_count <= kRoutedMaxRows slots.
-void routed_experts_on_device(Staging& s, const uint16_t* x, const int32_t* d_expert,
-                              int64_t t_count, int top_k, int64_t h,
-                              std::span<const SwiGluWeights> experts, float* expert_out) {
-  const int64_t inter = experts[0].gate->dim(1), slots = t_count * top_k;
-  WeightTable gate, up, down;
-  for (size_t e = 0; e < experts.size(); ++e) {
-    const SwiGluWeights& w = experts[e];
+// Rows [0, t_count*top_k) of expert_out are the routed slots, then n_shared blocks of
+// t_count rows, one a shared expert: each bf16 [h].
+struct MoeRows {
+  int64_t t_count, slots, h;
+  int top_k, n_shared;
+  int64_t all() const { return slots + n_shared * t_count; }
+};
+
+// The experts with the picks read on the device (no host wait): one launch for every gate
+// and up product, one for every down product on the SwiGLU hidden, each expert's weights
+// read once for the rows that picked it, each row with the bits a product of at most
+// kSkinnyMaxRows rows gives it (skinny_gemm.cu). The shared experts are rows of the same
+// launches (as experts n_exp + i) when gemm() would take the skinny kernel for them too;
+// otherwise they are left to the caller. A token picks distinct experts, so an expert
+// takes at most t_count <= kRoutedMaxRows rows.
+void experts_on_device(Staging& s, const uint16_t* x, const int32_t* row_pick,
+                       const int32_t* row_token, const MoeRows& r, bool with_shared,
+                       std::span<const SwiGluWeights> experts, std::span<const SwiGluWeights> shared,
+                       uint16_t* expert_out) {
+  const int64_t inter = experts[0].gate->dim(1);
+  const int64_t rows = with_shared ? r.all() : r.slots;
+  const size_t n = experts.size() + (with_shared ? shared.size() : 0);
+  if (2 * n > std::size(WeightTable{}.w))
+    throw std::runtime_error("MoE on CUDA: more than 128 experts with the shared ones");
+  WeightTable gate_up, down;
+  for (size_t e = 0; e < n; ++e) {
+    const SwiGluWeights& w = e < experts.size() ? experts[e] : shared[e - experts.size()];
     if (w.gate->dim(1) != inter || w.down->dim(0) != inter)
       throw std::runtime_error("MoE on CUDA: routed experts of different sizes");
-    gate.w[e] = as<uint16_t>(s.in(w.gate));
-    up.w[e] = as<uint16_t>(s.in(w.up));
+    gate_up.w[2 * e] = as<uint16_t>(s.in(w.gate));
+    gate_up.w[2 * e + 1] = as<uint16_t>(s.in(w.up));
     down.w[e] = as<uint16_t>(s.in(w.down));
   }
-  const int n = static_cast<int>(experts.size());
-  float* g = s.scratch<float>(slots * inter);
-  float* u = s.scratch<float>(slots * inter);
-  uint16_t* hidden = s.scratch<uint16_t>(slots * inter);
-  routed_gemm(x, top_k, d_expert, gate, n, t_count, g, nullptr, slots, inter, h);
-  routed_gemm(x, top_k, d_expert, up, n, t_count, u, nullptr, slots, inter, h);
-  swiglu_hidden_kernel<<<blocks_for(slots * inter, 256), 256, 0, stream()>>>(g, u, slots * inter,
-                                                                             hidden);
-  routed_gemm(hidden, 1, d_expert, down, n, t_count, expert_out, nullptr, slots, h, inter);
-  round_f32_kernel<<<blocks_for(slots * h, 256), 256, 0, stream()>>>(expert_out, slots * h);
+  float* gu = s.scratch<float>(2 * rows * inter);  // gate rows, then up rows
+  const SkinnyRows both{row_pick, row_token, 2, static_cast<int>(rows)};
+  routed_gemm(SkinnyOperand{x}, both, r.t_count, gate_up, static_cast<int>(2 * n), gu, nullptr,
+              inter, r.h);
+  const SkinnyRows one{row_pick, nullptr, 1, static_cast<int>(rows)};
+  routed_gemm(SkinnyOperand{nullptr, gu, gu + rows * inter}, one, r.t_count, down,
+              static_cast<int>(n), nullptr, expert_out, r.h, inter);
 }
 
 // The routed experts grouped by expert on the host (one wait for the picks): each
 // expert's product has as many rows as tokens routed to it.
 void routed_experts_grouped(Staging& s, const uint16_t* x, const int32_t* d_expert,
-                            int64_t t_count, int top_k, int64_t h,
-                            std::span<const SwiGluWeights> experts, float* expert_out) {
-  const int64_t n_exp = static_cast<int64_t>(experts.size());
-  std::vector<int32_t> picks(static_cast<size_t>(t_count * top_k));
+                            const MoeRows& r, std::span<const SwiGluWeights> experts,
+                            uint16_t* expert_out) {
+  const int64_t n_exp = static_cast<int64_t>(experts.size()), h = r.h;
+  std::vector<int32_t> picks(static_cast<size_t>(r.slots));
   SPLITCHECK_CUDA_CHECK(cudaMemcpyAsync(picks.data(), d_expert, picks.size() * sizeof(int32_t),
                                         cudaMemcpyDeviceToHost, stream()));
   finish();
   // Tokens grouped by expert (ascending token), and the slot t*top_k + k of each.
   std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(n_exp)), slots_of(rows_of.size());
-  for (int64_t t = 0; t < t_count; ++t) {
-    for (int k = 0; k < top_k; ++k) {
-      const int32_t e = picks[static_cast<size_t>(t * top_k + k)];
+  for (int64_t t = 0; t < r.t_count; ++t) {
+    for (int k = 0; k < r.top_k; ++k) {
+      const int32_t e = picks[static_cast<size_t>(t * r.top_k + k)];
       rows_of[e].push_back(static_cast<int32_t>(t));
-      slots_of[e].push_back(static_cast<int32_t>(t * top_k + k));
+      slots_of[e].push_back(static_cast<int32_t>(t * r.top_k + k));
     }
   }
   for (int64_t e = 0; e < n_exp; ++e) {
@@ -189,34 +222,45 @@ void moe(MoeArgs& a) {
   Staging s;
   const int64_t t_count = a.x->dim(0), h = a.x->dim(1), n_exp = a.router->dim(1);
   const int top_k = a.top_k;
-  if (n_exp > 256) throw std::runtime_error("MoE on CUDA routes among at most 256 experts");
+  if (n_exp > kMaxExperts) throw std::runtime_error("MoE on CUDA routes among at most 256 experts");
+  const MoeRows r{t_count, t_count * top_k, h, top_k, static_cast<int>(a.shared.size())};
+  if (t_count == 0) {
+    s.done();
+    return;
+  }
   const auto* x = as<uint16_t>(s.in(a.x));
   float* logits = s.scratch<float>(t_count * n_exp);
   gemm(x, as<uint16_t>(s.in(a.router)), logits, t_count, n_exp, h, false);
-  auto* d_expert = s.scratch<int32_t>(t_count * top_k);
-  auto* d_weight = s.scratch<float>(t_count * top_k);
-  if (t_count > 0) {
-    route_kernel<<<blocks_for(t_count, 128), 128, 0, stream()>>>(
-        logits, t_count, static_cast<int>(n_exp), top_k, d_expert, d_weight);
-  }
-  float* expert_out = s.scratch<float>(t_count * top_k * h);
   // Up to kRoutedMaxRows tokens are routed on the device; more are grouped by expert on
-  // the host after one wait for the picks (products of more rows take cuBLASLt).
-  const int64_t slots = t_count * top_k;
-  if (slots > 0 && t_count <= kRoutedMaxRows && skinny_applies(1, false)) {
-    routed_experts_on_device(s, x, d_expert, t_count, top_k, h, a.experts, expert_out);
-  } else if (slots > 0) {
-    routed_experts_grouped(s, x, d_expert, t_count, top_k, h, a.experts, expert_out);
+  // the host after one wait for the picks (products of more rows take cuBLASLt). The
+  // shared experts join the routed launches where gemm() would give them the same bits.
+  const bool on_device = r.slots > 0 && t_count <= kRoutedMaxRows && skinny_applies(1, false);
+  bool shared_with_routed = on_device && skinny_applies(t_count, false);
+  for (const SwiGluWeights& w : a.shared)
+    shared_with_routed = shared_with_routed && w.gate->dim(1) == a.experts[0].gate->dim(1);
+  auto* d_expert = s.scratch<int32_t>(r.slots);
+  auto* d_weight = s.scratch<float>(r.slots);
+  int32_t* row_pick = on_device ? s.scratch<int32_t>(r.all()) : nullptr;
+  int32_t* row_token = on_device ? s.scratch<int32_t>(r.all()) : nullptr;
+  route_kernel<<<blocks_for(t_count, kRouteWarps), kRouteWarps * 32, 0, stream()>>>(
+      logits, t_count, static_cast<int>(n_exp), top_k, r.n_shared, d_expert, d_weight, row_pick,
+      row_token);
+  auto* expert_out = s.scratch<uint16_t>(r.all() * h);
+  if (on_device) {
+    experts_on_device(s, x, row_pick, row_token, r, shared_with_routed, a.experts, a.shared,
+                      expert_out);
+  } else if (r.slots > 0) {
+    routed_experts_grouped(s, x, d_expert, r, a.experts, expert_out);
   }
-  const int n_shared = static_cast<int>(a.shared.size());
-  float* shared = s.scratch<float>(std::max<int64_t>(1, n_shared) * t_count * h);
-  for (int i = 0; i < n_shared; ++i)
-    swiglu(s, x, t_count, h, a.shared[i], shared + i * t_count * h);
+  if (!shared_with_routed) {
+    float* shared = s.scratch<float>(std::max<int64_t>(1, r.n_shared) * t_count * h);
+    for (int i = 0; i < r.n_shared; ++i)
+      swiglu(s, x, t_count, h, a.shared[i], shared + i * t_count * h);
+    if (r.n_shared > 0) round_to_bf16(shared, expert_out + r.slots * h, r.n_shared * t_count * h);
+  }
   auto* out = static_cast<uint16_t*>(s.inout(a.out));
-  if (t_count > 0) {
-    combine_kernel<<<blocks_for(t_count * h, 256), 256, 0, stream()>>>(
-        expert_out, d_weight, top_k, shared, n_shared, t_count, h, out);
-  }
+  combine_kernel<<<blocks_for(t_count * h, 256), 256, 0, stream()>>>(expert_out, d_weight, top_k,
+                                                                     r.n_shared, t_count, h, out);
   s.done();
 }
 

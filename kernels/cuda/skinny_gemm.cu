@@ -48,24 +48,163 @@ struct Weights {
 
 // The most rows one weight takes in a launch (routed: the slots that picked an expert).
 constexpr int kMaxListRows = 16;
+constexpr int CPT = 8;  // columns a lane: one 16-byte load of bf16 weights
 
-// One (column tile, chunk, weight g) per block, CPT = 8 columns a lane. The block's rows:
-// without `pick`, every row r < rows of A (output row g * rows + r); with it, every slot
-// s < rows that picked g (A row s / a_div, output row s), M at a time. For each,
-// partial[chunk][out row][c] = the chunk's sum over kk of a[a row][kk] * w_g[kk][c] (a
-// fused multiply-add per kk, ascending within a warp; warps added in order). The block
-// that finishes its (tile, g) last adds the chunk sums in chunk order into c and/or c_bf16
-// and re-arms the tile's counter (zero again for the next product on this stream).
-template <int M, int G>
-__global__ void __launch_bounds__(kThreads, M <= 2 ? 4 : 2)  // 4 blocks a multiprocessor for a decode
-    grouped_kernel(const uint16_t* __restrict__ a, Weights<G> weights,
-                   const int32_t* __restrict__ pick, int a_div, int rows, int64_t out_rows,
+// Element i of the A operand: a bf16 value, or the SwiGLU hidden value of float gate and
+// up (SPEC 2.5: bf16(silu(bf16(gate)) * bf16(up))) computed as it is read.
+__device__ __forceinline__ float operand_at(const SkinnyOperand& a, int64_t i) {
+  if (a.bf16 != nullptr) return bf_to_f(a.bf16[i]);
+  return round_bf(dsilu(round_bf(a.swiglu_gate[i])) * round_bf(a.swiglu_up[i]));
+}
+
+// The CPT bf16 weights of one row from col0, widened.
+__device__ __forceinline__ void widen_row(const uint4& v, float (&w)[CPT]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    w[2 * j] = __uint_as_float(words[j] << 16);
+    w[2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ uint4 load_row(const uint16_t* row, int64_t col0, int64_t n, bool vec) {
+  if (vec) return __ldg(reinterpret_cast<const uint4*>(row));
+  uint16_t e[CPT];
+#pragma unroll
+  for (int j = 0; j < CPT; ++j) e[j] = col0 + j < n ? row[j] : uint16_t{0};
+  return make_uint4(e[0] | (uint32_t{e[1]} << 16), e[2] | (uint32_t{e[3]} << 16),
+                    e[4] | (uint32_t{e[5]} << 16), e[6] | (uint32_t{e[7]} << 16));
+}
+
+// Where a block's pass writes: its chunk's partial sums.
+struct Pass {
+  int64_t k0, k1, kc, k, n, tile, chunk, out_rows;
+  bool vec;
+};
+
+// Shared floats of a block's warp sums: every warp's accumulators side by side for up to
+// kWideRows rows (one barrier, then each sum taken in warp order by one thread), or one
+// running sum a row (a barrier a warp) for more rows.
+constexpr int kWideRows = 2;
+constexpr int kRowFloats = 32 * CPT;  // a row's columns in a tile
+__host__ __device__ constexpr int sums_floats(int max_m) {
+  const int wide = kWarps * (max_m < kWideRows ? max_m : kWideRows) * kRowFloats;
+  return wide > max_m * kRowFloats ? wide : max_m * kRowFloats;
+}
+
+// One pass of a block over m <= M rows of A (a_row[r]) by its weight b: the chunk's
+// sums into partial[chunk][out_row[r]][tile's columns]. A row's sum is the same fused
+// multiply-add chain whatever M is (each (row, column) has its own accumulator), so a
+// block picks M from m without changing a bit. Weights come U rows a lane at a time, the
+// next U in flight while the last U are used, the first before the A chunk is staged;
+// each chain stays ascending in k.
+template <int M>
+__device__ __forceinline__ void chunk_pass(const SkinnyOperand& a, const uint16_t* __restrict__ b,
+                                           const int* a_row, const int* out_row, int m,
+                                           const Pass& p, float* a_chunk, float* sums,
+                                           float* __restrict__ partial) {
+  constexpr int U = 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t col0 = (p.tile * 32 + lane) * CPT;
+  const bool cols = col0 < p.n;
+  uint4 next[U];
+  auto fetch = [&](int64_t from) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t kk = from + u * kWarps;
+      if (cols && kk < p.k1) next[u] = load_row(b + kk * p.n + col0, col0, p.n, p.vec);
+    }
+  };
+  fetch(p.k0 + warp);
+  for (int64_t i = threadIdx.x; i < M * p.kc; i += kThreads) {
+    const int r = static_cast<int>(i / p.kc);
+    const int64_t kk = p.k0 + i % p.kc;
+    a_chunk[i] = (r < m && kk < p.k1) ? operand_at(a, a_row[r] * p.k + kk) : 0.0f;
+  }
+  __syncthreads();
+
+  float acc[M][CPT];
+#pragma unroll
+  for (int r = 0; r < M; ++r)
+#pragma unroll
+    for (int j = 0; j < CPT; ++j) acc[r][j] = 0.0f;
+  if (cols) {
+    for (int64_t kk = p.k0 + warp; kk < p.k1; kk += U * kWarps) {
+      // A few rows: the next U rows load while these are used. More rows keep the
+      // registers for their sums and load the next U after.
+      constexpr bool kOverlap = M <= kWideRows;
+      uint4 raw[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) raw[u] = next[u];
+      if constexpr (kOverlap) fetch(kk + U * kWarps);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t row = kk + u * kWarps;
+        if (row >= p.k1) break;
+        float w[CPT];
+        widen_row(raw[u], w);
+        const int64_t i = row - p.k0;
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+          const float x = a_chunk[r * p.kc + i];
+#pragma unroll
+          for (int j = 0; j < CPT; ++j) acc[r][j] = __fmaf_rn(x, w[j], acc[r][j]);
+        }
+      }
+      if constexpr (!kOverlap) fetch(kk + U * kWarps);
+    }
+  }
+  // The warp sums in warp order (warp 0's, plus warp 1's, ...), into the partials.
+  constexpr int kRow = kRowFloats;
+  auto store = [&](int i, float v) {
+    const int r = i / kRow;
+    const int64_t col = p.tile * kRow + i % kRow;
+    if (r < m && col < p.n) partial[(p.chunk * p.out_rows + out_row[r]) * p.n + col] = v;
+  };
+  if constexpr (M <= kWideRows) {
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      auto* to = reinterpret_cast<float4*>(sums + (warp * M + r) * kRow + lane * CPT);
+      to[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+      to[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < M * kRow; i += kThreads) {
+      float v = sums[i];
+      for (int w = 1; w < kWarps; ++w) v = __fadd_rn(v, sums[w * M * kRow + i]);
+      store(i, v);
+    }
+  } else {
+    for (int w = 0; w < kWarps; ++w) {
+      if (warp == w) {
+#pragma unroll
+        for (int r = 0; r < M; ++r)
+#pragma unroll
+          for (int j = 0; j < CPT; ++j) {
+            float& sum = sums[r * kRow + lane * CPT + j];
+            sum = w == 0 ? acc[r][j] : __fadd_rn(sum, acc[r][j]);
+          }
+      }
+      __syncthreads();
+    }
+    for (int i = threadIdx.x; i < M * kRow; i += kThreads) store(i, sums[i]);
+  }
+  __syncthreads();
+}
+
+// One (column tile, chunk, weight g) per block. The block's rows: without map.pick, every
+// row s < map.rows of A (output row g * rows + s); with it, every s whose pick is
+// g / per_pick (A row map.a_rows[s], or s; output row s + (g % per_pick) * rows), up to
+// MAXM at a time. The block that finishes its (tile, g) last adds the chunk sums in chunk
+// order into c and/or c_bf16 and re-arms the tile's counter (zero again for the next
+// product on this stream).
+template <int MAXM, int G>
+__global__ void __launch_bounds__(kThreads, MAXM == 1 ? 4 : (MAXM == 2 ? 3 : 2))  // 4 blocks a multiprocessor for a decode
+    grouped_kernel(SkinnyOperand a, Weights<G> weights, SkinnyRows map, int64_t out_rows,
                    float* __restrict__ partial, unsigned* __restrict__ counters,
                    float* __restrict__ c, uint16_t* __restrict__ c_bf16, int64_t n, int64_t k,
                    int64_t kc, int64_t chunks, bool vector_loads) {
-  constexpr int CPT = 8;
-  __shared__ float a_chunk[M * kMaxChunk];
-  __shared__ float sums[M * CPT * 32];
+  __shared__ float a_chunk[MAXM * kMaxChunk];
+  __shared__ __align__(16) float sums[sums_floats(MAXM)];
   __shared__ int a_row[kMaxListRows], out_row[kMaxListRows];
   __shared__ int count;
   __shared__ bool last;
@@ -73,13 +212,13 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 4 : 2)  // 4 blocks a multi
   const int64_t chunk = blockIdx.y, tile = blockIdx.x;
   if (threadIdx.x == 0) {
     int n_rows = 0;
-    for (int s = 0; s < rows && n_rows < kMaxListRows; ++s) {
-      if (pick == nullptr) {
+    for (int s = 0; s < map.rows && n_rows < kMaxListRows; ++s) {
+      if (map.pick == nullptr) {
         a_row[n_rows] = s;
-        out_row[n_rows++] = g * rows + s;
-      } else if (pick[s] == g) {
-        a_row[n_rows] = s / a_div;
-        out_row[n_rows++] = s;
+        out_row[n_rows++] = g * map.rows + s;
+      } else if (map.pick[s] == g / map.per_pick) {
+        a_row[n_rows] = map.a_rows != nullptr ? map.a_rows[s] : s;
+        out_row[n_rows++] = s + (g % map.per_pick) * map.rows;
       }
     }
     count = n_rows;
@@ -88,69 +227,15 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 4 : 2)  // 4 blocks a multi
   const int total = count;
   if (total == 0) return;  // no token picked this expert: the whole block leaves
   const uint16_t* b = weights.w[g];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t k0 = chunk * kc, k1 = k0 + kc < k ? k0 + kc : k;
-  const int64_t col0 = (tile * 32 + lane) * CPT;
-
-  for (int base = 0; base < total; base += M) {
-    const int m = total - base < M ? total - base : M;
-    for (int64_t i = threadIdx.x; i < M * kc; i += kThreads) {
-      const int r = static_cast<int>(i / kc);
-      const int64_t kk = k0 + i % kc;
-      a_chunk[i] = (r < m && kk < k1) ? bf_to_f(a[a_row[base + r] * k + kk]) : 0.0f;
-    }
-    __syncthreads();
-
-    float acc[M][CPT];
-#pragma unroll
-    for (int r = 0; r < M; ++r)
-#pragma unroll
-      for (int j = 0; j < CPT; ++j) acc[r][j] = 0.0f;
-    if (col0 < n) {
-#pragma unroll 4
-      for (int64_t kk = k0 + warp; kk < k1; kk += kWarps) {
-        float w[CPT];
-        const uint16_t* row = b + kk * n + col0;
-        if (vector_loads) {
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(row));
-          const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            w[2 * j] = __uint_as_float(words[j] << 16);
-            w[2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
-          }
-        } else {
-#pragma unroll
-          for (int j = 0; j < CPT; ++j) w[j] = col0 + j < n ? bf_to_f(row[j]) : 0.0f;
-        }
-        const int64_t i = kk - k0;
-#pragma unroll
-        for (int r = 0; r < M; ++r) {
-          const float x = a_chunk[r * kc + i];
-#pragma unroll
-          for (int j = 0; j < CPT; ++j) acc[r][j] = __fmaf_rn(x, w[j], acc[r][j]);
-        }
-      }
-    }
-    // The warp sums in warp order: warp 0 stores, then each next warp adds its own.
-    for (int w = 0; w < kWarps; ++w) {
-      if (warp == w) {
-#pragma unroll
-        for (int r = 0; r < M; ++r)
-#pragma unroll
-          for (int j = 0; j < CPT; ++j) {
-            float& sum = sums[(r * 32 + lane) * CPT + j];
-            sum = w == 0 ? acc[r][j] : __fadd_rn(sum, acc[r][j]);
-          }
-      }
-      __syncthreads();
-    }
-    for (int i = threadIdx.x; i < M * 32 * CPT; i += kThreads) {
-      const int r = i / (32 * CPT);
-      const int64_t col = tile * 32 * CPT + i % (32 * CPT);
-      if (r < m && col < n) partial[(chunk * out_rows + out_row[base + r]) * n + col] = sums[i];
-    }
-    __syncthreads();
+  const int64_t k0 = chunk * kc;
+  const Pass p{k0, k0 + kc < k ? k0 + kc : k, kc, k, n, tile, chunk, out_rows, vector_loads};
+  for (int base = 0; base < total; base += MAXM) {
+    const int m = total - base < MAXM ? total - base : MAXM;
+    const int *ar = a_row + base, *orow = out_row + base;
+    if (m <= 1) chunk_pass<1>(a, b, ar, orow, m, p, a_chunk, sums, partial);
+    else if (m <= 2) chunk_pass<(MAXM < 2 ? MAXM : 2)>(a, b, ar, orow, m, p, a_chunk, sums, partial);
+    else if (m <= 4) chunk_pass<(MAXM < 4 ? MAXM : 4)>(a, b, ar, orow, m, p, a_chunk, sums, partial);
+    else chunk_pass<MAXM>(a, b, ar, orow, m, p, a_chunk, sums, partial);
   }
 
   // The last block of this (tile, g) to finish adds the chunks: every thread's partials
@@ -165,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 4 : 2)  // 4 blocks a multi
   __syncthreads();
   if (!last) return;
   __threadfence();
-  constexpr int kBatch = 8;
+  constexpr int kBatch = 16;  // chunk partials in flight a thread
   for (int i = threadIdx.x; i < total * 32 * CPT; i += kThreads) {
     const int r = i / (32 * CPT);
     const int64_t col = tile * 32 * CPT + i % (32 * CPT);
@@ -200,14 +285,14 @@ unsigned* counters_for(cudaStream_t s) {
 }
 
 // One grouped launch: C [out_rows, n] (float and/or bf16). `max_rows`: the most rows any
-// weight takes (the template's M, up to kSkinnyMaxRows; more pass M at a time).
+// weight takes (the template's MAXM, up to kSkinnyMaxRows; more pass MAXM at a time).
 template <int G>
-void grouped(const uint16_t* a, const Weights<G>& weights, int groups, const int32_t* pick,
-             int a_div, int64_t rows, int64_t out_rows, int64_t max_rows, float* c,
-             uint16_t* c_bf16, int64_t n, int64_t k) {
+void grouped(const SkinnyOperand& a, const Weights<G>& weights, int groups, const SkinnyRows& map,
+             int64_t out_rows, int64_t max_rows, float* c, uint16_t* c_bf16, int64_t n, int64_t k) {
   if (out_rows == 0 || n == 0) return;
   if (max_rows > kMaxListRows)
     throw std::logic_error("a skinny product of more than 16 rows for one weight");
+  if (groups > G) throw std::logic_error("a skinny launch of more weights than its table holds");
   if (k == 0) {  // every sum is empty
     if (c != nullptr)
       SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(c, 0, out_rows * n * sizeof(float), stream()));
@@ -228,13 +313,14 @@ void grouped(const uint16_t* a, const Weights<G>& weights, int groups, const int
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks),
                   static_cast<unsigned>(groups));
   unsigned* counters = counters_for(stream());
-  const int r = static_cast<int>(rows);
   auto go = [&](auto kernel) {
-    kernel<<<grid, kThreads, 0, stream()>>>(a, weights, pick, a_div, r, out_rows, partial,
-                                            counters, c, c_bf16, n, k, kc, chunks, vec);
+    kernel<<<grid, kThreads, 0, stream()>>>(a, weights, map, out_rows, partial, counters, c, c_bf16,
+                                            n, k, kc, chunks, vec);
   };
+  // A routed weight takes few of its rows as a rule (a token's picks are spread over the
+  // experts): two at a time, at three blocks a multiprocessor, beats room for eight at two.
   if (max_rows <= 1) go(grouped_kernel<1, G>);
-  else if (max_rows <= 2) go(grouped_kernel<2, G>);
+  else if (max_rows <= 2 || map.pick != nullptr) go(grouped_kernel<2, G>);
   else if (max_rows <= 4) go(grouped_kernel<4, G>);
   else go(grouped_kernel<8, G>);
   SPLITCHECK_CUDA_CHECK(cudaFreeAsync(partial, stream()));
@@ -246,7 +332,7 @@ void skinny_gemm(const uint16_t* a, const uint16_t* b, float* c, uint16_t* c_bf1
                  int64_t n, int64_t k) {
   Weights<1> w;
   w.w[0] = b;
-  grouped(a, w, 1, nullptr, 1, m, m, m, c, c_bf16, n, k);
+  grouped(SkinnyOperand{a}, w, 1, SkinnyRows{.rows = static_cast<int>(m)}, m, m, c, c_bf16, n, k);
 }
 
 void skinny_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
@@ -256,15 +342,18 @@ void skinny_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, f
     throw std::logic_error("skinny_multi_gemm: more than kMultiMax weights");
   std::copy(bs.begin(), bs.end(), w.w);
   const auto g = static_cast<int64_t>(bs.size());
-  grouped(a, w, static_cast<int>(g), nullptr, 1, m, g * m, m, c, c_bf16, n, k);
+  grouped(SkinnyOperand{a}, w, static_cast<int>(g), SkinnyRows{.rows = static_cast<int>(m)}, g * m,
+          m, c, c_bf16, n, k);
 }
 
-void routed_gemm(const uint16_t* a, int a_div, const int32_t* pick, const WeightTable& table,
-                 int n_weights, int64_t max_rows, float* c, uint16_t* c_bf16, int64_t slots,
-                 int64_t n, int64_t k) {
+void routed_gemm(const SkinnyOperand& a, const SkinnyRows& rows, int64_t max_rows,
+                 const WeightTable& table, int n_weights, float* c, uint16_t* c_bf16, int64_t n,
+                 int64_t k) {
+  if (rows.pick == nullptr || rows.per_pick < 1 || n_weights > 256)
+    throw std::logic_error("routed_gemm: picks, at least one weight a pick, at most 256 weights");
   Weights<256> w;
   std::copy(std::begin(table.w), std::end(table.w), w.w);
-  grouped(a, w, n_weights, pick, a_div, slots, slots, max_rows, c, c_bf16, n, k);
+  grouped(a, w, n_weights, rows, int64_t{rows.per_pick} * rows.rows, max_rows, c, c_bf16, n, k);
 }
 
 }  // namespace splitcheck::cuda
