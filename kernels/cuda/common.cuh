@@ -229,6 +229,7 @@ struct SkinnyRows {
   const int32_t* a_rows = nullptr;
   int per_pick = 1;
   int rows = 0;
+  bool by_row = false;  // set by routed_gemm: a block a row rather than a weight
 };
 // C [per_pick * rows, n] of the routed rows, every weight read once for all the rows that
 // picked it (at most max_rows <= kRoutedMaxRows of them, kSkinnyMaxRows at a time), with

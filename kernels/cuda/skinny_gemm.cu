@@ -32,12 +32,14 @@ constexpr int64_t kMaxChunks = 64;
 
 // Rows of k per chunk: enough chunks for about eight blocks per multiprocessor of an H200
 // at the nominal tile, at most kMaxChunks of them (their sum is sequential), a multiple of
-// 32 rows, at most kMaxChunk.
+// 32 rows, at most kMaxChunk. At least kc 128 where a weight spans more than two tiles, so
+// that a block of a wide, short weight (an MoE down product) reads enough to pay for its
+// start; narrower weights keep chunks of 32 rows.
 int64_t chunk_rows(int64_t n, int64_t k) {
   const int64_t tiles = (n + kNominalTile - 1) / kNominalTile;
   const int64_t chunks = std::clamp<int64_t>(1056 / tiles, 1, kMaxChunks);
   const int64_t kc = ((k + chunks - 1) / chunks + 31) / 32 * 32;
-  return std::clamp<int64_t>(kc, 32, kMaxChunk);
+  return std::clamp<int64_t>(kc, tiles > 2 ? 128 : 32, kMaxChunk);
 }
 
 // The weights of one launch, by grid z.
@@ -210,23 +212,47 @@ __global__ void __launch_bounds__(kThreads, MAXM == 1 ? 4 : (MAXM == 2 ? 3 : 2))
   __shared__ bool last;
   const int g = blockIdx.z;
   const int64_t chunk = blockIdx.y, tile = blockIdx.x;
-  if (threadIdx.x == 0) {
-    int n_rows = 0;
-    for (int s = 0; s < map.rows && n_rows < kMaxListRows; ++s) {
-      if (map.pick == nullptr) {
-        a_row[n_rows] = s;
-        out_row[n_rows++] = g * map.rows + s;
-      } else if (map.pick[s] == g / map.per_pick) {
-        a_row[n_rows] = map.a_rows != nullptr ? map.a_rows[s] : s;
-        out_row[n_rows++] = s + (g % map.per_pick) * map.rows;
-      }
+  __shared__ int weight;
+  if (map.by_row) {  // one routed row a block (z = row * per_pick + i), its pick's weight i
+    if (threadIdx.x == 0) {
+      const int row = g / map.per_pick, i = g % map.per_pick;
+      weight = map.per_pick * map.pick[row] + i;
+      a_row[0] = map.a_rows != nullptr ? map.a_rows[row] : row;
+      out_row[0] = row + i * map.rows;
+      count = 1;
     }
-    count = n_rows;
+  } else if (map.pick == nullptr) {  // every row, by every weight
+    for (int s = threadIdx.x; s < map.rows && s < kMaxListRows; s += kThreads) {
+      a_row[s] = s;
+      out_row[s] = g * map.rows + s;
+    }
+    if (threadIdx.x == 0) {
+      weight = g;
+      count = map.rows < kMaxListRows ? map.rows : kMaxListRows;
+    }
+  } else if (threadIdx.x < 32) {  // the rows that picked weight g / per_pick, in order
+    const int lane = threadIdx.x;
+    int n_rows = 0;
+    for (int s0 = 0; s0 < map.rows; s0 += 32) {
+      const int s = s0 + lane;
+      const bool mine = s < map.rows && map.pick[s] == g / map.per_pick;
+      const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+      const int at = n_rows + __popc(ballot & ((1u << lane) - 1u));
+      if (mine && at < kMaxListRows) {
+        a_row[at] = map.a_rows != nullptr ? map.a_rows[s] : s;
+        out_row[at] = s + (g % map.per_pick) * map.rows;
+      }
+      n_rows += __popc(ballot);
+    }
+    if (lane == 0) {
+      weight = g;
+      count = n_rows < kMaxListRows ? n_rows : kMaxListRows;
+    }
   }
   __syncthreads();
   const int total = count;
   if (total == 0) return;  // no token picked this expert: the whole block leaves
-  const uint16_t* b = weights.w[g];
+  const uint16_t* b = weights.w[weight];
   const int64_t k0 = chunk * kc;
   const Pass p{k0, k0 + kc < k ? k0 + kc : k, kc, k, n, tile, chunk, out_rows, vector_loads};
   for (int base = 0; base < total; base += MAXM) {
@@ -250,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, MAXM == 1 ? 4 : (MAXM == 2 ? 3 : 2))
   __syncthreads();
   if (!last) return;
   __threadfence();
-  constexpr int kBatch = 16;  // chunk partials in flight a thread
+  constexpr int kBatch = 8;  // chunk partials in flight a thread
   for (int i = threadIdx.x; i < total * 32 * CPT; i += kThreads) {
     const int r = i / (32 * CPT);
     const int64_t col = tile * 32 * CPT + i % (32 * CPT);
@@ -292,7 +318,8 @@ void grouped(const SkinnyOperand& a, const Weights<G>& weights, int groups, cons
   if (out_rows == 0 || n == 0) return;
   if (max_rows > kMaxListRows)
     throw std::logic_error("a skinny product of more than 16 rows for one weight");
-  if (groups > G) throw std::logic_error("a skinny launch of more weights than its table holds");
+  if (!map.by_row && groups > G)
+    throw std::logic_error("a skinny launch of more weights than its table holds");
   if (k == 0) {  // every sum is empty
     if (c != nullptr)
       SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(c, 0, out_rows * n * sizeof(float), stream()));
@@ -308,8 +335,7 @@ void grouped(const SkinnyOperand& a, const Weights<G>& weights, int groups, cons
   SPLITCHECK_CUDA_CHECK(cudaMallocAsync(
       &partial, static_cast<size_t>(chunks * out_rows * n) * sizeof(float), stream()));
   bool vec = n % 8 == 0;
-  for (int gi = 0; gi < groups; ++gi)
-    vec = vec && reinterpret_cast<uintptr_t>(weights.w[gi]) % 16 == 0;
+  for (const uint16_t* w : weights.w) vec = vec && reinterpret_cast<uintptr_t>(w) % 16 == 0;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks),
                   static_cast<unsigned>(groups));
   unsigned* counters = counters_for(stream());
@@ -353,7 +379,13 @@ void routed_gemm(const SkinnyOperand& a, const SkinnyRows& rows, int64_t max_row
     throw std::logic_error("routed_gemm: picks, at least one weight a pick, at most 256 weights");
   Weights<256> w;
   std::copy(std::begin(table.w), std::end(table.w), w.w);
-  grouped(a, w, n_weights, rows, int64_t{rows.per_pick} * rows.rows, max_rows, c, c_bf16, n, k);
+  // Fewer rows than picks to choose from (a decode): a block a row and weight, so no
+  // block waits to find it has nothing to do; else a block a weight, read once for its rows.
+  SkinnyRows map = rows;
+  map.by_row = rows.rows < n_weights / rows.per_pick;
+  const int groups = map.by_row ? rows.per_pick * rows.rows : n_weights;
+  grouped(a, w, groups, map, int64_t{rows.per_pick} * rows.rows, map.by_row ? 1 : max_rows, c,
+          c_bf16, n, k);
 }
 
 }  // namespace splitcheck::cuda
