@@ -1,7 +1,7 @@
 // The drafters' linear layer, dense SwiGLU and MoE (SPEC 2.5) on the GPU. Matrix products
-// through gemm() (skinny_gemm for a few rows, else cuBLASLt); routing by one thread per
-// token. A few tokens' experts run with the picks read on the device (no host wait); more
-// are grouped by expert as on the CPU after one wait for the picks.
+// through gemm() (skinny_gemm for a few rows, else cuBLASLt); routing by a warp a token.
+// A few tokens' experts run in two routed launches with the picks read on the device (no
+// host wait); more are grouped by expert as on the CPU after one wait for the picks.
 #include <algorithm>
 #include <span>
 #include <stdexcept>

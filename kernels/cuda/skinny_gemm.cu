@@ -2,8 +2,10 @@
 // once, 16 bytes a lane, by enough blocks to keep the memory busy, and the chunk sums are
 // added by the last block of each tile, so a product is one launch. One launch may
 // multiply several weights (grid z): the same rows by each of G weights (KDA's and MLA's
-// projections), or each routed token by the experts it picked, every expert's weight read
-// once for all its tokens (the MoE), with no host wait for the picks.
+// projections), or routed rows by the weights their picks name (the MoE's gate and up
+// products together, or its down products on the SwiGLU hidden), with no host wait for
+// the picks: a block a weight read once for its rows, or, for fewer rows than picks to
+// choose from, a block a row.
 //
 // The order of every sum is fixed by (k, n) alone, never by the row count, the rows that
 // share a launch, or the tile a launch uses: k is cut into chunks of kc rows (kc from k
