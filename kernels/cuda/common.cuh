@@ -235,7 +235,7 @@ struct SkinnyRows {
 // picked it (at most max_rows <= kRoutedMaxRows of them, kSkinnyMaxRows at a time), with
 // skinny_gemm's bits for each row: a gate and an up product of every expert in one launch,
 // or the down product on the SwiGLU hidden. No host wait.
-constexpr int64_t kRoutedMaxRows = 16;
+constexpr int64_t kRoutedMaxRows = 64;
 void routed_gemm(const SkinnyOperand& a, const SkinnyRows& rows, int64_t max_rows,
                  const WeightTable& table, int n_weights, float* c, uint16_t* c_bf16, int64_t n,
                  int64_t k);

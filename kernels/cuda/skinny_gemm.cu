@@ -51,7 +51,7 @@ struct Weights {
 };
 
 // The most rows one weight takes in a launch (routed: the slots that picked an expert).
-constexpr int kMaxListRows = 16;
+constexpr int kMaxListRows = static_cast<int>(kRoutedMaxRows);
 constexpr int CPT = 8;  // columns a lane: one 16-byte load of bf16 weights
 
 // Element i of the A operand: a bf16 value, or the SwiGLU hidden value of float gate and
@@ -313,13 +313,15 @@ unsigned* counters_for(cudaStream_t s) {
 }
 
 // One grouped launch: C [out_rows, n] (float and/or bf16). `max_rows`: the most rows any
-// weight takes (the template's MAXM, up to kSkinnyMaxRows; more pass MAXM at a time).
+// weight takes; `pass_rows`: the rows a block takes at a time (the template's MAXM: 1, 2,
+// 4 or 8), more passing MAXM at a time.
 template <int G>
 void grouped(const SkinnyOperand& a, const Weights<G>& weights, int groups, const SkinnyRows& map,
-             int64_t out_rows, int64_t max_rows, float* c, uint16_t* c_bf16, int64_t n, int64_t k) {
+             int64_t out_rows, int64_t max_rows, int64_t pass_rows, float* c, uint16_t* c_bf16,
+             int64_t n, int64_t k) {
   if (out_rows == 0 || n == 0) return;
   if (max_rows > kMaxListRows)
-    throw std::logic_error("a skinny product of more than 16 rows for one weight");
+    throw std::logic_error("a skinny product of more than kRoutedMaxRows rows for one weight");
   if (!map.by_row && groups > G)
     throw std::logic_error("a skinny launch of more weights than its table holds");
   if (k == 0) {  // every sum is empty
@@ -345,11 +347,9 @@ void grouped(const SkinnyOperand& a, const Weights<G>& weights, int groups, cons
     kernel<<<grid, kThreads, 0, stream()>>>(a, weights, map, out_rows, partial, counters, c, c_bf16,
                                             n, k, kc, chunks, vec);
   };
-  // A routed weight takes few of its rows as a rule (a token's picks are spread over the
-  // experts): two at a time, at three blocks a multiprocessor, beats room for eight at two.
-  if (max_rows <= 1) go(grouped_kernel<1, G>);
-  else if (max_rows <= 2 || map.pick != nullptr) go(grouped_kernel<2, G>);
-  else if (max_rows <= 4) go(grouped_kernel<4, G>);
+  if (pass_rows <= 1) go(grouped_kernel<1, G>);
+  else if (pass_rows <= 2) go(grouped_kernel<2, G>);
+  else if (pass_rows <= 4) go(grouped_kernel<4, G>);
   else go(grouped_kernel<8, G>);
   SPLITCHECK_CUDA_CHECK(cudaFreeAsync(partial, stream()));
 }
@@ -360,7 +360,8 @@ void skinny_gemm(const uint16_t* a, const uint16_t* b, float* c, uint16_t* c_bf1
                  int64_t n, int64_t k) {
   Weights<1> w;
   w.w[0] = b;
-  grouped(SkinnyOperand{a}, w, 1, SkinnyRows{.rows = static_cast<int>(m)}, m, m, c, c_bf16, n, k);
+  grouped(SkinnyOperand{a}, w, 1, SkinnyRows{.rows = static_cast<int>(m)}, m, m, m, c, c_bf16, n,
+          k);
 }
 
 void skinny_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
@@ -371,7 +372,7 @@ void skinny_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, f
   std::copy(bs.begin(), bs.end(), w.w);
   const auto g = static_cast<int64_t>(bs.size());
   grouped(SkinnyOperand{a}, w, static_cast<int>(g), SkinnyRows{.rows = static_cast<int>(m)}, g * m,
-          m, c, c_bf16, n, k);
+          m, m, c, c_bf16, n, k);
 }
 
 void routed_gemm(const SkinnyOperand& a, const SkinnyRows& rows, int64_t max_rows,
@@ -382,12 +383,18 @@ void routed_gemm(const SkinnyOperand& a, const SkinnyRows& rows, int64_t max_row
   Weights<256> w;
   std::copy(std::begin(table.w), std::end(table.w), w.w);
   // Fewer rows than picks to choose from (a decode): a block a row and weight, so no
-  // block waits to find it has nothing to do; else a block a weight, read once for its rows.
+  // block waits to find it has nothing to do; else a block a weight, read once for its
+  // rows, taken as many at a time as a weight has on average (1, 2, 4 or 8: two at three
+  // blocks a multiprocessor beat eight at two for a 16-token prefill of k3-shape, eight
+  // beat passes of two for 64 rows over 8 experts).
   SkinnyRows map = rows;
-  map.by_row = rows.rows < n_weights / rows.per_pick;
+  const int picks = n_weights / rows.per_pick;
+  map.by_row = rows.rows < picks;
   const int groups = map.by_row ? rows.per_pick * rows.rows : n_weights;
-  grouped(a, w, groups, map, int64_t{rows.per_pick} * rows.rows, map.by_row ? 1 : max_rows, c,
-          c_bf16, n, k);
+  const int64_t mean = (rows.rows + picks - 1) / std::max(picks, 1);
+  const int64_t pass = map.by_row ? 1 : std::min<int64_t>(max_rows, mean <= 2 ? 2 : (mean <= 4 ? 4 : 8));
+  grouped(a, w, groups, map, int64_t{rows.per_pick} * rows.rows, map.by_row ? 1 : max_rows, pass,
+          c, c_bf16, n, k);
 }
 
 }  // namespace splitcheck::cuda
