@@ -321,7 +321,7 @@ std::vector<uint8_t> row_bytes(const Tensor& t, int64_t first, int64_t n) {
 
 // A product of a few rows (the skinny path, up to 8 rows) gives each row the bits it has
 // alone, with aligned (vector) and odd (scalar) widths; and the MoE routed on the device
-// (up to 16 tokens, 8 rows a pass) gives every token the bits it has alone.
+// (up to 64 tokens, 1 to 8 rows a pass) gives every token the bits it has alone.
 TEST(CudaOpsTest, AFewRowsProductAndTheMoeGiveARowTheBitsItHasAlone) {
   SPLITCHECK_REQUIRE_GPU();
   for (auto [h, n] : {std::pair<int64_t, int64_t>{512, 768}, {1000, 333}}) {
@@ -362,17 +362,24 @@ TEST(CudaOpsTest, AFewRowsProductAndTheMoeGiveARowTheBitsItHasAlone) {
   std::vector<SwiGluWeights> experts, shared;
   for (int e = 0; e < n_exp; ++e) experts.push_back({&dev[3 * e], &dev[3 * e + 1], &dev[3 * e + 2]});
   shared.push_back({&dev[3 * n_exp], &dev[3 * n_exp + 1], &dev[3 * n_exp + 2]});
-  Tensor x = random_bf16({t, h}, 70, 1.0f), x_g = on_gpu(x);
-  Tensor all = Tensor::zeros(DType::kBF16, {t, h}, Device::kCuda);
-  MoeArgs many{&x_g, &dev.back(), experts, shared, 2, &all};  // 11 tokens: up to 11 rows an expert
-  run_variant("moe", "grouped", &many);
-  for (int64_t r = 0; r < t; ++r) {
-    Tensor row = Tensor::zeros(DType::kBF16, {1, h});
-    std::copy_n(x.data<bf16>() + r * h, h, row.data<bf16>());
-    Tensor row_g = on_gpu(row), o = Tensor::zeros(DType::kBF16, {1, h}, Device::kCuda);
-    MoeArgs one{&row_g, &dev.back(), experts, shared, 2, &o};
-    run_variant("moe", "grouped", &one);
-    EXPECT_EQ(row_bytes(o, 0, 1), row_bytes(all, r, 1)) << "token " << r;
+  // 11 tokens with the shared expert (a block an expert, up to 4 rows a pass); 40 without
+  // it (8 rows a pass; the shared expert of more than 8 tokens takes cuBLASLt, whose bits
+  // may depend on the row count); each token alone takes a block a row.
+  const std::vector<SwiGluWeights> none;
+  for (auto [tokens, with_shared] : {std::pair<int64_t, bool>{t, true}, {40, false}}) {
+    const std::vector<SwiGluWeights>& sh = with_shared ? shared : none;
+    Tensor x = random_bf16({tokens, h}, 70 + tokens, 1.0f), x_g = on_gpu(x);
+    Tensor all = Tensor::zeros(DType::kBF16, {tokens, h}, Device::kCuda);
+    MoeArgs many{&x_g, &dev.back(), experts, sh, 2, &all};
+    run_variant("moe", "grouped", &many);
+    for (int64_t r = 0; r < tokens; ++r) {
+      Tensor row = Tensor::zeros(DType::kBF16, {1, h});
+      std::copy_n(x.data<bf16>() + r * h, h, row.data<bf16>());
+      Tensor row_g = on_gpu(row), o = Tensor::zeros(DType::kBF16, {1, h}, Device::kCuda);
+      MoeArgs one{&row_g, &dev.back(), experts, sh, 2, &o};
+      run_variant("moe", "grouped", &one);
+      EXPECT_EQ(row_bytes(o, 0, 1), row_bytes(all, r, 1)) << "token " << r << " of " << tokens;
+    }
   }
 }
 
