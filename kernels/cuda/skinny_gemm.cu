@@ -195,14 +195,16 @@ __device__ __forceinline__ void chunk_pass(const SkinnyOperand& a, const uint16_
   __syncthreads();
 }
 
-// One (column tile, chunk, weight g) per block. The block's rows: without map.pick, every
-// row s < map.rows of A (output row g * rows + s); with it, every s whose pick is
-// g / per_pick (A row map.a_rows[s], or s; output row s + (g % per_pick) * rows), up to
-// MAXM at a time. The block that finishes its (tile, g) last adds the chunk sums in chunk
-// order into c and/or c_bf16 and re-arms the tile's counter (zero again for the next
-// product on this stream).
+// One (column tile, chunk, group g) per block. The block's rows: without map.pick, every
+// row s < map.rows of A by weight g (output row g * rows + s); with it, every s whose pick
+// is g / per_pick (A row map.a_rows[s], or s; output row s + (g % per_pick) * rows) by
+// weight g, up to MAXM at a time; with map.by_row, the one row g / per_pick by weight
+// per_pick * pick + g % per_pick. The block that finishes its (tile, g) last adds the
+// chunk sums in chunk order into c and/or c_bf16 and re-arms the tile's counter (zero
+// again for the next product on this stream). Blocks a multiprocessor: 4 for one row a
+// pass (a decode), 3 for two, 2 for more.
 template <int MAXM, int G>
-__global__ void __launch_bounds__(kThreads, MAXM == 1 ? 4 : (MAXM == 2 ? 3 : 2))  // 4 blocks a multiprocessor for a decode
+__global__ void __launch_bounds__(kThreads, MAXM == 1 ? 4 : (MAXM == 2 ? 3 : 2))
     grouped_kernel(SkinnyOperand a, Weights<G> weights, SkinnyRows map, int64_t out_rows,
                    float* __restrict__ partial, unsigned* __restrict__ counters,
                    float* __restrict__ c, uint16_t* __restrict__ c_bf16, int64_t n, int64_t k,
