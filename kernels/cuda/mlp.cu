@@ -3,6 +3,7 @@
 // A few tokens' experts run in two routed launches with the picks read on the device (no
 // host wait); more are grouped by expert as on the CPU after one wait for the picks.
 #include <algorithm>
+#include <iterator>
 #include <span>
 #include <stdexcept>
 #include <cstdint>
@@ -164,7 +165,7 @@ void experts_on_device(Staging& s, const uint16_t* x, const int32_t* row_pick,
   const int64_t rows = with_shared ? r.all() : r.slots;
   const size_t n = experts.size() + (with_shared ? shared.size() : 0);
   if (2 * n > std::size(WeightTable{}.w))
-    throw std::runtime_error("MoE on CUDA: more than 128 experts with the shared ones");
+    throw std::logic_error("MoE on CUDA: more than 128 experts in a routed launch");
   WeightTable gate_up, down;
   for (size_t e = 0; e < n; ++e) {
     const SwiGluWeights& w = e < experts.size() ? experts[e] : shared[e - experts.size()];
@@ -231,11 +232,14 @@ void moe(MoeArgs& a) {
   const auto* x = as<uint16_t>(s.in(a.x));
   float* logits = s.scratch<float>(t_count * n_exp);
   gemm(x, as<uint16_t>(s.in(a.router)), logits, t_count, n_exp, h, false);
-  // Up to kRoutedMaxRows tokens are routed on the device; more are grouped by expert on
+  // Up to kRoutedMaxRows tokens of at most 128 experts (a routed launch's table holds a
+  // gate and an up weight of each) are routed on the device; more are grouped by expert on
   // the host after one wait for the picks (products of more rows take cuBLASLt). The
   // shared experts join the routed launches where gemm() would give them the same bits.
-  const bool on_device = r.slots > 0 && t_count <= kRoutedMaxRows && skinny_applies(1, false);
-  bool shared_with_routed = on_device && skinny_applies(t_count, false);
+  const auto fits = [&](int64_t experts) { return 2 * experts <= std::ssize(WeightTable{}.w); };
+  const bool on_device = r.slots > 0 && t_count <= kRoutedMaxRows && skinny_applies(1, false) &&
+                         fits(n_exp);
+  bool shared_with_routed = on_device && skinny_applies(t_count, false) && fits(n_exp + r.n_shared);
   for (const SwiGluWeights& w : a.shared)
     shared_with_routed = shared_with_routed && w.gate->dim(1) == a.experts[0].gate->dim(1);
   auto* d_expert = s.scratch<int32_t>(r.slots);
