@@ -1,7 +1,11 @@
-// The CUDA backend's attn_res against a device-to-device copy measured in the same run:
-// both variants, H 7168, 8 bank rows read (9 sources), delta and out_w given, at 64, 1024
-// and 8192 tokens. Achieved bandwidth counts every byte read and written once: per token
-// 10 rows read (prefix, delta, 8 bank rows) and 2 written (prefix, out), 12 x H x 2 bytes.
+// The CUDA backend against a device-to-device copy measured in the same run.
+// - attn_res: both variants, H 7168, 8 bank rows read (9 sources), delta and out_w given,
+//   at 64, 1024 and 8192 tokens. Achieved bandwidth counts every byte read and written
+//   once: per token 10 rows read (prefix, delta, 8 bank rows) and 2 written (prefix, out),
+//   12 x H x 2 bytes.
+// - One k3-shape MoE layer (H 7168, 16 experts of width 512, top 2, one shared expert) at
+//   1, 16 and 64 tokens: the weight bytes it must read (the router, every expert some
+//   token picked, the shared expert) per call, against the copy of as many bytes.
 // The copy moves the same bytes (half read, half written), timed the same way (each call
 // waits for the device). Without a CUDA build or device it says so and runs nothing.
 //
@@ -9,11 +13,14 @@
 //   ./cuda_benchmark --benchmark_filter=AttnRes
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "kernels/ops.h"
 #include "reference/weights.h"
 #ifdef SPLITCHECK_HAVE_CUDA
@@ -83,6 +90,55 @@ void BM_CudaAttnRes(benchmark::State& state, const char* variant) {
   state.counters["fraction_of_copy"] = copy_s / call_s;
 }
 
+// One MoE layer of k3-shape's shapes on `t` tokens, the registry's kernel per iteration.
+void BM_CudaMoe(benchmark::State& state) {
+  constexpr int64_t kExperts = 16, kInter = 512;
+  constexpr int kTopK = 2;
+  const int64_t t = state.range(0);
+  Tensor x = pattern({t, kH}, 11, 1.0f);
+  Tensor router = pattern({kH, kExperts}, 12, 0.02f);
+  std::vector<Tensor> owned;
+  for (int64_t e = 0; e <= kExperts; ++e) {  // the routed experts, then the shared one
+    owned.push_back(pattern({kH, kInter}, 100 + 3 * e, 0.02f));
+    owned.push_back(pattern({kH, kInter}, 101 + 3 * e, 0.02f));
+    owned.push_back(pattern({kInter, kH}, 102 + 3 * e, 0.04f));
+  }
+  std::vector<SwiGluWeights> experts, shared;
+  for (int64_t e = 0; e <= kExperts; ++e) {
+    const SwiGluWeights w{&owned[3 * e], &owned[3 * e + 1], &owned[3 * e + 2]};
+    (e < kExperts ? experts : shared).push_back(w);
+  }
+  Tensor out = Tensor::zeros(DType::kBF16, {t, kH}, Device::kCuda);
+  MoeArgs a{&x, &router, experts, shared, kTopK, &out};
+  moe(KernelContext{}, a);  // warm-up
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) moe(KernelContext{}, a);
+  const double call_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+      static_cast<double>(state.iterations());
+  // The experts the tokens pick (their router logits' top kTopK; sigmoid keeps the order).
+  const Tensor hx = x.to(Device::kCpu), hr = router.to(Device::kCpu);
+  std::set<int64_t> picked;
+  for (int64_t i = 0; i < t; ++i) {
+    std::vector<std::pair<float, int64_t>> logits;
+    for (int64_t e = 0; e < kExperts; ++e) {
+      float sum = 0.0f;
+      for (int64_t d = 0; d < kH; ++d)
+        sum += to_f32(hx.data<bf16>()[i * kH + d]) * to_f32(hr.data<bf16>()[d * kExperts + e]);
+      logits.emplace_back(-sum, e);
+    }
+    std::sort(logits.begin(), logits.end());
+    for (int k = 0; k < kTopK; ++k) picked.insert(logits[k].second);
+  }
+  const double bytes = static_cast<double>((static_cast<int64_t>(picked.size()) + 1) * 3 * kH *
+                                               kInter * 2 +
+                                           kH * kExperts * 2);
+  const double copy_s = copy_seconds(static_cast<size_t>(bytes / 2), 20);
+  state.counters["experts_read"] = static_cast<double>(picked.size()) + 1;
+  state.counters["weight_TBps"] = bytes / call_s / 1e12;
+  state.counters["fraction_of_copy"] = copy_s / call_s;
+}
+
 BENCHMARK(BM_CudaCopy)->Arg(64)->Arg(1024)->Arg(8192)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CudaAttnRes, native, "native")
     ->Arg(64)
@@ -96,6 +152,7 @@ BENCHMARK_CAPTURE(BM_CudaAttnRes, fallback, "fallback")
     ->Arg(8192)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaMoe)->Arg(1)->Arg(16)->Arg(64)->UseRealTime()->Unit(benchmark::kMicrosecond);
 #endif
 
 }  // namespace

@@ -358,13 +358,21 @@ TEST(CudaOpsTest, AFewRowsProductAndTheMoeGiveARowTheBitsItHasAlone) {
     dev.push_back(on_gpu(random_bf16({h, inter}, 301 + 10 * e, s)));
     dev.push_back(on_gpu(random_bf16({inter, h}, 302 + 10 * e, 1.0f / 8.0f)));
   }
-  dev.push_back(on_gpu(random_bf16({h, n_exp}, 7, s)));
+  // The router: one nonzero weight a column (row e of column e), so a logit is one exact
+  // product of bf16 values and has the same bits in any order of summing, by cuBLASLt for
+  // more than kSkinnyMaxRows tokens as by the skinny kernel for one. Its product's bits
+  // are not what this test judges; the routed products' are.
+  Tensor router = Tensor::zeros(DType::kBF16, {h, n_exp});
+  const Tensor diagonal = random_bf16({n_exp}, 7, 1.0f);
+  for (int e = 0; e < n_exp; ++e) router.data<bf16>()[e * n_exp + e] = diagonal.data<bf16>()[e];
+  dev.push_back(on_gpu(router));
   std::vector<SwiGluWeights> experts, shared;
   for (int e = 0; e < n_exp; ++e) experts.push_back({&dev[3 * e], &dev[3 * e + 1], &dev[3 * e + 2]});
   shared.push_back({&dev[3 * n_exp], &dev[3 * n_exp + 1], &dev[3 * n_exp + 2]});
   // 11 tokens with the shared expert (a block an expert, up to 4 rows a pass); 40 without
   // it (8 rows a pass; the shared expert of more than 8 tokens takes cuBLASLt, whose bits
-  // may depend on the row count); each token alone takes a block a row.
+  // may depend on the row count, as the router's product would with another router);
+  // each token alone takes a block a row.
   const std::vector<SwiGluWeights> none;
   for (auto [tokens, with_shared] : {std::pair<int64_t, bool>{t, true}, {40, false}}) {
     const std::vector<SwiGluWeights>& sh = with_shared ? shared : none;
