@@ -30,6 +30,10 @@ void copy_tensor_runs(Tensor& dst, size_t dst_offset, size_t dst_pitch, const Te
   const std::byte* from = static_cast<const std::byte*>(src.address()) + src_offset;
   if (runs == 1) dst_pitch = src_pitch = width;
 #ifdef SPLITCHECK_HAVE_CUDA
+  if (dst.device() == Device::kCuda && src.device() == Device::kCuda) {
+    cuda::copy_2d_queued(to, dst_pitch, from, src_pitch, width, runs);
+    return;
+  }
   if (dst.device() == Device::kCuda || src.device() == Device::kCuda) {
     cuda::copy_2d(to, dst_pitch, from, src_pitch, width, runs);
     return;

@@ -10,8 +10,11 @@ namespace splitcheck {
 
 // Copies `runs` runs of `width` bytes from `src` into `dst`'s bytes (shared with its
 // copies): run i from byte src_offset + i * src_pitch of `src` to byte
-// dst_offset + i * dst_pitch of `dst`. Between host tensors a host memcpy per run; when
-// either is on the device, one device copy (cudaMemcpy2D) that has finished on return.
+// dst_offset + i * dst_pitch of `dst`. Between host tensors a host memcpy per run; between
+// a host and a device tensor, one device copy (cudaMemcpy2D) that has finished on return;
+// between device tensors, one queued on the thread's stream like a kernel (no host wait:
+// the thread's later kernels see the bytes, another thread after the hand-over's
+// synchronisation, harness/transport).
 // Throws std::out_of_range when a run falls outside either tensor (or pitches overlap runs).
 void copy_tensor_runs(Tensor& dst, size_t dst_offset, size_t dst_pitch, const Tensor& src,
                       size_t src_offset, size_t src_pitch, size_t width, size_t runs);

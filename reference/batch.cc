@@ -46,8 +46,13 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
     ys.push_back(run_layer_until_mlp(ctxs[i], c, l, w, *states[i], *caches[i], recs[i]));
     rows += ys.back().dim(0);
   }
+  if (n == 1) {  // one segment: its own rows are the MLP's (no gather, no scatter)
+    finish_layer(l, *states[0], run_layer_mlp(ctxs[0], c, l, w, ys[0]), recs[0]);
+    return;
+  }
   // Step 5 once over the concatenated rows (the MLP is row-wise), gathered and scattered
-  // by byte copies where the rows are (the device, on the cuda backend).
+  // by byte copies where the rows are (the device, on the cuda backend: queued on the
+  // stream, kernels/tensor_copy.h).
   const int64_t h = c.hidden_size;
   const Device device = ys.front().device();
   Tensor y_all = Tensor::zeros(DType::kBF16, {rows, h}, device);

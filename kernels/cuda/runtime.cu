@@ -152,6 +152,13 @@ void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, siz
   SPLITCHECK_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
+void copy_2d_queued(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                    size_t runs) {
+  if (width == 0 || runs == 0) return;
+  SPLITCHECK_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, runs,
+                                          cudaMemcpyDeviceToDevice, stream()));
+}
+
 void synchronize() { finish(); }
 
 void profile_region(bool on) {

@@ -30,6 +30,11 @@ void copy(void* dst, const void* src, size_t bytes);
 // Throws std::runtime_error on a CUDA error.
 void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
              size_t runs);
+// copy_2d between two device buffers, queued on the calling thread's stream like a kernel:
+// returns at once (the thread's later device work sees the bytes; another thread or the
+// host, after a synchronisation, as for a kernel's output).
+void copy_2d_queued(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                    size_t runs);
 
 // Waits until the work queued on the calling thread's stream has finished (before another
 // stream, NCCL's or another thread's, reads what it wrote). Throws std::runtime_error on a
