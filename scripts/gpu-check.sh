@@ -213,9 +213,16 @@ for b in json.load(open(sys.argv[1])).get("benchmarks", []):
     if b.get("run_type", "iteration") != "iteration" or "batched_tokens_per_s" not in b:
         continue
     x = b["speedup_wall"]
+    shape = ("one micro-batch of up to 64 tokens a step" if "shared_forward:1" in b["name"]
+             else "the committed scenario: two micro-batches of up to 40 tokens")
+    print(f"   {shape}:")
     print(f"   batched (8 in flight) {b['batched_tokens_per_s']:.1f} tokens/s, one at a time "
           f"{b['one_at_a_time_tokens_per_s']:.1f} tokens/s: {x:.2f}x (target 4x: "
           f"{'met' if x >= 4 else 'NOT met'})")
+    if "bound" in b:
+        print(f"   the schedule's bound: {b['forwards_one_at_a_time']:.0f} forwards one at a time, "
+              f"{b['forwards_batched']:.0f} batched: at most {b['bound']:.2f}x if a forward took as "
+              f"long whatever it carries ({x / b['bound']:.0%} of it reached)")
 PY
 )"
 fi
