@@ -1,6 +1,9 @@
 #include "reference/batch.h"
 
+#include <set>
+
 #include "kernels/tensor_copy.h"
+#include "reference/segment_tasks.h"
 
 namespace splitcheck {
 
@@ -39,13 +42,24 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
                      const std::vector<LayerRecording>& recs) {
   const size_t n = states.size();
   if (n == 0) return;
-  // Steps 1-4 per segment.
-  std::vector<Tensor> ys;
-  int64_t rows = 0;
+  // Steps 1-4 per segment: at once on the CPU backend when no two segments share a state or
+  // a cache (batch.stale_microbatch_state indexes two requests' state through one slot;
+  // then one after another, as always). On a device each thread queues on its own stream,
+  // so running them at once needs a wait per helper before the MLP: not measured on a GPU
+  // yet, so a device runs them in order.
+  std::set<const void*> distinct;
   for (size_t i = 0; i < n; ++i) {
-    ys.push_back(run_layer_until_mlp(ctxs[i], c, l, w, *states[i], *caches[i], recs[i]));
-    rows += ys.back().dim(0);
+    distinct.insert(states[i]);
+    distinct.insert(caches[i]);
   }
+  const bool parallel =
+      distinct.size() == 2 * n && states.front()->prefix.device() == Device::kCpu;
+  std::vector<Tensor> ys(n);
+  run_segment_tasks(n, parallel, [&](size_t i) {
+    ys[i] = run_layer_until_mlp(ctxs[i], c, l, w, *states[i], *caches[i], recs[i]);
+  });
+  int64_t rows = 0;
+  for (const Tensor& y : ys) rows += y.dim(0);
   if (n == 1) {  // one segment: its own rows are the MLP's (no gather, no scatter)
     finish_layer(l, *states[0], run_layer_mlp(ctxs[0], c, l, w, ys[0]), recs[0]);
     return;
