@@ -60,7 +60,7 @@ asan_subset+=':*ServingEagle3*:ServingSweep.BitIdentical*:ApproxLaneTest.Fails*:
 # --threads workers; every stage of a partition is a thread of the inproc transport).
 tsan_subset='GateTest*:GateVerdictTest*:GateRobustnessTest*:Handoff*:Partition*:StageMemory*'
 tsan_subset+=':Tap0Residency*:DrafterRefusal*:SelfCheck*'
-tsan_subset+=':ServingSweep*:BatchInvariance*:WaiverCliTest.Waived*'
+tsan_subset+=':ServingSweep*:BatchInvariance*:SegmentTasks*:WaiverCliTest.Waived*'
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
