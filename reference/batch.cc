@@ -47,23 +47,25 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
   // then one after another, as always). On a device each thread queues on its own stream,
   // so running them at once needs a wait per helper before the MLP: not measured on a GPU
   // yet, so a device runs them in order.
-  std::set<const void*> distinct;
-  for (size_t i = 0; i < n; ++i) {
-    distinct.insert(states[i]);
-    distinct.insert(caches[i]);
+  bool parallel = n > 1 && states.front()->prefix.device() == Device::kCpu;
+  if (parallel) {
+    std::set<const void*> distinct;
+    for (size_t i = 0; i < n; ++i) {
+      distinct.insert(states[i]);
+      distinct.insert(caches[i]);
+    }
+    parallel = distinct.size() == 2 * n;
   }
-  const bool parallel =
-      distinct.size() == 2 * n && states.front()->prefix.device() == Device::kCpu;
   std::vector<Tensor> ys(n);
   run_segment_tasks(n, parallel, [&](size_t i) {
     ys[i] = run_layer_until_mlp(ctxs[i], c, l, w, *states[i], *caches[i], recs[i]);
   });
-  int64_t rows = 0;
-  for (const Tensor& y : ys) rows += y.dim(0);
   if (n == 1) {  // one segment: its own rows are the MLP's (no gather, no scatter)
     finish_layer(l, *states[0], run_layer_mlp(ctxs[0], c, l, w, ys[0]), recs[0]);
     return;
   }
+  int64_t rows = 0;
+  for (const Tensor& y : ys) rows += y.dim(0);
   // Step 5 once over the concatenated rows (the MLP is row-wise), gathered and scattered
   // by byte copies where the rows are (the device, on the cuda backend: queued on the
   // stream, kernels/tensor_copy.h).
