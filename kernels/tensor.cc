@@ -144,4 +144,18 @@ void finish_thread_device_work() {
 #endif
 }
 
+DeviceWorkMark mark_thread_device_work() {
+#ifdef SPLITCHECK_HAVE_CUDA
+  return {cuda::mark_stream()};
+#else
+  return {};
+#endif
+}
+
+void queue_after_device_work([[maybe_unused]] const DeviceWorkMark& mark) {
+#ifdef SPLITCHECK_HAVE_CUDA
+  cuda::queue_after(mark.event);
+#endif
+}
+
 }  // namespace splitcheck

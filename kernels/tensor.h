@@ -110,4 +110,15 @@ class Tensor {
 // that queued none, and in a build without CUDA.
 void finish_thread_device_work();
 
+// A point in the device work the calling thread has queued so far (on the CUDA backend, an
+// event on its stream). Another thread hands over by queue_after_device_work(mark) rather
+// than by finishing: its later device work runs after the mark's, and no host waits. Empty
+// for a thread that queued none, and in a build without CUDA.
+struct DeviceWorkMark {
+  std::shared_ptr<void> event;
+};
+DeviceWorkMark mark_thread_device_work();
+// Queues the calling thread's later device work after `mark`'s (a no-op for an empty mark).
+void queue_after_device_work(const DeviceWorkMark& mark);
+
 }  // namespace splitcheck

@@ -42,12 +42,13 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
                      const std::vector<LayerRecording>& recs) {
   const size_t n = states.size();
   if (n == 0) return;
-  // Steps 1-4 per segment: at once on the CPU backend when no two segments share a state or
-  // a cache (batch.stale_microbatch_state indexes two requests' state through one slot;
-  // then one after another, as always). On a device each thread queues on its own stream,
-  // so running them at once needs a wait per helper before the MLP: not measured on a GPU
-  // yet, so a device runs them in order.
-  bool parallel = n > 1 && states.front()->prefix.device() == Device::kCpu;
+  // Steps 1-4 per segment: at once, on the calling thread and helper threads, when no two
+  // segments share a state or a cache (batch.stale_microbatch_state indexes two requests'
+  // state through one slot; then one after another, as always). On a device each thread
+  // queues on its own stream: a helper's segment is queued after the caller's work so far
+  // (the last layer's scatter), and the caller's MLP after every helper's segment, through
+  // stream marks (kernels/tensor.h), so no host waits.
+  bool parallel = n > 1;
   if (parallel) {
     std::set<const void*> distinct;
     for (size_t i = 0; i < n; ++i) {
@@ -56,10 +57,16 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
     }
     parallel = distinct.size() == 2 * n;
   }
+  const bool marks = parallel && states.front()->prefix.device() != Device::kCpu;
+  const DeviceWorkMark before = marks ? mark_thread_device_work() : DeviceWorkMark{};
+  std::vector<DeviceWorkMark> after(n);
   std::vector<Tensor> ys(n);
   run_segment_tasks(n, parallel, [&](size_t i) {
+    queue_after_device_work(before);
     ys[i] = run_layer_until_mlp(ctxs[i], c, l, w, *states[i], *caches[i], recs[i]);
+    if (marks) after[i] = mark_thread_device_work();
   });
+  for (const DeviceWorkMark& m : after) queue_after_device_work(m);
   if (n == 1) {  // one segment: its own rows are the MLP's (no gather, no scatter)
     finish_layer(l, *states[0], run_layer_mlp(ctxs[0], c, l, w, ys[0]), recs[0]);
     return;

@@ -21,7 +21,8 @@ void check(cudaError_t e, const char* what);
 // The calling thread's stream: every kernel, copy and matrix product a thread queues runs
 // on its own stream, so the stages and split points of a sweep, each on its thread, keep
 // the GPU busy together. A thread hands a device tensor to another only once its stream has
-// finished writing it (a host read, a copy that returns finished, or synchronize()).
+// finished writing it (a host read, a copy that returns finished, or synchronize()), or
+// once the other thread's stream is queued after the writes (mark_stream, queue_after).
 cudaStream_t stream();
 // Checks the last launch and waits for the stream (where the host must see a result).
 void finish();

@@ -78,6 +78,23 @@ void synchronize_thread() {
   if (t_stream != nullptr) finish();
 }
 
+std::shared_ptr<void> mark_stream() {
+  if (t_stream == nullptr) return nullptr;
+  cudaEvent_t e = nullptr;
+  SPLITCHECK_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  const cudaError_t recorded = cudaEventRecord(e, t_stream);
+  if (recorded != cudaSuccess) {
+    cudaEventDestroy(e);
+    check(recorded, "cudaEventRecord (a stream's mark)");
+  }
+  return std::shared_ptr<void>(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+}
+
+void queue_after(const std::shared_ptr<void>& mark) {
+  if (mark == nullptr) return;
+  SPLITCHECK_CUDA_CHECK(cudaStreamWaitEvent(stream(), static_cast<cudaEvent_t>(mark.get()), 0));
+}
+
 void finish() {
   SPLITCHECK_CUDA_CHECK(cudaGetLastError());
   SPLITCHECK_CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -100,6 +117,17 @@ cudaMemPool_t device_pool() {
   return pool;
 }
 
+// Queues `later`'s next work after what `earlier` has queued so far, through an event (no
+// host wait); false where the runtime refuses one (once it has shut down).
+bool queue_after_stream(cudaStream_t earlier, cudaStream_t later) {
+  cudaEvent_t e = nullptr;
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return false;
+  const bool queued =
+      cudaEventRecord(e, earlier) == cudaSuccess && cudaStreamWaitEvent(later, e, 0) == cudaSuccess;
+  cudaEventDestroy(e);  // freed once the wait has passed it
+  return queued;
+}
+
 }  // namespace
 
 std::shared_ptr<void> device_zeros(size_t bytes) {
@@ -115,14 +143,19 @@ std::shared_ptr<void> device_zeros(size_t bytes) {
   // Stream-ordered: the free waits for the work queued before it on the freeing thread's
   // stream (a tensor dropped while its kernels are in flight stays valid for them). A last
   // owner on another stream than the allocating one (a handoff body, weights every stage
-  // of a sweep viewed) first waits for the allocating stream. A tensor reaches another
-  // thread only once written (see stream()), and the threads that read it without owning
-  // it last have ended, their streams drained, before it is dropped (a transport joins its
-  // stage threads before it destroys their stages). After the runtime has shut down
-  // (static destruction) the free fails harmlessly.
+  // of a sweep viewed, a batch segment's rows written by a helper thread) first queues a
+  // wait for what the allocating stream has queued so far: an event, so the host does not
+  // wait (the allocating thread queued its uses before it let the tensor go, so they are
+  // before the event; where no event can be made, the host waits). A tensor reaches another
+  // thread only once written or ordered after its writes (see stream()), and the threads
+  // that read it without owning it last have ended, their streams drained, or are ordered
+  // before the last owner's stream, before it is dropped (a transport joins its stage
+  // threads before it destroys their stages; run_layer_batch queues the caller after its
+  // helpers). After the runtime has shut down (static destruction) the free fails
+  // harmlessly.
   return std::shared_ptr<void>(p, [owner = stream()](void* q) {
     cudaStream_t mine = stream();
-    if (mine != owner) cudaStreamSynchronize(owner);
+    if (mine != owner && !queue_after_stream(owner, mine)) cudaStreamSynchronize(owner);
     cudaFreeAsync(q, mine);
   });
 }

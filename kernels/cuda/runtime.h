@@ -44,6 +44,13 @@ void synchronize();
 // (it creates no stream and needs no device).
 void synchronize_thread();
 
+// A point in the work queued so far on the calling thread's stream (an event recorded
+// there), for another thread's stream to wait on; null for a thread that has queued none.
+std::shared_ptr<void> mark_stream();
+// Queues the calling thread's later work after `mark`'s (a wait on the device; the host
+// goes on at once). A null mark waits for nothing.
+void queue_after(const std::shared_ptr<void>& mark);
+
 // Marks the region a profiler started with --profile-from-start off (ncu) records:
 // cudaProfilerStart when `on`, cudaProfilerStop otherwise.
 void profile_region(bool on);
