@@ -12,7 +12,8 @@
 # k3-shape (its 92-split sweep, one PP=1 forward's speed, and the properties on a 16-token
 # prompt) runs too, unless K3_SHAPE=0:
 #   GPU_CHECK_ONLY=k3-shape scripts/gpu-check.sh   (build + the k3-shape steps only)
-#   GPU_CHECK_ONLY=sweep-k3-shape / =k3-shape-forward / =properties-k3-shape   (one of them)
+#   GPU_CHECK_ONLY=sweep-k3-shape / =k3-shape-forward / =properties-k3-shape   (one of them;
+#   k3-shape-forward-no-side: the forward with SPLITCHECK_CUDA_SIDE_STREAM=0)
 #   GPU_CHECK_ONLY=serving-cuda scripts/gpu-check.sh   (build + the serving tests and sweeps only)
 # Libraries missing on the machine (xtensor, xtl, libxxhash) are taken from .xt/ when it
 # holds Debian's packages unpacked (dpkg -x). Exit 0 when every step passed, else 1.
@@ -393,6 +394,13 @@ PY
   detail="PP=1 decode forwards: tokens/s, weight bytes/s vs HBM copy"
   step k3-shape-forward 300 "$build/k3_forward_benchmark" k3-shape 16
   mapfile -t -O "${#k3_rows[@]}" k3_rows < <(grep -E "^k3 forward:" "$log/k3-shape-forward.log")
+  # The same forwards with every op's side work on the thread's own stream (same bits):
+  # what the overlap gains, measured in this run.
+  detail="the same, SPLITCHECK_CUDA_SIDE_STREAM=0 (side work in order)"
+  step k3-shape-forward-no-side 300 env SPLITCHECK_CUDA_SIDE_STREAM=0 \
+    "$build/k3_forward_benchmark" k3-shape 16
+  mapfile -t -O "${#k3_rows[@]}" k3_rows < <(grep -E "^k3 forward: (prefill|decode \(1)" \
+    "$log/k3-shape-forward-no-side.log" | sed 's/^k3 forward: /k3 forward, no side stream: /')
 
   # The properties on k3-shape, bounded: a first prompt of at most 16 tokens (h 8, a
   # verify of gamma 7 + 1 rows, chunks of 4): about 40 PP=1 forwards after the weights

@@ -239,11 +239,14 @@ void mla_attention(MlaArgs& a) {
   const int64_t qd = static_cast<int64_t>(a.heads) * a.head_dim;
   const auto* x = as<uint16_t>(s.in(a.x));
   // q and g together (one launch for a few tokens), q rounded to bf16 after.
+  // On the side stream, beside the latents' path below (they meet at attention()).
   float* qg = s.scratch<float>(2 * t_count * qd);
-  const uint16_t* qg_w[2] = {as<uint16_t>(s.in(a.w_q)), as<uint16_t>(s.in(a.w_g))};
-  multi_gemm(x, qg_w, qg, t_count, qd, h);
   uint16_t* q = s.scratch<uint16_t>(t_count * qd);
-  round_to_bf16(qg, q, t_count * qd);
+  const uint16_t* qg_w[2] = {as<uint16_t>(s.in(a.w_q)), as<uint16_t>(s.in(a.w_g))};
+  SideWork q_and_g([&] {
+    multi_gemm(x, qg_w, qg, t_count, qd, h);
+    round_to_bf16(qg, q, t_count * qd);
+  });
   const float* g = qg + t_count * qd;
 
   // The cache, in device memory: earlier latents, then this forward's T latents appended.
@@ -262,6 +265,7 @@ void mla_attention(MlaArgs& a) {
   project_bf16(s, cn, n_ctx, r, a.w_uv, v);
 
   uint16_t* og = s.scratch<uint16_t>(t_count * qd);
+  q_and_g.join();
   attention(q, k, v, g, t_count, n_ctx, n_prev, a.heads, a.head_dim, og);
   project_bf16(s, og, t_count, qd, a.w_o, static_cast<uint16_t*>(s.inout(a.out)));
   s.done();
@@ -282,8 +286,10 @@ void kda_attention(KdaArgs& a) {
   const uint16_t* square[5] = {as<uint16_t>(s.in(a.w_q)), as<uint16_t>(s.in(a.w_k)),
                                as<uint16_t>(s.in(a.w_v)), as<uint16_t>(s.in(a.w_a)),
                                as<uint16_t>(s.in(a.w_g))};
+  const auto* w_b = as<uint16_t>(s.in(a.w_b));
+  SideWork beta_logits([&] { gemm(x, w_b, b, t_count, a.heads, h, false); });  // beside
   multi_gemm(x, square, proj, t_count, qd, h);
-  gemm(x, as<uint16_t>(s.in(a.w_b)), b, t_count, a.heads, h, false);
+  beta_logits.join();
   auto* state = static_cast<float*>(s.inout(a.state));
   uint16_t* og = s.scratch<uint16_t>(t_count * qd);
   if (t_count > 0) {

@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -26,6 +28,24 @@ void check(cudaError_t e, const char* what);
 cudaStream_t stream();
 // Checks the last launch and waits for the stream (where the host must see a result).
 void finish();
+// Work on a second stream of the calling thread (its side stream): the constructor runs
+// `work`, whose kernels, copies and products are queued there after what the thread has
+// queued so far; join() queues the thread's later work after it, as does the destructor
+// at the latest (so declare it after the Staging whose scratch `work` takes: that is
+// freed on the thread's stream). Work that reads only what was ready at the start then
+// overlaps the thread's own (MoE's shared experts beside its routed ones), with the same
+// kernels and bits, and the host waits for neither.
+class SideWork {
+ public:
+  explicit SideWork(const std::function<void()>& work);
+  SideWork(const SideWork&) = delete;
+  SideWork& operator=(const SideWork&) = delete;
+  ~SideWork();
+  void join();
+
+ private:
+  std::shared_ptr<void> done_;
+};
 
 // Device buffers of one kernel call: scratch space, and device views of host tensors
 // (copied in; outputs copied back by done()). Device tensors are used in place. Scratch

@@ -4,6 +4,7 @@
 // host wait); more are grouped by expert as on the CPU after one wait for the picks.
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <cstdint>
@@ -230,8 +231,6 @@ void moe(MoeArgs& a) {
     return;
   }
   const auto* x = as<uint16_t>(s.in(a.x));
-  float* logits = s.scratch<float>(t_count * n_exp);
-  gemm(x, as<uint16_t>(s.in(a.router)), logits, t_count, n_exp, h, false);
   // Up to kRoutedMaxRows tokens of at most 128 experts (a routed launch's table holds a
   // gate and an up weight of each) are routed on the device; more are grouped by expert on
   // the host after one wait for the picks (products of more rows take cuBLASLt). The
@@ -242,6 +241,20 @@ void moe(MoeArgs& a) {
   bool shared_with_routed = on_device && skinny_applies(t_count, false) && fits(n_exp + r.n_shared);
   for (const SwiGluWeights& w : a.shared)
     shared_with_routed = shared_with_routed && w.gate->dim(1) == a.experts[0].gate->dim(1);
+  // Shared experts outside the routed launches need only x: they run on the side stream,
+  // beside the router and the routed experts, into their rows of expert_out.
+  auto* expert_out = s.scratch<uint16_t>(r.all() * h);
+  std::optional<SideWork> shared_experts;
+  if (!shared_with_routed && r.n_shared > 0) {
+    shared_experts.emplace([&] {
+      float* shared = s.scratch<float>(r.n_shared * t_count * h);
+      for (int i = 0; i < r.n_shared; ++i)
+        swiglu(s, x, t_count, h, a.shared[i], shared + i * t_count * h);
+      round_to_bf16(shared, expert_out + r.slots * h, r.n_shared * t_count * h);
+    });
+  }
+  float* logits = s.scratch<float>(t_count * n_exp);
+  gemm(x, as<uint16_t>(s.in(a.router)), logits, t_count, n_exp, h, false);
   auto* d_expert = s.scratch<int32_t>(r.slots);
   auto* d_weight = s.scratch<float>(r.slots);
   int32_t* row_pick = on_device ? s.scratch<int32_t>(r.all()) : nullptr;
@@ -249,19 +262,13 @@ void moe(MoeArgs& a) {
   route_kernel<<<blocks_for(t_count, kRouteWarps), kRouteWarps * 32, 0, stream()>>>(
       logits, t_count, static_cast<int>(n_exp), top_k, r.n_shared, d_expert, d_weight, row_pick,
       row_token);
-  auto* expert_out = s.scratch<uint16_t>(r.all() * h);
   if (on_device) {
     experts_on_device(s, x, row_pick, row_token, r, shared_with_routed, a.experts, a.shared,
                       expert_out);
   } else if (r.slots > 0) {
     routed_experts_grouped(s, x, d_expert, r, a.experts, expert_out);
   }
-  if (!shared_with_routed) {
-    float* shared = s.scratch<float>(std::max<int64_t>(1, r.n_shared) * t_count * h);
-    for (int i = 0; i < r.n_shared; ++i)
-      swiglu(s, x, t_count, h, a.shared[i], shared + i * t_count * h);
-    if (r.n_shared > 0) round_to_bf16(shared, expert_out + r.slots * h, r.n_shared * t_count * h);
-  }
+  if (shared_experts) shared_experts->join();
   auto* out = static_cast<uint16_t*>(s.inout(a.out));
   combine_kernel<<<blocks_for(t_count * h, 256), 256, 0, stream()>>>(expert_out, d_weight, top_k,
                                                                      r.n_shared, t_count, h, out);

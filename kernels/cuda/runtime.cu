@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -48,18 +49,33 @@ cudaStream_t take_stream() {
   return s;
 }
 
+// Queues `later`'s next work after what `earlier` has queued so far, through an event (no
+// host wait); false where the runtime refuses one (once it has shut down).
+bool queue_after_stream(cudaStream_t earlier, cudaStream_t later) {
+  cudaEvent_t e = nullptr;
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return false;
+  const bool queued =
+      cudaEventRecord(e, earlier) == cudaSuccess && cudaStreamWaitEvent(later, e, 0) == cudaSuccess;
+  cudaEventDestroy(e);  // freed once the wait has passed it
+  return queued;
+}
+
 // The calling thread's stream. A plain handle (nothing to destroy), so a tensor freed
 // while the process ends, after the thread's objects are gone, still finds it.
 thread_local cudaStream_t t_stream = nullptr;
+// Its second stream, for work that overlaps its own (on_side_stream), taken at first use.
+thread_local cudaStream_t t_side = nullptr;
 
-// Drains the thread's stream and gives it back to the pool when the thread ends.
+// Drains the thread's streams and gives them back to the pool when the thread ends.
 struct GiveBack {
   ~GiveBack() {
-    if (t_stream == nullptr) return;
-    cudaStreamSynchronize(t_stream);
-    StreamPool& pool = stream_pool();
-    std::lock_guard<std::mutex> lock(pool.mu);
-    pool.idle.push_back(t_stream);
+    for (cudaStream_t s : {t_stream, t_side}) {
+      if (s == nullptr) continue;
+      cudaStreamSynchronize(s);
+      StreamPool& pool = stream_pool();
+      std::lock_guard<std::mutex> lock(pool.mu);
+      pool.idle.push_back(s);
+    }
   }
 };
 thread_local GiveBack t_give_back;
@@ -72,6 +88,51 @@ cudaStream_t stream() {
     [[maybe_unused]] GiveBack* armed = &t_give_back;  // constructed now, destroyed at exit
   }
   return t_stream;
+}
+
+namespace {
+
+// SPLITCHECK_CUDA_SIDE_STREAM=0: side work runs on the thread's own stream, in the order
+// it is queued (the same bits; measures what the overlap gains, or rules it out).
+bool side_streams() {
+  static const bool on = [] {
+    const char* v = std::getenv("SPLITCHECK_CUDA_SIDE_STREAM");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+}  // namespace
+
+SideWork::SideWork(const std::function<void()>& work) {
+  if (!side_streams()) {
+    work();
+    return;
+  }
+  const cudaStream_t own = stream();
+  if (t_side == nullptr) t_side = take_stream();
+  if (!queue_after_stream(own, t_side))
+    throw std::runtime_error("CUDA error: a side stream cannot wait for its thread's stream");
+  t_stream = t_side;  // what `work` queues goes to the side stream
+  try {
+    work();
+    done_ = mark_stream();
+  } catch (...) {
+    t_stream = own;
+    if (!queue_after_stream(t_side, own)) cudaStreamSynchronize(t_side);
+    throw;
+  }
+  t_stream = own;
+}
+
+void SideWork::join() {
+  queue_after(done_);
+  done_ = nullptr;
+}
+
+SideWork::~SideWork() {
+  if (done_ == nullptr) return;
+  if (!queue_after_stream(t_side, stream())) cudaStreamSynchronize(t_side);
 }
 
 void synchronize_thread() {
@@ -115,17 +176,6 @@ cudaMemPool_t device_pool() {
     return p;
   }();
   return pool;
-}
-
-// Queues `later`'s next work after what `earlier` has queued so far, through an event (no
-// host wait); false where the runtime refuses one (once it has shut down).
-bool queue_after_stream(cudaStream_t earlier, cudaStream_t later) {
-  cudaEvent_t e = nullptr;
-  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return false;
-  const bool queued =
-      cudaEventRecord(e, earlier) == cudaSuccess && cudaStreamWaitEvent(later, e, 0) == cudaSuccess;
-  cudaEventDestroy(e);  // freed once the wait has passed it
-  return queued;
 }
 
 }  // namespace
