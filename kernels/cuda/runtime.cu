@@ -63,7 +63,7 @@ bool queue_after_stream(cudaStream_t earlier, cudaStream_t later) {
 // The calling thread's stream. A plain handle (nothing to destroy), so a tensor freed
 // while the process ends, after the thread's objects are gone, still finds it.
 thread_local cudaStream_t t_stream = nullptr;
-// Its second stream, for work that overlaps its own (on_side_stream), taken at first use.
+// Its second stream, for work that overlaps its own (SideWork), taken at first use.
 thread_local cudaStream_t t_side = nullptr;
 
 // Drains the thread's streams and gives them back to the pool when the thread ends.
