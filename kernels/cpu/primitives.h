@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/bf16.h"
 
@@ -17,6 +18,19 @@ void matmul(const float* x, int64_t rows, int64_t k_dim, const bf16* w, int64_t 
 // out[t][n] = sum_k x[t][k] * W[n][k], W bf16 [N, K] row-major, k ascending.
 void matmul_nt(const float* x, int64_t rows, int64_t k_dim, const bf16* w, int64_t n_dim,
                float* out);
+
+// The products compiled for each instruction set this build targets ("baseline", and
+// "avx2" on x86-64), with whether this machine runs it: matmul() and matmul_nt() take the
+// widest that runs, and every variant gives the same bits (tests compare them).
+using MatmulFn = void (*)(const float* x, int64_t rows, int64_t k_dim, const bf16* w,
+                          int64_t n_dim, float* out);
+struct MatmulVariant {
+  const char* name;
+  bool runs_here;
+  MatmulFn matmul;
+  MatmulFn matmul_nt;
+};
+std::vector<MatmulVariant> matmul_variants();
 
 // rsqrt(mean(v^2) + eps), the sum of squares taken in ascending index.
 float rms_scale(const float* v, int64_t n, float eps);

@@ -81,6 +81,34 @@ void BM_Matmul(benchmark::State& state) {
 }
 BENCHMARK(BM_Matmul)->Arg(1)->Arg(16)->Arg(128);
 
+// The same product by each instruction-set variant (0: baseline, 1: AVX2 on x86-64; the
+// same bits), on weights four times the last-level cache's usual size so that a product
+// reads them from memory, as a forward does: rows 1 (a decode), 8 (a verify block), 40.
+void BM_MatmulVariant(benchmark::State& state) {
+  const std::vector<cpu::MatmulVariant> variants = cpu::matmul_variants();
+  const auto index = static_cast<size_t>(state.range(0));
+  if (index >= variants.size() || !variants[index].runs_here) {
+    state.SkipWithError("this variant is not compiled in or this machine does not run it");
+    return;
+  }
+  const int64_t t = state.range(1);
+  constexpr int64_t kK = 256, kN = 256, kWeights = 512;  // 64 MiB of bf16 weights
+  const Tensor w = pattern_bf16({kWeights * kK, kN}, 6, 0.1f);
+  std::vector<float> x(static_cast<size_t>(t * kK));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) - 3.0f;
+  std::vector<float> out(static_cast<size_t>(t * kN));
+  int64_t next = 0;
+  for (auto _ : state) {
+    variants[index].matmul(x.data(), t, kK, w.data<bf16>() + next * kK * kN, kN, out.data());
+    benchmark::DoNotOptimize(out.data());
+    next = (next + 1) % kWeights;
+  }
+  state.SetLabel(variants[index].name);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * t * kK * kN * state.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_MatmulVariant)->ArgNames({"variant", "rows"})->ArgsProduct({{0, 1}, {1, 8, 40}});
+
 // One generated model per preset, built on first use.
 struct GeneratedModel {
   ModelConfig config;

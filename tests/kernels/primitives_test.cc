@@ -43,30 +43,80 @@ TEST(MatmulTest, SumsTheInnerDimensionInAscendingOrder) {
   EXPECT_EQ(out, 0.0f);
 }
 
+// Inputs whose sums round differently in any other order than ascending k.
+struct ProductCase {
+  std::vector<float> x;
+  std::vector<bf16> w;
+};
+ProductCase product_case(int64_t rows, int64_t k_dim, int64_t n_dim) {
+  ProductCase c;
+  c.x.resize(static_cast<size_t>(rows * k_dim));
+  for (size_t i = 0; i < c.x.size(); ++i)
+    c.x[i] = std::ldexp(static_cast<float>(i % 13) - 6.0f, static_cast<int>(i % 29) - 14);
+  c.w.resize(static_cast<size_t>(k_dim * n_dim));
+  for (size_t i = 0; i < c.w.size(); ++i)
+    c.w[i] = to_bf16(std::ldexp(static_cast<float>(i % 11) - 5.25f, static_cast<int>(i % 7)));
+  return c;
+}
+
+// The products as matmul() and matmul_nt() run them here, and every variant compiled in
+// that this machine runs (baseline SSE2 and AVX2 on x86-64).
+std::vector<cpu::MatmulVariant> products_here() {
+  std::vector<cpu::MatmulVariant> out = {{"dispatched", true, cpu::matmul, cpu::matmul_nt}};
+  for (const cpu::MatmulVariant& v : cpu::matmul_variants())
+    if (v.runs_here) out.push_back(v);
+  return out;
+}
+
 // The tiled product (register tiles of rows and columns, tails one output at a time) is
 // bit for bit the plain loop that sums k ascending, for every row count and column count
-// around the tile sizes, on values whose sums round differently in any other order.
+// around the tile sizes, in every instruction-set variant this machine runs.
 TEST(MatmulTest, TiledProductEqualsThePlainAscendingLoopAtEveryShape) {
   constexpr int64_t kK = 37;
-  for (int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9}) {
-    for (int64_t n_dim : {1, 15, 16, 17, 33, 48, 50}) {
-      std::vector<float> x(static_cast<size_t>(rows * kK));
-      for (size_t i = 0; i < x.size(); ++i)
-        x[i] = std::ldexp(static_cast<float>(i % 13) - 6.0f, static_cast<int>(i % 29) - 14);
-      std::vector<bf16> w(static_cast<size_t>(kK * n_dim));
-      for (size_t i = 0; i < w.size(); ++i)
-        w[i] = to_bf16(std::ldexp(static_cast<float>(i % 11) - 5.25f, static_cast<int>(i % 7)));
-      std::vector<float> out(static_cast<size_t>(rows * n_dim), -99.0f);
-      cpu::matmul(x.data(), rows, kK, w.data(), n_dim, out.data());
-      for (int64_t t = 0; t < rows; ++t) {
-        for (int64_t n = 0; n < n_dim; ++n) {
-          float want = 0.0f;
-          for (int64_t k = 0; k < kK; ++k) {
-            const float product = x[t * kK + k] * to_f32(w[k * n_dim + n]);
-            want += product;
+  EXPECT_GE(products_here().size(), 2u);
+  for (const cpu::MatmulVariant& v : products_here()) {
+    for (int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9}) {
+      for (int64_t n_dim : {1, 15, 16, 17, 33, 48, 50}) {
+        const ProductCase c = product_case(rows, kK, n_dim);
+        std::vector<float> out(static_cast<size_t>(rows * n_dim), -99.0f);
+        v.matmul(c.x.data(), rows, kK, c.w.data(), n_dim, out.data());
+        for (int64_t t = 0; t < rows; ++t) {
+          for (int64_t n = 0; n < n_dim; ++n) {
+            float want = 0.0f;
+            for (int64_t k = 0; k < kK; ++k) {
+              const float product = c.x[t * kK + k] * to_f32(c.w[k * n_dim + n]);
+              want += product;
+            }
+            ASSERT_EQ(std::bit_cast<uint32_t>(out[t * n_dim + n]), std::bit_cast<uint32_t>(want))
+                << v.name << ": rows " << rows << " n " << n_dim << " at [" << t << ", " << n
+                << "]";
           }
-          ASSERT_EQ(std::bit_cast<uint32_t>(out[t * n_dim + n]), std::bit_cast<uint32_t>(want))
-              << "rows " << rows << " n " << n_dim << " at [" << t << ", " << n << "]";
+        }
+      }
+    }
+  }
+}
+
+// The same for W stored [N, K] (the tied head), blocks of 8 columns and a tail.
+TEST(MatmulNtTest, EveryVariantEqualsThePlainAscendingLoopAtEveryShape) {
+  constexpr int64_t kK = 37;
+  for (const cpu::MatmulVariant& v : products_here()) {
+    for (int64_t rows : {1, 2, 3}) {
+      for (int64_t n_dim : {1, 7, 8, 9, 17, 40}) {
+        const ProductCase c = product_case(rows, kK, n_dim);  // w read as [N, K]
+        std::vector<float> out(static_cast<size_t>(rows * n_dim), -99.0f);
+        v.matmul_nt(c.x.data(), rows, kK, c.w.data(), n_dim, out.data());
+        for (int64_t t = 0; t < rows; ++t) {
+          for (int64_t n = 0; n < n_dim; ++n) {
+            float want = 0.0f;
+            for (int64_t k = 0; k < kK; ++k) {
+              const float product = c.x[t * kK + k] * to_f32(c.w[n * kK + k]);
+              want += product;
+            }
+            ASSERT_EQ(std::bit_cast<uint32_t>(out[t * n_dim + n]), std::bit_cast<uint32_t>(want))
+                << v.name << ": rows " << rows << " n " << n_dim << " at [" << t << ", " << n
+                << "]";
+          }
         }
       }
     }
