@@ -68,59 +68,50 @@ std::vector<cpu::MatmulVariant> products_here() {
   return out;
 }
 
-// The tiled product (register tiles of rows and columns, tails one output at a time) is
-// bit for bit the plain loop that sums k ascending, for every row count and column count
-// around the tile sizes, in every instruction-set variant this machine runs.
+// Runs `product` (a variant's matmul or matmul_nt) on product_case(rows, k_dim, n_dim) and
+// checks every output against the plain loop over k ascending, the weight of (k, n) at
+// w[at(k, n)].
+template <typename At>
+void expect_plain_loop(const char* name, cpu::MatmulFn product, int64_t rows, int64_t k_dim,
+                       int64_t n_dim, At at) {
+  const ProductCase c = product_case(rows, k_dim, n_dim);
+  std::vector<float> out(static_cast<size_t>(rows * n_dim), -99.0f);
+  product(c.x.data(), rows, k_dim, c.w.data(), n_dim, out.data());
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t n = 0; n < n_dim; ++n) {
+      float want = 0.0f;
+      for (int64_t k = 0; k < k_dim; ++k) {
+        const float product_term = c.x[t * k_dim + k] * to_f32(c.w[at(k, n)]);
+        want += product_term;
+      }
+      ASSERT_EQ(std::bit_cast<uint32_t>(out[t * n_dim + n]), std::bit_cast<uint32_t>(want))
+          << name << ": rows " << rows << " n " << n_dim << " at [" << t << ", " << n << "]";
+    }
+  }
+}
+
+// The tiled product (register tiles of rows and columns, tails one output at a time, one
+// row streamed) is bit for bit the plain loop that sums k ascending, for every row count
+// and column count around the tile sizes, in every instruction-set variant this machine
+// runs.
 TEST(MatmulTest, TiledProductEqualsThePlainAscendingLoopAtEveryShape) {
   constexpr int64_t kK = 37;
   EXPECT_GE(products_here().size(), 2u);
-  for (const cpu::MatmulVariant& v : products_here()) {
-    for (int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9}) {
-      for (int64_t n_dim : {1, 15, 16, 17, 33, 48, 50}) {
-        const ProductCase c = product_case(rows, kK, n_dim);
-        std::vector<float> out(static_cast<size_t>(rows * n_dim), -99.0f);
-        v.matmul(c.x.data(), rows, kK, c.w.data(), n_dim, out.data());
-        for (int64_t t = 0; t < rows; ++t) {
-          for (int64_t n = 0; n < n_dim; ++n) {
-            float want = 0.0f;
-            for (int64_t k = 0; k < kK; ++k) {
-              const float product = c.x[t * kK + k] * to_f32(c.w[k * n_dim + n]);
-              want += product;
-            }
-            ASSERT_EQ(std::bit_cast<uint32_t>(out[t * n_dim + n]), std::bit_cast<uint32_t>(want))
-                << v.name << ": rows " << rows << " n " << n_dim << " at [" << t << ", " << n
-                << "]";
-          }
-        }
-      }
-    }
-  }
+  for (const cpu::MatmulVariant& v : products_here())
+    for (int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9})
+      for (int64_t n_dim : {1, 15, 16, 17, 33, 48, 50})
+        expect_plain_loop(v.name, v.matmul, rows, kK, n_dim,
+                          [&](int64_t k, int64_t n) { return k * n_dim + n; });
 }
 
 // The same for W stored [N, K] (the tied head), blocks of 8 columns and a tail.
 TEST(MatmulNtTest, EveryVariantEqualsThePlainAscendingLoopAtEveryShape) {
   constexpr int64_t kK = 37;
-  for (const cpu::MatmulVariant& v : products_here()) {
-    for (int64_t rows : {1, 2, 3}) {
-      for (int64_t n_dim : {1, 7, 8, 9, 17, 40}) {
-        const ProductCase c = product_case(rows, kK, n_dim);  // w read as [N, K]
-        std::vector<float> out(static_cast<size_t>(rows * n_dim), -99.0f);
-        v.matmul_nt(c.x.data(), rows, kK, c.w.data(), n_dim, out.data());
-        for (int64_t t = 0; t < rows; ++t) {
-          for (int64_t n = 0; n < n_dim; ++n) {
-            float want = 0.0f;
-            for (int64_t k = 0; k < kK; ++k) {
-              const float product = c.x[t * kK + k] * to_f32(c.w[n * kK + k]);
-              want += product;
-            }
-            ASSERT_EQ(std::bit_cast<uint32_t>(out[t * n_dim + n]), std::bit_cast<uint32_t>(want))
-                << v.name << ": rows " << rows << " n " << n_dim << " at [" << t << ", " << n
-                << "]";
-          }
-        }
-      }
-    }
-  }
+  for (const cpu::MatmulVariant& v : products_here())
+    for (int64_t rows : {1, 2, 3})
+      for (int64_t n_dim : {1, 7, 8, 9, 17, 40})
+        expect_plain_loop(v.name, v.matmul_nt, rows, kK, n_dim,
+                          [](int64_t k, int64_t n) { return n * kK + k; });
 }
 
 TEST(MatmulNtTest, SmallIntegerInputsGiveExactProductsInBlockedAndTailColumns) {
