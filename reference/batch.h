@@ -78,9 +78,10 @@ class RequestStateTable {
 
 // Layer l (SPEC 2.3) over a ragged batch: steps 1-4 per segment on its own state, cache
 // and dispatch trace (the segments at once, reference/segment_tasks.h, unless two share a
-// state or cache; on a device each on its thread's stream, ordered by stream marks); step 5 (the MLP) once over the concatenated rows,
-// its dispatch event recorded in every segment's trace. Each segment's result and record
-// equal run_layer's on that segment alone.
+// state or cache; on a device each on its thread's stream, ordered by stream marks);
+// step 5 (the MLP) once over the concatenated rows, its dispatch event recorded in every
+// segment's trace. Each segment's result and record equal run_layer's on that segment
+// alone.
 void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& config, int l,
                      const LayerWeights& w, const std::vector<ResidualState*>& states,
                      const std::vector<LayerCache*>& caches,
