@@ -104,7 +104,7 @@ __host__ __device__ constexpr int sums_floats(int max_m) {
 // block picks M from m without changing a bit. Weights come U rows a lane at a time, the
 // next U in flight while the last U are used, the first before the A chunk is staged;
 // each chain stays ascending in k.
-template <int M>
+template <int M, bool kWhole>
 __device__ __forceinline__ void chunk_pass(const SkinnyOperand& a, const uint16_t* __restrict__ b,
                                            const int* a_row, const int* out_row, int m,
                                            const Pass& p, float* a_chunk, float* sums,
@@ -121,7 +121,18 @@ __device__ __forceinline__ void chunk_pass(const SkinnyOperand& a, const uint16_
       if (cols && kk < p.k1) next[u] = load_row(b + kk * p.n + col0, col0, p.n, p.vec);
     }
   };
-  fetch(p.k0 + warp);
+  // A whole chunk of a vector-loadable weight (kc rows, whole groups of U rows a warp):
+  // no row is out of range, so the loop walks a pointer and checks nothing per row. Not
+  // in a kernel of 8 rows a pass (kWhole false), whose sums leave no registers for it.
+  const bool whole = kWhole && p.vec && p.k1 - p.k0 == p.kc && p.kc % (U * kWarps) == 0;
+  const int64_t step = int64_t{kWarps} * p.n;  // elements from one of a warp's rows to its next
+  const uint16_t* row_ptr = b + (p.k0 + warp) * p.n + col0;
+  auto fetch_whole = [&](const uint16_t* from) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) next[u] = __ldg(reinterpret_cast<const uint4*>(from + u * step));
+  };
+  if (!whole) fetch(p.k0 + warp);
+  else if (cols) fetch_whole(row_ptr);
   for (int64_t i = threadIdx.x; i < M * p.kc; i += kThreads) {
     const int r = static_cast<int>(i / p.kc);
     const int64_t kk = p.k0 + i % p.kc;
@@ -134,11 +145,34 @@ __device__ __forceinline__ void chunk_pass(const SkinnyOperand& a, const uint16_
   for (int r = 0; r < M; ++r)
 #pragma unroll
     for (int j = 0; j < CPT; ++j) acc[r][j] = 0.0f;
-  if (cols) {
+  // A few rows: the next U rows load while these are used. More rows keep the registers
+  // for their sums and load the next U after. Either way each (row, column) sum takes the
+  // weight rows in ascending order, whichever loop runs.
+  constexpr bool kOverlap = M <= kWideRows;
+  if (cols && whole) {
+    for (int64_t i0 = warp; i0 < p.kc; i0 += U * kWarps) {
+      uint4 raw[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) raw[u] = next[u];
+      const bool more = i0 + U * kWarps < p.kc;
+      row_ptr += U * step;
+      if (kOverlap && more) fetch_whole(row_ptr);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float w[CPT];
+        widen_row(raw[u], w);
+        const int64_t i = i0 + u * kWarps;
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+          const float x = a_chunk[r * p.kc + i];
+#pragma unroll
+          for (int j = 0; j < CPT; ++j) acc[r][j] = __fmaf_rn(x, w[j], acc[r][j]);
+        }
+      }
+      if (!kOverlap && more) fetch_whole(row_ptr);
+    }
+  } else if (cols) {
     for (int64_t kk = p.k0 + warp; kk < p.k1; kk += U * kWarps) {
-      // A few rows: the next U rows load while these are used. More rows keep the
-      // registers for their sums and load the next U after.
-      constexpr bool kOverlap = M <= kWideRows;
       uint4 raw[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) raw[u] = next[u];
@@ -265,10 +299,13 @@ __global__ void __launch_bounds__(kThreads, MAXM == 1 ? 4 : (MAXM == 2 ? 3 : 2))
   for (int base = 0; base < total; base += MAXM) {
     const int m = total - base < MAXM ? total - base : MAXM;
     const int *ar = a_row + base, *orow = out_row + base;
-    if (m <= 1) chunk_pass<1>(a, b, ar, orow, m, p, a_chunk, sums, partial);
-    else if (m <= 2) chunk_pass<(MAXM < 2 ? MAXM : 2)>(a, b, ar, orow, m, p, a_chunk, sums, partial);
-    else if (m <= 4) chunk_pass<(MAXM < 4 ? MAXM : 4)>(a, b, ar, orow, m, p, a_chunk, sums, partial);
-    else chunk_pass<MAXM>(a, b, ar, orow, m, p, a_chunk, sums, partial);
+    constexpr bool kWhole = MAXM <= 4;
+    if (m <= 1) chunk_pass<1, kWhole>(a, b, ar, orow, m, p, a_chunk, sums, partial);
+    else if (m <= 2)
+      chunk_pass<(MAXM < 2 ? MAXM : 2), kWhole>(a, b, ar, orow, m, p, a_chunk, sums, partial);
+    else if (m <= 4)
+      chunk_pass<(MAXM < 4 ? MAXM : 4), kWhole>(a, b, ar, orow, m, p, a_chunk, sums, partial);
+    else chunk_pass<MAXM, kWhole>(a, b, ar, orow, m, p, a_chunk, sums, partial);
   }
 
   // The last block of this (tile, g) to finish adds the chunks: every thread's partials
