@@ -22,11 +22,12 @@
 #include <stdexcept>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/skinny.h"
 
 namespace splitcheck::cuda {
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = kSkinnyWarps;
 constexpr int kThreads = kWarps * 32;
 constexpr int kNominalTile = 256;  // columns per block in the choice of kc (8 per lane)
 constexpr int64_t kMaxChunk = 512;
@@ -397,6 +398,8 @@ void grouped(const SkinnyOperand& a, const Weights<G>& weights, int groups, cons
 }
 
 }  // namespace
+
+int64_t skinny_chunk_rows(int64_t n, int64_t k) { return chunk_rows(n, k); }
 
 void skinny_gemm(const uint16_t* a, const uint16_t* b, float* c, uint16_t* c_bf16, int64_t m,
                  int64_t n, int64_t k) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -14,6 +15,9 @@
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 #include "tests/cuda/gpu_test_support.h"
+#ifdef SPLITCHECK_HAVE_CUDA
+#include "kernels/cuda/skinny.h"
+#endif
 
 namespace splitcheck {
 namespace {
@@ -390,6 +394,67 @@ TEST(CudaOpsTest, AFewRowsProductAndTheMoeGiveARowTheBitsItHasAlone) {
     }
   }
 }
+
+#ifdef SPLITCHECK_HAVE_CUDA
+// The skinny kernel's product recomputed on the host in the order kernels/cuda/skinny.h
+// states: bf16 [m, k] by bf16 [k, n], each output rounded to bf16 once.
+std::vector<uint16_t> skinny_order_on_host(const Tensor& x, const Tensor& w) {
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(1);
+  const int64_t kc = cuda::skinny_chunk_rows(n, k);
+  const bf16* a = x.data<bf16>();
+  const bf16* b = w.data<bf16>();
+  std::vector<uint16_t> out(static_cast<size_t>(m * n));
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      float total = 0.0f;
+      for (int64_t c0 = 0; c0 < k; c0 += kc) {
+        const int64_t c1 = std::min(c0 + kc, k);
+        float chunk = 0.0f;
+        for (int warp = 0; warp < cuda::kSkinnyWarps; ++warp) {
+          float acc = 0.0f;
+          for (int64_t i = c0 + warp; i < c1; i += cuda::kSkinnyWarps)
+            acc = std::fma(to_f32(a[r * k + i]), to_f32(b[i * n + c]), acc);
+          chunk = warp == 0 ? acc : chunk + acc;
+        }
+        total = c0 == 0 ? chunk : total + chunk;
+      }
+      out[static_cast<size_t>(r * n + c)] = to_bf16(total).bits;
+    }
+  }
+  return out;
+}
+
+// A product of 1 to 8 rows on the skinny path has, in every element, the bits of the
+// order skinny.h states, recomputed on the host: whole chunks of an aligned weight (the
+// loop that checks no row), a short last chunk beside whole ones, an odd width (scalar
+// loads), and a weight of many tiles; passes of 1, 2, 4 and 8 rows.
+TEST(CudaOpsTest, TheSkinnyProductSumsInItsStatedOrder) {
+  SPLITCHECK_REQUIRE_GPU();
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {7168, 512}, {512, 7168}, {300, 256}, {1000, 333}};  // (k, n)
+  for (auto [k, n] : shapes) {
+    const Tensor w = random_bf16({k, n}, 90 + n, 1.0f / std::sqrt(static_cast<float>(k)));
+    const Tensor w_g = on_gpu(w);
+    for (int64_t m : {1, 2, 3, 5, 8}) {
+      const Tensor x = random_bf16({m, k}, 91 + k + m, 1.0f), x_g = on_gpu(x);
+      Tensor o = Tensor::zeros(DType::kBF16, {m, n}, Device::kCuda);
+      LinearArgs a{&x_g, &w_g, &o};
+      run_variant("linear", "matmul", &a);
+      const Tensor got = o.on_host();
+      const std::vector<uint16_t> want = skinny_order_on_host(x, w);
+      int64_t differ = 0, first = -1;
+      for (int64_t i = 0; i < m * n; ++i) {
+        if (got.data<bf16>()[i].bits == want[static_cast<size_t>(i)]) continue;
+        if (differ++ == 0) first = i;
+      }
+      EXPECT_EQ(differ, 0) << "k " << k << " n " << n << " m " << m << " (chunks of "
+                           << cuda::skinny_chunk_rows(n, k) << " rows): " << differ << " of "
+                           << m * n << " elements differ, the first at row " << first / n
+                           << " column " << first % n;
+    }
+  }
+}
+#endif  // SPLITCHECK_HAVE_CUDA
 
 TEST(CudaOpsTest, MlaKdaAndDenseAttentionAreCloseToTheCpuAndKeepTheirCaches) {
   SPLITCHECK_REQUIRE_GPU();
