@@ -7,7 +7,7 @@
 #
 #   scripts/gpu-ab.sh prepare BASE   here, in the git checkout: writes .ab/ (the base's
 #                                    version of every source that differs from it)
-#   scripts/gpu-ab.sh run [--rounds N] [--build-dir DIR]
+#   scripts/gpu-ab.sh run [--rounds N] [--build-dir DIR]   (logs and binaries: DIR/gpu-ab/)
 #                                    on the device, with carry [".xt", ".ab"]
 #
 # `run` prints, for each round and side, the k3-shape 16-token prefill and decode (ms)
@@ -94,7 +94,7 @@ run() {
   [[ -f "$ab/REV" ]] || { echo "gpu-ab: no .ab/ here: run 'scripts/gpu-ab.sh prepare BASE' first and carry .ab" >&2; exit 2; }
   [[ -d "$root/.xt/usr/lib/x86_64-linux-gnu" ]] &&
     export LD_LIBRARY_PATH="$root/.xt/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:}${LD_LIBRARY_PATH:-}"
-  local out="${OUT:-$build}/gpu-ab" bins=(splitcheck k3_forward_benchmark cuda_benchmark)
+  local out="$build/gpu-ab" bins=(splitcheck k3_forward_benchmark cuda_benchmark)
   mkdir -p "$out/A" "$out/B"
 
   echo "== gpu-ab: build A (the working tree)"
