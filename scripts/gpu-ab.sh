@@ -11,8 +11,9 @@
 #                                    on the device, with carry [".xt", ".ab"]
 #
 # `run` prints, for each round and side, the k3-shape 16-token prefill and decode (ms)
-# and their ratio, and the one-MoE-layer times at 1, 16 and 64 tokens (us); then each
-# side's medians and A's over B's; then whether the two full dumps are equal.
+# and their ratio, one MoE layer at 1, 16 and 64 tokens and one KDA layer at 1 and 16
+# (us); then each side's medians and A's over B's; then whether the two full dumps are
+# equal.
 # Exit 0: both sides measured and their dumps equal; 1: the dumps differ (or a side's
 # run failed); 2: usage, .ab/ missing, or a build failed.
 set -uo pipefail
@@ -20,7 +21,7 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ab="$root/.ab"
 usage() {
-  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -126,17 +127,18 @@ PY
     for side in A B; do
       local log="$out/$side/round$r.log"
       "$out/$side/k3_forward_benchmark" k3-shape 16 >"$log" 2>&1
-      "$out/$side/cuda_benchmark" --benchmark_filter='BM_CudaMoe' >>"$log" 2>&1
-      local pre dec moe
+      "$out/$side/cuda_benchmark" --benchmark_filter='BM_Cuda(Moe|Kda)/' >>"$log" 2>&1
+      local pre dec moe kda
       pre="$(sed -nE 's/^k3 forward: prefill 16 tokens \(median of 3\) ([0-9.]+) ms.*/\1/p' "$log")"
       dec="$(sed -nE 's/^k3 forward: decode \(1 token\) median of [0-9]+ ([0-9.]+) ms.*/\1/p' "$log")"
       moe="$(sed -nE 's|^BM_CudaMoe/([0-9]+)/real_time +([0-9.]+) us.*|\2|p' "$log" | paste -sd/)"
+      kda="$(sed -nE 's|^BM_CudaKda/([0-9]+)/real_time +([0-9.]+) us.*|\2|p' "$log" | paste -sd/)"
       [[ -n "$pre" && -n "$dec" ]] || { echo "gpu-ab: side $side round $r measured nothing:"; tail -5 "$log"; status=1; continue; }
       echo "$pre" >>"$out/$side/prefill"
       echo "$dec" >>"$out/$side/decode"
       echo "$pre $dec" | awk '{print $1 / $2}' >>"$out/$side/ratio"
-      printf 'round %d %s  prefill %6.1f ms  decode %6.2f ms  ratio %.3f  moe 1/16/64 %s us\n' \
-        "$r" "$side" "$pre" "$dec" "$(tail -1 "$out/$side/ratio")" "${moe:--}"
+      printf 'round %d %s  prefill %6.1f ms  decode %6.2f ms  ratio %.3f  moe 1/16/64 %s us  kda 1/16 %s us\n' \
+        "$r" "$side" "$pre" "$dec" "$(tail -1 "$out/$side/ratio")" "${moe:--}" "${kda:--}"
     done
   done
   echo "medians over $rounds rounds (A: the working tree, B: $(cat "$ab/REV")'s sources):"

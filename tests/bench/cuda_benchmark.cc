@@ -6,11 +6,16 @@
 // - One k3-shape MoE layer (H 7168, 16 experts of width 512, top 2, one shared expert) at
 //   1, 16 and 64 tokens: the weight bytes it must read (the router, every expert some
 //   token picked, the shared expert) per call, against the copy of as many bytes.
+// - One k3-shape KDA layer (H 7168, 56 heads of 128) at 1 and 16 tokens: its weight bytes
+//   (six square projections and beta's) and its state read and written, per call, against
+//   the copy of as many bytes; at 16 tokens the recurrence runs token by token, so the gap
+//   to 1 token is its cost (a prefill's KDA against a decode's).
 // The copy moves the same bytes (half read, half written), timed the same way (each call
 // waits for the device). Without a CUDA build or device it says so and runs nothing.
 //
 //   ./cuda_benchmark                       # all
 //   ./cuda_benchmark --benchmark_filter=AttnRes
+//   ./cuda_benchmark --benchmark_filter=Kda/16
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -139,6 +144,34 @@ void BM_CudaMoe(benchmark::State& state) {
   state.counters["fraction_of_copy"] = copy_s / call_s;
 }
 
+// One KDA layer of k3-shape's shapes on `t` tokens, the registry's kernel per iteration
+// (the state carried from call to call, as a request's is).
+void BM_CudaKda(benchmark::State& state) {
+  constexpr int kHeads = 56, kHeadDim = 128;
+  const int64_t t = state.range(0);
+  Tensor x = pattern({t, kH}, 21, 1.0f);
+  std::vector<Tensor> square;  // q, k, v, a, g, o
+  for (int i = 0; i < 6; ++i) square.push_back(pattern({kH, kH}, 22 + i, 0.01f));
+  Tensor w_b = pattern({kH, kHeads}, 28, 0.01f);
+  Tensor o_norm = pattern({kHeadDim}, 29, 0.1f, 1.0f);
+  Tensor kda_state =
+      Tensor::zeros(DType::kF32, {int64_t{kHeads} * kHeadDim * kHeadDim}, Device::kCuda);
+  Tensor out = Tensor::zeros(DType::kBF16, {t, kH}, Device::kCuda);
+  KdaArgs a{&x,        &square[0], &square[1], &square[2], &w_b,       &square[3], &square[4],
+            &o_norm,   &square[5], kHeads,     kHeadDim,   1e-6f,      &kda_state, &out};
+  kda_attention(KernelContext{}, a);  // warm-up
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) kda_attention(KernelContext{}, a);
+  const double call_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+      static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(6 * kH * kH * 2 + kH * kHeads * 2 +
+                                           2 * kda_state.nbytes());
+  const double copy_s = copy_seconds(static_cast<size_t>(bytes / 2), 20);
+  state.counters["weight_TBps"] = bytes / call_s / 1e12;
+  state.counters["fraction_of_copy"] = copy_s / call_s;
+}
+
 BENCHMARK(BM_CudaCopy)->Arg(64)->Arg(1024)->Arg(8192)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CudaAttnRes, native, "native")
     ->Arg(64)
@@ -153,6 +186,7 @@ BENCHMARK_CAPTURE(BM_CudaAttnRes, fallback, "fallback")
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CudaMoe)->Arg(1)->Arg(16)->Arg(64)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaKda)->Arg(1)->Arg(16)->UseRealTime()->Unit(benchmark::kMicrosecond);
 #endif
 
 }  // namespace
