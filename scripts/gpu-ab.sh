@@ -131,8 +131,8 @@ PY
       local pre dec moe kda
       pre="$(sed -nE 's/^k3 forward: prefill 16 tokens \(median of 3\) ([0-9.]+) ms.*/\1/p' "$log")"
       dec="$(sed -nE 's/^k3 forward: decode \(1 token\) median of [0-9]+ ([0-9.]+) ms.*/\1/p' "$log")"
-      moe="$(sed -nE 's|^BM_CudaMoe/([0-9]+)/real_time +([0-9.]+) us.*|\2|p' "$log" | paste -sd/)"
-      kda="$(sed -nE 's|^BM_CudaKda/([0-9]+)/real_time +([0-9.]+) us.*|\2|p' "$log" | paste -sd/)"
+      moe="$(sed -nE 's|^BM_CudaMoe/.* us_per_call=([0-9.]+[kM]?).*|\1|p' "$log" | paste -sd/)"
+      kda="$(sed -nE 's|^BM_CudaKda/.* us_per_call=([0-9.]+[kM]?).*|\1|p' "$log" | paste -sd/)"
       [[ -n "$pre" && -n "$dec" ]] || { echo "gpu-ab: side $side round $r measured nothing:"; tail -5 "$log"; status=1; continue; }
       echo "$pre" >>"$out/$side/prefill"
       echo "$dec" >>"$out/$side/decode"

@@ -10,8 +10,10 @@
 //   (six square projections and beta's) and its state read and written, per call, against
 //   the copy of as many bytes; at 16 tokens the recurrence runs token by token, so the gap
 //   to 1 token is its cost (a prefill's KDA against a decode's).
-// The copy moves the same bytes (half read, half written), timed the same way (each call
-// waits for the device). Without a CUDA build or device it says so and runs nothing.
+// The copy moves the same bytes (half read, half written). An op's calls queue on the
+// stream without waiting, so each timed loop starts and ends with a wait for the device:
+// its time is the device's for every call it queued. Without a CUDA build or device it
+// says so and runs nothing.
 //
 //   ./cuda_benchmark                       # all
 //   ./cuda_benchmark --benchmark_filter=AttnRes
@@ -82,8 +84,10 @@ void BM_CudaAttnRes(benchmark::State& state, const char* variant) {
   AttnResArgs a{&prefix,   &delta, &bank, &norm_w, &proj_w, &out_w,
                 kBankRows, -1,     1e-6f, 1e-6f,   sizes,   &out};
   run_variant("attn_res", variant, &a);  // warm-up
+  cuda::synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) run_variant("attn_res", variant, &a);
+  cuda::synchronize();
   const double call_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
       static_cast<double>(state.iterations());
@@ -93,6 +97,7 @@ void BM_CudaAttnRes(benchmark::State& state, const char* variant) {
   state.counters["copy_TBps"] = bytes / copy_s / 1e12;
   // Achieved bandwidth as a fraction of the copy's: copy time / attn_res time, same bytes.
   state.counters["fraction_of_copy"] = copy_s / call_s;
+  state.counters["us_per_call"] = call_s * 1e6;  // with the loop's last wait (Time without)
 }
 
 // One MoE layer of k3-shape's shapes on `t` tokens, the registry's kernel per iteration.
@@ -116,8 +121,10 @@ void BM_CudaMoe(benchmark::State& state) {
   Tensor out = Tensor::zeros(DType::kBF16, {t, kH}, Device::kCuda);
   MoeArgs a{&x, &router, experts, shared, kTopK, &out};
   moe(KernelContext{}, a);  // warm-up
+  cuda::synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) moe(KernelContext{}, a);
+  cuda::synchronize();
   const double call_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
       static_cast<double>(state.iterations());
@@ -142,6 +149,7 @@ void BM_CudaMoe(benchmark::State& state) {
   state.counters["experts_read"] = static_cast<double>(picked.size()) + 1;
   state.counters["weight_TBps"] = bytes / call_s / 1e12;
   state.counters["fraction_of_copy"] = copy_s / call_s;
+  state.counters["us_per_call"] = call_s * 1e6;  // with the loop's last wait (Time without)
 }
 
 // One KDA layer of k3-shape's shapes on `t` tokens, the registry's kernel per iteration
@@ -160,8 +168,10 @@ void BM_CudaKda(benchmark::State& state) {
   KdaArgs a{&x,        &square[0], &square[1], &square[2], &w_b,       &square[3], &square[4],
             &o_norm,   &square[5], kHeads,     kHeadDim,   1e-6f,      &kda_state, &out};
   kda_attention(KernelContext{}, a);  // warm-up
+  cuda::synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) kda_attention(KernelContext{}, a);
+  cuda::synchronize();
   const double call_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
       static_cast<double>(state.iterations());
@@ -170,6 +180,7 @@ void BM_CudaKda(benchmark::State& state) {
   const double copy_s = copy_seconds(static_cast<size_t>(bytes / 2), 20);
   state.counters["weight_TBps"] = bytes / call_s / 1e12;
   state.counters["fraction_of_copy"] = copy_s / call_s;
+  state.counters["us_per_call"] = call_s * 1e6;  // with the loop's last wait (Time without)
 }
 
 BENCHMARK(BM_CudaCopy)->Arg(64)->Arg(1024)->Arg(8192)->UseRealTime()->Unit(benchmark::kMicrosecond);
