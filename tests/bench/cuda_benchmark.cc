@@ -60,6 +60,29 @@ double copy_seconds(size_t bytes, int reps) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
 }
 
+// Seconds per call of `call` over the benchmark's iterations, after one warm-up call: the
+// calls queue on the stream without waiting, so the timed loop starts and ends with a wait
+// for the device (Google Benchmark's own Time leaves out the last one).
+template <typename Call>
+double seconds_per_call(benchmark::State& state, const Call& call) {
+  call();
+  cuda::synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) call();
+  cuda::synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+         static_cast<double>(state.iterations());
+}
+
+// The counters every op's row shares: its achieved bandwidth as a fraction of a copy of
+// `bytes` (copy time / call time, same bytes) and the call's time; returns the copy's.
+double report_against_copy(benchmark::State& state, double bytes, double call_s) {
+  const double copy_s = copy_seconds(static_cast<size_t>(bytes / 2), 20);
+  state.counters["fraction_of_copy"] = copy_s / call_s;
+  state.counters["us_per_call"] = call_s * 1e6;
+  return copy_s;
+}
+
 void BM_CudaCopy(benchmark::State& state) {
   const int64_t t = state.range(0);
   const size_t bytes = static_cast<size_t>(t * kH * 2 * kRowsMoved / 2);  // read = written
@@ -83,21 +106,11 @@ void BM_CudaAttnRes(benchmark::State& state, const char* variant) {
   const std::vector<int> sizes = {static_cast<int>(kH)};
   AttnResArgs a{&prefix,   &delta, &bank, &norm_w, &proj_w, &out_w,
                 kBankRows, -1,     1e-6f, 1e-6f,   sizes,   &out};
-  run_variant("attn_res", variant, &a);  // warm-up
-  cuda::synchronize();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto _ : state) run_variant("attn_res", variant, &a);
-  cuda::synchronize();
-  const double call_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-      static_cast<double>(state.iterations());
+  const double call_s = seconds_per_call(state, [&] { run_variant("attn_res", variant, &a); });
   const double bytes = static_cast<double>(t * kH * 2 * kRowsMoved);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
-  const double copy_s = copy_seconds(static_cast<size_t>(bytes / 2), 20);
+  const double copy_s = report_against_copy(state, bytes, call_s);
   state.counters["copy_TBps"] = bytes / copy_s / 1e12;
-  // Achieved bandwidth as a fraction of the copy's: copy time / attn_res time, same bytes.
-  state.counters["fraction_of_copy"] = copy_s / call_s;
-  state.counters["us_per_call"] = call_s * 1e6;  // with the loop's last wait (Time without)
 }
 
 // One MoE layer of k3-shape's shapes on `t` tokens, the registry's kernel per iteration.
@@ -120,14 +133,7 @@ void BM_CudaMoe(benchmark::State& state) {
   }
   Tensor out = Tensor::zeros(DType::kBF16, {t, kH}, Device::kCuda);
   MoeArgs a{&x, &router, experts, shared, kTopK, &out};
-  moe(KernelContext{}, a);  // warm-up
-  cuda::synchronize();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto _ : state) moe(KernelContext{}, a);
-  cuda::synchronize();
-  const double call_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-      static_cast<double>(state.iterations());
+  const double call_s = seconds_per_call(state, [&] { moe(KernelContext{}, a); });
   // The experts the tokens pick (their router logits' top kTopK; sigmoid keeps the order).
   const Tensor hx = x.to(Device::kCpu), hr = router.to(Device::kCpu);
   std::set<int64_t> picked;
@@ -145,11 +151,9 @@ void BM_CudaMoe(benchmark::State& state) {
   const double bytes = static_cast<double>((static_cast<int64_t>(picked.size()) + 1) * 3 * kH *
                                                kInter * 2 +
                                            kH * kExperts * 2);
-  const double copy_s = copy_seconds(static_cast<size_t>(bytes / 2), 20);
+  report_against_copy(state, bytes, call_s);
   state.counters["experts_read"] = static_cast<double>(picked.size()) + 1;
   state.counters["weight_TBps"] = bytes / call_s / 1e12;
-  state.counters["fraction_of_copy"] = copy_s / call_s;
-  state.counters["us_per_call"] = call_s * 1e6;  // with the loop's last wait (Time without)
 }
 
 // One KDA layer of k3-shape's shapes on `t` tokens, the registry's kernel per iteration
@@ -167,20 +171,11 @@ void BM_CudaKda(benchmark::State& state) {
   Tensor out = Tensor::zeros(DType::kBF16, {t, kH}, Device::kCuda);
   KdaArgs a{&x,        &square[0], &square[1], &square[2], &w_b,       &square[3], &square[4],
             &o_norm,   &square[5], kHeads,     kHeadDim,   1e-6f,      &kda_state, &out};
-  kda_attention(KernelContext{}, a);  // warm-up
-  cuda::synchronize();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto _ : state) kda_attention(KernelContext{}, a);
-  cuda::synchronize();
-  const double call_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-      static_cast<double>(state.iterations());
+  const double call_s = seconds_per_call(state, [&] { kda_attention(KernelContext{}, a); });
   const double bytes = static_cast<double>(6 * kH * kH * 2 + kH * kHeads * 2 +
                                            2 * kda_state.nbytes());
-  const double copy_s = copy_seconds(static_cast<size_t>(bytes / 2), 20);
+  report_against_copy(state, bytes, call_s);
   state.counters["weight_TBps"] = bytes / call_s / 1e12;
-  state.counters["fraction_of_copy"] = copy_s / call_s;
-  state.counters["us_per_call"] = call_s * 1e6;  // with the loop's last wait (Time without)
 }
 
 BENCHMARK(BM_CudaCopy)->Arg(64)->Arg(1024)->Arg(8192)->UseRealTime()->Unit(benchmark::kMicrosecond);
