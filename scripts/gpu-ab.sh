@@ -129,7 +129,7 @@ PY
       "$out/$side/k3_forward_benchmark" k3-shape 16 >"$log" 2>&1
       "$out/$side/cuda_benchmark" --benchmark_filter='BM_Cuda(Moe|Kda)/' >>"$log" 2>&1
       local pre dec moe kda
-      pre="$(sed -nE 's/^k3 forward: prefill 16 tokens \(median of 3\) ([0-9.]+) ms.*/\1/p' "$log")"
+      pre="$(sed -nE 's/^k3 forward: prefill 16 tokens \(median of [0-9]+\) ([0-9.]+) ms.*/\1/p' "$log")"
       dec="$(sed -nE 's/^k3 forward: decode \(1 token\) median of [0-9]+ ([0-9.]+) ms.*/\1/p' "$log")"
       moe="$(sed -nE 's|^BM_CudaMoe/.* us_per_call=([0-9.]+[kM]?).*|\1|p' "$log" | paste -sd/)"
       kda="$(sed -nE 's|^BM_CudaKda/.* us_per_call=([0-9.]+[kM]?).*|\1|p' "$log" | paste -sd/)"

@@ -106,6 +106,11 @@ __host__ __device__ constexpr int kda_batch(int hd) {
   return fit < most ? fit : most;
 }
 
+// Floats from one staged row to the next in the norm phases, where thread i reads row i
+// (or 2i) at the same time as 15 others: hd + 1, so that their rows start in different
+// banks (at hd, a multiple of 32, the 16 reads of one step fall in one bank).
+__host__ __device__ constexpr int kda_row_stride(int hd) { return hd + 1; }
+
 // KDA-lite's recurrence for one head per block, thread j owning value channel j. What
 // does not depend on the state runs across tokens: the norms of q and k before the
 // recurrence, the output's norm and gate after it, kda_batch(hd) tokens at a time with
@@ -115,9 +120,9 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
                            const float* al, const float* g, const uint16_t* o_norm, int64_t t_count,
                            int heads, int hd_arg, float eps, float* state, float* qk_norm,
                            float* o_raw, uint16_t* og) {
-  extern __shared__ float sh[];  // qv, kv, alpha [2 buffers][hd] each; rows [batch][2][hd]
+  extern __shared__ float sh[];  // qv, kv, alpha [2 buffers][hd] each; rows [batch][2][rs]
   const int hd = HD > 0 ? HD : hd_arg;
-  const int batch = kda_batch(hd);
+  const int batch = kda_batch(hd), rs = kda_row_stride(hd);
   float* rows = sh + 6 * hd;
   __shared__ float o_scale[16];
   const int head = blockIdx.x;
@@ -130,13 +135,13 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
     const int nb = t_count - t0 < batch ? static_cast<int>(t_count - t0) : batch;
     for (int i = 0; i < nb; ++i) {
       const int64_t base = (t0 + i) * qd + head * hd;
-      rows[(2 * i) * hd + j] = q[base + j];
-      rows[(2 * i + 1) * hd + j] = k[base + j];
+      rows[(2 * i) * rs + j] = q[base + j];
+      rows[(2 * i + 1) * rs + j] = k[base + j];
     }
     __syncthreads();
     if (j < nb) {
-      const float* qr = rows + (2 * j) * hd;
-      const float* kr = qr + hd;
+      const float* qr = rows + (2 * j) * rs;
+      const float* kr = qr + rs;
       float ssq = 0.0f, ssk = 0.0f;
       for (int i = 0; i < hd; ++i) ssq += qr[i] * qr[i];
       for (int i = 0; i < hd; ++i) ssk += kr[i] * kr[i];
@@ -208,10 +213,10 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
   // bf16(rmsnorm(o) * sigmoid(g)), `batch` tokens at a time.
   for (int64_t t0 = 0; t0 < t_count; t0 += batch) {
     const int nb = t_count - t0 < batch ? static_cast<int>(t_count - t0) : batch;
-    for (int i = 0; i < nb; ++i) rows[i * hd + j] = o_raw[(t0 + i) * qd + head * hd + j];
+    for (int i = 0; i < nb; ++i) rows[i * rs + j] = o_raw[(t0 + i) * qd + head * hd + j];
     __syncthreads();
     if (j < nb) {
-      const float* orow = rows + j * hd;
+      const float* orow = rows + j * rs;
       float ss = 0.0f;
       for (int i = 0; i < hd; ++i) ss += orow[i] * orow[i];
       o_scale[j] = drsqrt(ss / static_cast<float>(hd) + eps);
@@ -219,7 +224,7 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
     __syncthreads();
     for (int i = 0; i < nb; ++i) {
       const int64_t at = (t0 + i) * qd + head * hd + j;
-      og[at] = f_to_bf(rows[i * hd + j] * o_scale[i] * bf_to_f(o_norm[j]) * dsigmoid(g[at]));
+      og[at] = f_to_bf(rows[i * rs + j] * o_scale[i] * bf_to_f(o_norm[j]) * dsigmoid(g[at]));
     }
     __syncthreads();
   }
@@ -296,7 +301,9 @@ void kda_attention(KdaArgs& a) {
     float* qk_norm = s.scratch<float>(2 * t_count * a.heads);
     float* o_raw = s.scratch<float>(t_count * qd);
     const auto launch = hd == 128 ? kda_kernel<128> : kda_kernel<0>;
-    const size_t smem = static_cast<size_t>(6 + 2 * kda_batch(hd)) * hd * sizeof(float);
+    const size_t smem = (static_cast<size_t>(6) * hd +
+                         static_cast<size_t>(2 * kda_batch(hd)) * kda_row_stride(hd)) *
+                        sizeof(float);
     launch<<<static_cast<unsigned>(a.heads), static_cast<unsigned>(hd), smem, stream()>>>(
         q, k, v, b, al, g, as<uint16_t>(s.in(a.o_norm)), t_count, a.heads, hd, a.eps, state,
         qk_norm, o_raw, og);
