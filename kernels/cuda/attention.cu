@@ -111,6 +111,11 @@ __host__ __device__ constexpr int kda_batch(int hd) {
 // banks (at hd, a multiple of 32, the 16 reads of one step fall in one bank).
 __host__ __device__ constexpr int kda_row_stride(int hd) { return hd + 1; }
 
+// Dynamic shared floats of a KDA block: qv, kv and alpha [2 buffers][hd], then the rows.
+constexpr size_t kda_shared_floats(int hd) {
+  return static_cast<size_t>(6) * hd + static_cast<size_t>(2 * kda_batch(hd)) * kda_row_stride(hd);
+}
+
 // KDA-lite's recurrence for one head per block, thread j owning value channel j. What
 // does not depend on the state runs across tokens: the norms of q and k before the
 // recurrence, the output's norm and gate after it, kda_batch(hd) tokens at a time with
@@ -120,7 +125,7 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
                            const float* al, const float* g, const uint16_t* o_norm, int64_t t_count,
                            int heads, int hd_arg, float eps, float* state, float* qk_norm,
                            float* o_raw, uint16_t* og) {
-  extern __shared__ float sh[];  // qv, kv, alpha [2 buffers][hd] each; rows [batch][2][rs]
+  extern __shared__ float sh[];  // kda_shared_floats(hd): qv, kv, alpha, then rows [batch][2][rs]
   const int hd = HD > 0 ? HD : hd_arg;
   const int batch = kda_batch(hd), rs = kda_row_stride(hd);
   float* rows = sh + 6 * hd;
@@ -301,9 +306,7 @@ void kda_attention(KdaArgs& a) {
     float* qk_norm = s.scratch<float>(2 * t_count * a.heads);
     float* o_raw = s.scratch<float>(t_count * qd);
     const auto launch = hd == 128 ? kda_kernel<128> : kda_kernel<0>;
-    const size_t smem = (static_cast<size_t>(6) * hd +
-                         static_cast<size_t>(2 * kda_batch(hd)) * kda_row_stride(hd)) *
-                        sizeof(float);
+    const size_t smem = kda_shared_floats(hd) * sizeof(float);
     launch<<<static_cast<unsigned>(a.heads), static_cast<unsigned>(hd), smem, stream()>>>(
         q, k, v, b, al, g, as<uint16_t>(s.in(a.o_norm)), t_count, a.heads, hd, a.eps, state,
         qk_norm, o_raw, og);
