@@ -111,9 +111,12 @@ __host__ __device__ constexpr int kda_batch(int hd) {
 // banks (at hd, a multiple of 32, the 16 reads of one step fall in one bank).
 __host__ __device__ constexpr int kda_row_stride(int hd) { return hd + 1; }
 
-// Dynamic shared floats of a KDA block: qv, kv and alpha [2 buffers][hd], then the rows.
+// Dynamic shared floats of a KDA block: a token's rows qv, kv, beta * kv and alpha
+// [2 buffers][kKdaTokenRows][hd], then the staged rows.
+constexpr int kKdaTokenRows = 4;
 constexpr size_t kda_shared_floats(int hd) {
-  return static_cast<size_t>(6) * hd + static_cast<size_t>(2 * kda_batch(hd)) * kda_row_stride(hd);
+  return static_cast<size_t>(2 * kKdaTokenRows) * hd +
+         static_cast<size_t>(2 * kda_batch(hd)) * kda_row_stride(hd);
 }
 
 // KDA-lite's recurrence for one head per block, thread j owning value channel j. What
@@ -125,10 +128,10 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
                            const float* al, const float* g, const uint16_t* o_norm, int64_t t_count,
                            int heads, int hd_arg, float eps, float* state, float* qk_norm,
                            float* o_raw, uint16_t* og) {
-  extern __shared__ float sh[];  // kda_shared_floats(hd): qv, kv, alpha, then rows [batch][2][rs]
+  extern __shared__ float sh[];  // kda_shared_floats(hd): qv, kv, bkv, alpha, rows [batch][2][rs]
   const int hd = HD > 0 ? HD : hd_arg;
   const int batch = kda_batch(hd), rs = kda_row_stride(hd);
-  float* rows = sh + 6 * hd;
+  float* rows = sh + 2 * kKdaTokenRows * hd;
   __shared__ float o_scale[16];
   const int head = blockIdx.x;
   const int j = threadIdx.x;
@@ -173,15 +176,20 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
     const Inputs in = next;
     if (t + 1 < t_count) fetch(t + 1);
     // Two buffers: a thread fills token t + 1's while others may still read token t's.
-    float* qv = sh + (t & 1) * 3 * hd;
+    // beta * kv[i] is the same product in every thread: thread i forms it once (which also
+    // keeps the state column in registers without spills: 182 registers, not 255).
+    float* qv = sh + (t & 1) * kKdaTokenRows * hd;
     float* kv = qv + hd;
-    float* alpha = qv + 2 * hd;
+    float* bkv = qv + 2 * hd;
+    float* alpha = qv + 3 * hd;
     const int64_t base = t * qd + head * hd;
+    const float beta = dsigmoid(in.b);
     qv[j] = in.q * in.q_norm;
-    kv[j] = in.k * in.k_norm;
+    const float kj = in.k * in.k_norm;
+    kv[j] = kj;
+    bkv[j] = beta * kj;
     alpha[j] = 1.0f / (1.0f + dexp(in.al));
     __syncthreads();
-    const float beta = dsigmoid(in.b);
     // Two passes over the state column (the CPU's order per element): decay each row and
     // add its term to u, then update each row and add its term to o.
     float u = 0.0f;
@@ -200,7 +208,7 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
     float oj = 0.0f;
     auto update = [&](int i) {
       float& e = col.at(s, i, hd, j);
-      const float bk = beta * kv[i];
+      const float bk = bkv[i];
       e = (e - bk * u) + bk * vj;
       oj += e * qv[i];
     };

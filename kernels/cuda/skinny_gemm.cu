@@ -233,10 +233,36 @@ __device__ __forceinline__ void chunk_pass(const SkinnyOperand& a, const uint16_
   __syncthreads();
 }
 
+// The pick a routed block of rank `rank` takes: picks ordered by how many rows chose
+// them, most first (ties to the lower pick). Blocks start in about the order of their
+// index, so an expert of several passes starts early rather than alone in the last wave;
+// which block computes a (row, weight) never changes its bits. Every thread of the block
+// calls it (it counts in shared memory).
+constexpr int kMaxPicks = 256;
+__device__ int heaviest_first(const SkinnyRows& map, int picks, int rank) {
+  __shared__ int rows_of[kMaxPicks], order[kMaxPicks];
+  for (int e = threadIdx.x; e < picks; e += kThreads) rows_of[e] = 0;
+  __syncthreads();
+  for (int s = threadIdx.x; s < map.rows; s += kThreads) {
+    const int e = map.pick[s];
+    if (e >= 0 && e < picks) atomicAdd(&rows_of[e], 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < picks; e += kThreads) {
+    const int mine = rows_of[e];
+    int before = 0;
+    for (int f = 0; f < picks; ++f) before += rows_of[f] > mine || (rows_of[f] == mine && f < e);
+    order[before] = e;
+  }
+  __syncthreads();
+  return order[rank];
+}
+
 // One (column tile, chunk, group g) per block. The block's rows: without map.pick, every
 // row s < map.rows of A by weight g (output row g * rows + s); with it, every s whose pick
-// is g / per_pick (A row map.a_rows[s], or s; output row s + (g % per_pick) * rows) by
-// weight g, up to MAXM at a time; with map.by_row, the one row g / per_pick by weight
+// is p, the pick of rank g / per_pick in heaviest_first's order (A row map.a_rows[s], or
+// s; output row s + (g % per_pick) * rows) by weight per_pick * p + g % per_pick, up to
+// MAXM at a time; with map.by_row, the one row g / per_pick by weight
 // per_pick * pick + g % per_pick. The block that finishes its (tile, g) last adds the
 // chunk sums in chunk order into c and/or c_bf16 and re-arms the tile's counter (zero
 // again for the next product on this stream). Blocks a multiprocessor: 4 for one row a
@@ -272,23 +298,27 @@ __global__ void __launch_bounds__(kThreads, MAXM == 1 ? 4 : (MAXM == 2 ? 3 : 2))
       weight = g;
       count = map.rows < kMaxListRows ? map.rows : kMaxListRows;
     }
-  } else if (threadIdx.x < 32) {  // the rows that picked weight g / per_pick, in order
-    const int lane = threadIdx.x;
-    int n_rows = 0;
-    for (int s0 = 0; s0 < map.rows; s0 += 32) {
-      const int s = s0 + lane;
-      const bool mine = s < map.rows && map.pick[s] == g / map.per_pick;
-      const unsigned ballot = __ballot_sync(0xffffffffu, mine);
-      const int at = n_rows + __popc(ballot & ((1u << lane) - 1u));
-      if (mine && at < kMaxListRows) {
-        a_row[at] = map.a_rows != nullptr ? map.a_rows[s] : s;
-        out_row[at] = s + (g % map.per_pick) * map.rows;
+  } else {  // the rows that picked the block's pick, in order
+    const int pick = heaviest_first(map, static_cast<int>(gridDim.z) / map.per_pick,
+                                    g / map.per_pick);
+    if (threadIdx.x < 32) {
+      const int lane = threadIdx.x;
+      int n_rows = 0;
+      for (int s0 = 0; s0 < map.rows; s0 += 32) {
+        const int s = s0 + lane;
+        const bool mine = s < map.rows && map.pick[s] == pick;
+        const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+        const int at = n_rows + __popc(ballot & ((1u << lane) - 1u));
+        if (mine && at < kMaxListRows) {
+          a_row[at] = map.a_rows != nullptr ? map.a_rows[s] : s;
+          out_row[at] = s + (g % map.per_pick) * map.rows;
+        }
+        n_rows += __popc(ballot);
       }
-      n_rows += __popc(ballot);
-    }
-    if (lane == 0) {
-      weight = g;
-      count = n_rows < kMaxListRows ? n_rows : kMaxListRows;
+      if (lane == 0) {
+        weight = pick * map.per_pick + g % map.per_pick;
+        count = n_rows < kMaxListRows ? n_rows : kMaxListRows;
+      }
     }
   }
   __syncthreads();
