@@ -299,8 +299,8 @@ __global__ void __launch_bounds__(kThreads, MAXM == 1 ? 4 : (MAXM == 2 ? 3 : 2))
       count = map.rows < kMaxListRows ? map.rows : kMaxListRows;
     }
   } else {  // the rows that picked the block's pick, in order
-    const int pick = heaviest_first(map, static_cast<int>(gridDim.z) / map.per_pick,
-                                    g / map.per_pick);
+    const int pick =
+        heaviest_first(map, static_cast<int>(gridDim.z) / map.per_pick, g / map.per_pick);
     if (threadIdx.x < 32) {
       const int lane = threadIdx.x;
       int n_rows = 0;

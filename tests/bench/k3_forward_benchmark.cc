@@ -227,10 +227,11 @@ int run(int argc, char** argv) {
       decodes, median * 1e3, 1.0 / median, read / 1e9, read / median / 1e12,
       100.0 * read / median / copy_bps, all / 1e9, all / median / 1e12);
   const double fraction = read / median / copy_bps, ratio = prefill_s / median;
-  fmt::print("k3 forward: targets: decode reads weights at {:.1f}% of the copy (at least 50%: {}); "
-             "a {}-token prefill takes {:.2f}x a decode (at most 1.5x: {})\n",
-             100.0 * fraction, fraction >= 0.5 ? "met" : "NOT met", prompt, ratio,
-             ratio <= 1.5 ? "met" : "NOT met");
+  fmt::print(
+      "k3 forward: targets: decode reads weights at {:.1f}% of the copy (at least 50%: {}); "
+      "a {}-token prefill takes {:.2f}x a decode (at most 1.5x: {})\n",
+      100.0 * fraction, fraction >= 0.5 ? "met" : "NOT met", prompt, ratio,
+      ratio <= 1.5 ? "met" : "NOT met");
   // A wait after each call: the sums exceed the medians above by the launch gaps exposed.
   for (const auto& [what, ops] : {std::pair{"decode", &decode_ops}, {"prefill", &prefill_ops}}) {
     fmt::print("k3 forward: {} time by op (a wait after each call):\n", what);
