@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the libFuzzer targets of tests/fuzz/ with clang (ASan + UBSan) in build-fuzz/,
 # run every known input once (the committed regressions, the golden), then fuzz each
-# target for a bounded time. Fails (non-zero) on any crash, leak, timeout, OOM or
-# sanitizer report; the input that caused it is left under build-fuzz/artifacts/.
+# target for a bounded time, --jobs targets at once (default: one per core). Fails
+# (non-zero) on any crash, leak, timeout, OOM or sanitizer report; the input that caused
+# it is left under build-fuzz/artifacts/.
 #   scripts/fuzz.sh [--time SECONDS] [--build-dir DIR] [--jobs N]
 set -euo pipefail
 
@@ -17,7 +18,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --time) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; seconds="$2"; shift 2 ;;
     --build-dir) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; build_dir="$2"; shift 2 ;;
-    --jobs) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; jobs="$2"; shift 2 ;;
+    --jobs) [[ $# -ge 2 && "$2" =~ ^[1-9][0-9]*$ ]] || { usage >&2; exit 2; }; jobs="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "fuzz: unknown argument: $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -97,20 +98,34 @@ for t in "${targets[@]}"; do
   run_once "$t" "${files[@]}"
 done
 
-for t in "${targets[@]}"; do
-  work="$build_dir/fuzz-corpus/$t"     # new inputs found; kept between runs
-  artifacts="$build_dir/artifacts/$t/"
+fuzz_one() {  # target: fuzz it for the bounded time; its log and artifacts stay in build_dir
+  local t="$1"
+  local work="$build_dir/fuzz-corpus/$t"     # new inputs found; kept between runs
+  local artifacts="$build_dir/artifacts/$t/"
   mkdir -p "$work" "$artifacts"
-  echo "== fuzz: $t for ${seconds}s"
-  if ! ASAN_OPTIONS="$asan_loop" LSAN_OPTIONS="$lsan_loop" \
-      "$build_dir/$t" "${flags[@]}" -max_total_time="$seconds" -artifact_prefix="$artifacts" \
-      "$work" "$seeds/$t" >"$build_dir/$t.log" 2>&1; then
-    echo "fuzz: $t FAILED (log: $build_dir/$t.log, input under $artifacts)" >&2
-    tail -n 60 "$build_dir/$t.log" >&2
-    fail=1
-  else
-    grep -E '^Done [0-9]+ runs' "$build_dir/$t.log" || tail -n 1 "$build_dir/$t.log"
-  fi
+  ASAN_OPTIONS="$asan_loop" LSAN_OPTIONS="$lsan_loop" \
+    "$build_dir/$t" "${flags[@]}" -max_total_time="$seconds" -artifact_prefix="$artifacts" \
+    "$work" "$seeds/$t" >"$build_dir/$t.log" 2>&1
+}
+# The targets fuzz --jobs at a time, each a process of one thread with the whole time.
+for ((first = 0; first < ${#targets[@]}; first += jobs)); do
+  batch=("${targets[@]:first:jobs}")
+  pids=()
+  for t in "${batch[@]}"; do
+    echo "== fuzz: $t for ${seconds}s"
+    fuzz_one "$t" &
+    pids+=($!)
+  done
+  for i in "${!batch[@]}"; do
+    t="${batch[$i]}"
+    if ! wait "${pids[$i]}"; then
+      echo "fuzz: $t FAILED (log: $build_dir/$t.log, input under $build_dir/artifacts/$t/)" >&2
+      tail -n 60 "$build_dir/$t.log" >&2
+      fail=1
+    else
+      echo "fuzz: $t: $(grep -E '^Done [0-9]+ runs' "$build_dir/$t.log" || tail -n 1 "$build_dir/$t.log")"
+    fi
+  done
 done
 
 if [[ $fail -ne 0 ]]; then
