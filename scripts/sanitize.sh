@@ -90,7 +90,7 @@ read_cpu() {  # sets cpu: user+sys seconds of this shell's finished children ("1
 
 [[ $all -eq 1 ]] || filter="${filter:-$subset}"
 
-# Only the test files that define the selected tests are compiled (a third of the build time
+# Only the test files that define the selected tests are compiled (half the build time
 # for the ThreadSanitizer run). The release build's test binary says which: GoogleTest's JSON
 # listing names each test's file. It is used only when newer than every test file, and the
 # sanitizer binary must list the same tests under the filter (checked after the build).
