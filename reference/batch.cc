@@ -1,6 +1,7 @@
 #include "reference/batch.h"
 
 #include <set>
+#include <stdexcept>
 
 #include "kernels/tensor_copy.h"
 #include "reference/segment_tasks.h"
@@ -36,73 +37,180 @@ void RequestStateTable::apply(const StateUpdate& u) {
   st.positions = st.snapshot_positions;
 }
 
+ResidualState BatchRows::segment(size_t i) const {
+  const int64_t b = begin.at(i), e = begin.at(i + 1);
+  ResidualState st;
+  st.prefix = all.prefix.rows(b, e);
+  st.has_delta = all.has_delta;
+  if (all.has_delta) st.delta = all.delta.rows(b, e);
+  st.bank = all.bank.rows(b, e);
+  return st;
+}
+
+namespace {
+
+// The parts' tensors `field` appended along the first axis.
+Tensor concat_field(const std::vector<ResidualState>& parts, Tensor ResidualState::*field) {
+  const Tensor& first = parts.front().*field;
+  Shape shape = first.shape();
+  shape[0] = 0;
+  for (const ResidualState& p : parts) {
+    const Tensor& t = p.*field;
+    Shape rest = t.shape();
+    rest[0] = 0;
+    if (rest != shape || t.dtype() != first.dtype() || t.device() != first.device())
+      throw std::invalid_argument("concat_rows: segment states of shapes " +
+                                  shape_string(first.shape()) + " and " + shape_string(t.shape()) +
+                                  " (or dtypes, devices) differ");
+  }
+  for (const ResidualState& p : parts) shape[0] += (p.*field).dim(0);
+  Tensor out = Tensor::zeros(first.dtype(), shape, first.device());
+  size_t at = 0;
+  for (const ResidualState& p : parts) {
+    const Tensor& t = p.*field;
+    if (t.nbytes() > 0) copy_tensor_runs(out, at, t.nbytes(), t, 0, t.nbytes(), t.nbytes(), 1);
+    at += t.nbytes();
+  }
+  return out;
+}
+
+// Runs `op` once on a context standing for every segment's (the first's, recording into a
+// trace of its own), then records the events it dispatched in each segment's trace as
+// that segment's own.
+template <typename Op>
+void once_for_all(const std::vector<KernelContext>& ctxs, const Op& op) {
+  if (ctxs.size() == 1) {
+    op(ctxs.front());
+    return;
+  }
+  DispatchTrace trace;
+  KernelContext ctx = ctxs.front();
+  ctx.trace = &trace;
+  op(ctx);
+  for (const KernelContext& c : ctxs) {
+    if (c.trace == nullptr) continue;
+    for (DispatchEvent e : trace.events) {
+      e.forward = c.forward;
+      e.stage = c.stage;
+      c.trace->events.push_back(e);
+    }
+  }
+}
+
+// attn_res at `site` of layer l over every segment's rows: once, when each row then gets
+// the bits its segment's own call gives it, else once per segment on views of its rows.
+void attn_res_rows(const std::vector<KernelContext>& ctxs, int l, Site site, const BatchRows& rows,
+                   const AttnResArgs& args) {
+  const int64_t all = rows.begin.back();
+  bool once = true;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const KernelContext& c = ctxs[i];
+    once = once && c.override_variant == ctxs.front().override_variant &&
+           c.stage == ctxs.front().stage &&
+           attn_res_fallback_block_l(rows.begin[i + 1] - rows.begin[i], args.nb) ==
+               attn_res_fallback_block_l(all, args.nb);
+  }
+  if (once) {
+    once_for_all(ctxs, [&](const KernelContext& ctx) {
+      AttnResArgs a = args;
+      attn_res(ctx.at(l, site), a);
+    });
+    return;
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t b = rows.begin[i], e = rows.begin[i + 1];
+    Tensor prefix = args.prefix->rows(b, e), bank = args.bank->rows(b, e),
+           out = args.out->rows(b, e);
+    Tensor delta = args.delta != nullptr ? args.delta->rows(b, e) : Tensor();
+    AttnResArgs a = args;
+    a.prefix = &prefix;
+    a.delta = args.delta != nullptr ? &delta : nullptr;
+    a.bank = &bank;
+    a.out = &out;
+    attn_res(ctxs[i].at(l, site), a);
+  }
+}
+
+Tensor like(const Tensor& t) { return Tensor::zeros(t.dtype(), t.shape(), t.device()); }
+
+}  // namespace
+
+BatchRows concat_rows(const std::vector<ResidualState>& parts) {
+  BatchRows rows;
+  rows.begin.push_back(0);
+  for (const ResidualState& p : parts) rows.begin.push_back(rows.begin.back() + p.prefix.dim(0));
+  if (parts.size() == 1) {
+    rows.all = parts.front();
+    return rows;
+  }
+  if (parts.empty()) return rows;
+  for (const ResidualState& p : parts)
+    if (p.has_delta != parts.front().has_delta)
+      throw std::invalid_argument("concat_rows: segment states differ in holding a delta");
+  rows.all.prefix = concat_field(parts, &ResidualState::prefix);
+  rows.all.has_delta = parts.front().has_delta;
+  if (rows.all.has_delta) rows.all.delta = concat_field(parts, &ResidualState::delta);
+  rows.all.bank = concat_field(parts, &ResidualState::bank);
+  return rows;
+}
+
 void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& c, int l,
-                     const LayerWeights& w, const std::vector<ResidualState*>& states,
-                     const std::vector<LayerCache*>& caches,
+                     const LayerWeights& w, BatchRows& rows, const std::vector<LayerCache*>& caches,
                      const std::vector<LayerRecording>& recs) {
-  const size_t n = states.size();
+  const size_t n = rows.size();
   if (n == 0) return;
-  // Steps 1-4 per segment: at once, on the calling thread and helper threads, when no two
-  // segments share a state or a cache (batch.stale_microbatch_state indexes two requests'
-  // state through one slot; then one after another, as always). On a device each thread
-  // queues on its own stream: a helper's segment is queued after the caller's work so far
-  // (the last layer's scatter), and the caller's MLP after every helper's segment, through
-  // stream marks (kernels/tensor.h), so no host waits.
+  ResidualState& st = rows.all;
+  const std::vector<int> native = native_sizes(c);
+  auto record_rows = [&](const char* name, const Tensor& t) {
+    for (size_t i = 0; i < n; ++i)
+      record_layer(recs[i], l, name, t.rows(rows.begin[i], rows.begin[i + 1]));
+  };
+
+  // 1. x = attn_res(P, D, bank, ...) at site pre_attn, over every segment's rows.
+  Tensor x = like(st.prefix);
+  attn_res_rows(ctxs, l, Site::kPreAttn, rows, pre_attn_args(c, l, w, st, native, &x));
+  record_rows("pre_attn", x);
+
+  // 2. a = attention_l(x) per segment, on its rows and its cache: at once, on the calling
+  // thread and helper threads, when no two segments share a cache (batch.
+  // stale_microbatch_state indexes two requests' state through one slot; then one after
+  // another, as always). On a device each thread queues on its own stream: a helper's
+  // segment after the caller's work so far (step 1), and the caller's step 4 after every
+  // helper's segment, through stream marks (kernels/tensor.h), so no host waits.
+  Tensor a = like(st.prefix);
   bool parallel = n > 1;
   if (parallel) {
-    std::set<const void*> distinct;
-    for (size_t i = 0; i < n; ++i) {
-      distinct.insert(states[i]);
-      distinct.insert(caches[i]);
-    }
-    parallel = distinct.size() == 2 * n;
+    std::set<const void*> distinct(caches.begin(), caches.end());
+    parallel = distinct.size() == n;
   }
-  const bool marks = parallel && states.front()->prefix.device() != Device::kCpu;
+  const bool marks = parallel && st.prefix.device() != Device::kCpu;
   const DeviceWorkMark before = marks ? mark_thread_device_work() : DeviceWorkMark{};
   std::vector<DeviceWorkMark> after(n);
-  std::vector<Tensor> ys(n);
   run_segment_tasks(n, parallel, [&](size_t i) {
     queue_after_device_work(before);
-    ys[i] = run_layer_until_mlp(ctxs[i], c, l, w, *states[i], *caches[i], recs[i]);
+    const int64_t b = rows.begin[i], e = rows.begin[i + 1];
+    Tensor a_rows = a.rows(b, e);
+    run_attention(ctxs[i], c, l, w, x.rows(b, e), *caches[i], a_rows);
     if (marks) after[i] = mark_thread_device_work();
   });
   for (const DeviceWorkMark& m : after) queue_after_device_work(m);
-  if (n == 1) {  // one segment: its own rows are the MLP's (no gather, no scatter)
-    finish_layer(l, *states[0], run_layer_mlp(ctxs[0], c, l, w, ys[0]), recs[0]);
-    return;
-  }
-  int64_t rows = 0;
-  for (const Tensor& y : ys) rows += y.dim(0);
-  // Step 5 once over the concatenated rows (the MLP is row-wise), gathered and scattered
-  // by byte copies where the rows are (the device, on the cuda backend: queued on the
-  // stream, kernels/tensor_copy.h).
-  const int64_t h = c.hidden_size;
-  const Device device = ys.front().device();
-  Tensor y_all = Tensor::zeros(DType::kBF16, {rows, h}, device);
-  size_t at = 0;
-  for (const Tensor& y : ys) {
-    copy_tensor_runs(y_all, at, y.nbytes(), y, 0, y.nbytes(), y.nbytes(), 1);
-    at += y.nbytes();
-  }
-  DispatchTrace mlp_trace;
-  KernelContext mlp_ctx = ctxs.front();
-  mlp_ctx.trace = &mlp_trace;
-  const Tensor m_all = run_layer_mlp(mlp_ctx, c, l, w, y_all);
-  at = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t t = ys[i].dim(0);
-    Tensor m = Tensor::zeros(DType::kBF16, {t, h}, m_all.device());
-    copy_tensor_runs(m, 0, m.nbytes(), m_all, at, m.nbytes(), m.nbytes(), 1);
-    at += m.nbytes();
-    if (ctxs[i].trace != nullptr) {
-      for (DispatchEvent e : mlp_trace.events) {
-        e.forward = ctxs[i].forward;
-        e.stage = ctxs[i].stage;
-        ctxs[i].trace->events.push_back(e);
-      }
-    }
-    finish_layer(l, *states[i], std::move(m), recs[i]);
-  }
+  record_rows("attn_out", a);
+
+  // 3. A block-write layer starts a new block: P = a, no delta. Otherwise D = a.
+  take_attention(c, l, st, a);
+
+  // 4. y = attn_res(P, D, bank, ...) at site pre_mlp, over every segment's rows.
+  Tensor y = like(st.prefix);
+  attn_res_rows(ctxs, l, Site::kPreMlp, rows, pre_mlp_args(c, l, w, st, native, &y));
+  record_rows("pre_mlp", y);
+
+  // 5. D = mlp_l(y), once over every segment's rows (the MLP is row-wise).
+  Tensor m;
+  once_for_all(ctxs, [&](const KernelContext& ctx) { m = run_layer_mlp(ctx, c, l, w, y); });
+  record_rows("mlp_out", m);
+  record_rows("prefix", st.prefix);
+  st.delta = std::move(m);
+  st.has_delta = true;
 }
 
 }  // namespace splitcheck

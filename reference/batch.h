@@ -3,10 +3,12 @@
 // A segment is one request's consecutive tokens in a forward (a prefill chunk, a decode
 // token, a verify block or a replay). Every segment has its own forward index, so a
 // dump records it under "forward/<index>/" exactly as the same forward of the request
-// served alone would be recorded, plus the attributes `request` and `step`. Row-wise
-// kernels (the MLP) run once on the concatenated rows; AttnRes, attention, caches and
-// the head run per segment. Every CPU kernel is row-independent, so a request's results
-// in a batch equal the same request served alone, bit for bit.
+// served alone would be recorded, plus the attributes `request` and `step`. The segments'
+// residual states are concatenated (BatchRows), so the row-wise steps of a layer
+// (AttnRes and the MLP) run once on every segment's rows; attention and the caches run
+// per segment, on views of its rows; taps and the head per segment. Every CPU kernel is
+// row-independent, so a request's results in a batch equal the same request served
+// alone, bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -76,15 +78,30 @@ class RequestStateTable {
   std::map<int32_t, RequestState> states_;
 };
 
-// Layer l (SPEC 2.3) over a ragged batch: steps 1-4 per segment on its own state, cache
-// and dispatch trace (the segments at once, reference/segment_tasks.h, unless two share a
-// state or cache; on a device each on its thread's stream, ordered by stream marks);
-// step 5 (the MLP) once over the concatenated rows, its dispatch event recorded in every
-// segment's trace. Each segment's result and record equal run_layer's on that segment
-// alone.
+// A ragged batch's residual state: every segment's rows of P, D and the bank, concatenated
+// in segment order.
+struct BatchRows {
+  ResidualState all;
+  std::vector<int64_t> begin;  // segment i's rows are [begin[i], begin[i + 1])
+  size_t size() const { return begin.empty() ? 0 : begin.size() - 1; }
+  // Segment i's state: views of its rows (until a layer replaces P).
+  ResidualState segment(size_t i) const;
+};
+// The parts' rows concatenated, copied where they are (one part is taken as it is). Throws
+// std::invalid_argument when the parts differ in width, bank rows, device or delta.
+BatchRows concat_rows(const std::vector<ResidualState>& parts);
+
+// Layer l (SPEC 2.3) over a ragged batch: steps 1 and 4 (AttnRes) once over every
+// segment's rows when that gives each row the bits its segment's own call gives (the same
+// dispatch context, and the fallback's BLOCK_L rule of SPEC 2.2 picking the same BLOCK_L
+// for all the rows as for each segment's), otherwise per segment; step 2 per segment on
+// views of its rows with its own cache (the segments at once, reference/segment_tasks.h,
+// unless two share a cache; on a device each on its thread's stream, ordered by stream
+// marks); step 5 (the MLP) once over all rows. A call over all rows records its dispatch
+// event in every segment's trace. Each segment's result and record equal run_layer's on
+// that segment alone.
 void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& config, int l,
-                     const LayerWeights& w, const std::vector<ResidualState*>& states,
-                     const std::vector<LayerCache*>& caches,
+                     const LayerWeights& w, BatchRows& rows, const std::vector<LayerCache*>& caches,
                      const std::vector<LayerRecording>& recs);
 
 }  // namespace splitcheck

@@ -59,7 +59,6 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
   std::vector<DispatchTrace> traces(n);
   std::vector<KernelContext> ctxs;
   std::vector<ResidualState> states(n);
-  std::vector<ResidualState*> state_ptrs;
   std::vector<LayerRecording> recs;
   std::vector<std::vector<std::pair<int, Tensor>>> taps(n);
   for (size_t i = 0; i < n; ++i) {
@@ -70,25 +69,26 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
     record_segment_attrs(r, seg, batch.step);
     ctxs.push_back(KernelContext{&traces[i], seg.index, -1, Site::kEmbed, 0, -1});
     states[i] = embed_state(ctxs[i], c, weights_.get("embed_tokens.weight"), ids_tensor(seg.ids));
-    state_ptrs.push_back(&states[i]);
     recs.push_back(LayerRecording{r, forward_path(seg.index), options_.level});
     if (captured(0)) taps[i].emplace_back(0, states[i].prefix.clone());
   }
+  BatchRows rows = concat_rows(states);
   for (int l = 0; l < L; ++l) {
     std::vector<LayerCache*> caches;
     for (const Segment& seg : batch.segments)
       caches.push_back(&requests_.at(seg.request).caches[l]);
-    run_layer_batch(ctxs, c, l, layers_[l], state_ptrs, caches, recs);
+    run_layer_batch(ctxs, c, l, layers_[l], rows, caches, recs);
     computed_.layers += static_cast<int64_t>(n);
     const int k = l + 1;
     if (!captured(k)) continue;
     for (size_t i = 0; i < n; ++i) {
+      const ResidualState st = rows.segment(i);
       if (k < L) {
-        taps[i].emplace_back(k, read_tap(ctxs[i], c, k, states[i], *layers_[k].sa_res_norm,
-                                         *layers_[k].sa_res_proj));
+        taps[i].emplace_back(
+            k, read_tap(ctxs[i], c, k, st, *layers_[k].sa_res_norm, *layers_[k].sa_res_proj));
       } else {
         taps[i].emplace_back(
-            k, read_tap(ctxs[i], c, k, states[i], weights_.get("output_attn_res_norm.weight"),
+            k, read_tap(ctxs[i], c, k, st, weights_.get("output_attn_res_norm.weight"),
                         weights_.get("output_attn_res_proj.weight")));
       }
     }
@@ -97,6 +97,7 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
   out.step = batch.step;
   for (size_t i = 0; i < n; ++i) {
     const Segment& seg = batch.segments[i];
+    states[i] = rows.segment(i);
     HeadOutput head = run_head(ctxs[i], c, states[i], weights_);
     ++computed_.heads;
     RunRecord* r = record != nullptr ? &records[i] : nullptr;

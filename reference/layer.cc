@@ -29,12 +29,12 @@ class Binder {
 
 Tensor like(const Tensor& t) { return Tensor::zeros(t.dtype(), t.shape(), t.device()); }
 
-void record(const LayerRecording& rec, int l, const char* name, const Tensor& t) {
+}  // namespace
+
+void record_layer(const LayerRecording& rec, int l, const char* name, const Tensor& t) {
   if (!rec.wants_layers()) return;
   rec.record->add(rec.forward_path + "layers/" + std::to_string(l) + "/" + name, t.clone());
 }
-
-}  // namespace
 
 std::vector<int> native_sizes(const ModelConfig& c) {
   return c.native_attn_res_hidden_sizes.empty() ? std::vector<int>{c.hidden_size}
@@ -109,87 +109,85 @@ void truncate_layer_cache(const ModelConfig& c, int l, LayerCache& cache, int64_
     cache.mla_latent.positions = std::min(cache.mla_latent.positions, positions);
 }
 
-Tensor run_layer_until_mlp(const KernelContext& ctx0, const ModelConfig& c, int l,
-                           const LayerWeights& w, ResidualState& st, LayerCache& cache,
-                           const LayerRecording& rec) {
-  const bool write = c.is_block_write_layer(l);
-  const int nb = (l + c.attn_res_block_size - 1) / c.attn_res_block_size;
-  const std::vector<int> native = native_sizes(c);
+namespace {
+
+// attn_res over `st` with a site's weights.
+AttnResArgs site_args(const ModelConfig& c, ResidualState& st, const Tensor* norm_w,
+                      const Tensor* proj_w, const Tensor* out_w, int nb, int write_idx,
+                      const std::vector<int>& native, Tensor* out) {
+  return AttnResArgs{&st.prefix,
+                     st.has_delta ? &st.delta : nullptr,
+                     &st.bank,
+                     norm_w,
+                     proj_w,
+                     out_w,
+                     nb,
+                     write_idx,
+                     c.rms_norm_eps,
+                     c.rms_norm_eps,
+                     native,
+                     out};
+}
+
+int blocks_before(const ModelConfig& c, int l) {
+  return (l + c.attn_res_block_size - 1) / c.attn_res_block_size;
+}
+
+}  // namespace
+
+AttnResArgs pre_attn_args(const ModelConfig& c, int l, const LayerWeights& w, ResidualState& st,
+                          const std::vector<int>& native, Tensor* x) {
+  const int write_idx = c.is_block_write_layer(l) ? l / c.attn_res_block_size : -1;
+  return site_args(c, st, w.sa_res_norm, w.sa_res_proj, w.input_layernorm, blocks_before(c, l),
+                   write_idx, native, x);
+}
+
+AttnResArgs pre_mlp_args(const ModelConfig& c, int l, const LayerWeights& w, ResidualState& st,
+                         const std::vector<int>& native, Tensor* y) {
+  const int nb = blocks_before(c, l) + (c.is_block_write_layer(l) ? 1 : 0);
+  return site_args(c, st, w.mlp_res_norm, w.mlp_res_proj, w.post_attention_layernorm, nb, -1,
+                   native, y);
+}
+
+void run_attention(const KernelContext& ctx0, const ModelConfig& c, int l, const LayerWeights& w,
+                   const Tensor& x, LayerCache& cache, Tensor& a) {
+  const KernelContext ctx = ctx0.at(l, Site::kAttn);
   const float eps = c.rms_norm_eps;
-
-  // 1. x = attn_res(P, D, bank, ...) at site pre_attn.
-  Tensor x = like(st.prefix);
-  AttnResArgs pre{&st.prefix,
-                  st.has_delta ? &st.delta : nullptr,
-                  &st.bank,
-                  w.sa_res_norm,
-                  w.sa_res_proj,
-                  w.input_layernorm,
-                  nb,
-                  write ? l / c.attn_res_block_size : -1,
-                  eps,
-                  eps,
-                  native,
-                  &x};
-  attn_res(ctx0.at(l, Site::kPreAttn), pre);
-  record(rec, l, "pre_attn", x);
-
-  // 2. a = attention_l(x).
-  Tensor a = like(st.prefix);
-  const KernelContext attn_ctx = ctx0.at(l, Site::kAttn);
   if (w.mla) {
     MlaArgs m{&x,         w.q,   w.kv_a,
               w.kv_norm,  w.k_b, w.v_b,
               w.g,        w.o,   c.num_attention_heads,
               c.head_dim, eps,   &cache.mla_latent,
               &a};
-    mla_attention(attn_ctx, m);
-  } else {
-    KdaArgs k{&x,
-              w.q,
-              w.k,
-              w.v,
-              w.b,
-              w.a,
-              w.g,
-              w.o_norm,
-              w.o,
-              c.num_attention_heads,
-              c.head_dim,
-              eps,
-              &cache.kda_state,
-              &a};
-    if (cache.kda_state.shape().empty()) cache.kda_state = zero_kda_state(c, w.q->device());
-    kda_attention(attn_ctx, k);
+    mla_attention(ctx, m);
+    return;
   }
-  record(rec, l, "attn_out", a);
+  KdaArgs k{&x,
+            w.q,
+            w.k,
+            w.v,
+            w.b,
+            w.a,
+            w.g,
+            w.o_norm,
+            w.o,
+            c.num_attention_heads,
+            c.head_dim,
+            eps,
+            &cache.kda_state,
+            &a};
+  if (cache.kda_state.shape().empty()) cache.kda_state = zero_kda_state(c, w.q->device());
+  kda_attention(ctx, k);
+}
 
-  // 3. A block-write layer starts a new block: P = a, no delta. Otherwise D = a.
-  if (write) {
+void take_attention(const ModelConfig& c, int l, ResidualState& st, const Tensor& a) {
+  if (c.is_block_write_layer(l)) {
     st.prefix = a.clone();
     st.has_delta = false;
   } else {
     st.delta = a;
     st.has_delta = true;
   }
-
-  // 4. y = attn_res(P, D, bank, ...) at site pre_mlp.
-  Tensor y = like(st.prefix);
-  AttnResArgs mid{&st.prefix,
-                  st.has_delta ? &st.delta : nullptr,
-                  &st.bank,
-                  w.mlp_res_norm,
-                  w.mlp_res_proj,
-                  w.post_attention_layernorm,
-                  nb + (write ? 1 : 0),
-                  -1,
-                  eps,
-                  eps,
-                  native,
-                  &y};
-  attn_res(ctx0.at(l, Site::kPreMlp), mid);
-  record(rec, l, "pre_mlp", y);
-  return y;
 }
 
 Tensor run_layer_mlp(const KernelContext& ctx0, const ModelConfig& c, int l, const LayerWeights& w,
@@ -207,15 +205,31 @@ Tensor run_layer_mlp(const KernelContext& ctx0, const ModelConfig& c, int l, con
 }
 
 void finish_layer(int l, ResidualState& st, Tensor m, const LayerRecording& rec) {
-  record(rec, l, "mlp_out", m);
-  record(rec, l, "prefix", st.prefix);
+  record_layer(rec, l, "mlp_out", m);
+  record_layer(rec, l, "prefix", st.prefix);
   st.delta = std::move(m);
   st.has_delta = true;
 }
 
 void run_layer(const KernelContext& ctx0, const ModelConfig& c, int l, const LayerWeights& w,
                ResidualState& st, LayerCache& cache, const LayerRecording& rec) {
-  const Tensor y = run_layer_until_mlp(ctx0, c, l, w, st, cache, rec);
+  const std::vector<int> native = native_sizes(c);
+  // 1. x = attn_res(P, D, bank, ...) at site pre_attn.
+  Tensor x = like(st.prefix);
+  AttnResArgs pre = pre_attn_args(c, l, w, st, native, &x);
+  attn_res(ctx0.at(l, Site::kPreAttn), pre);
+  record_layer(rec, l, "pre_attn", x);
+  // 2. a = attention_l(x).
+  Tensor a = like(st.prefix);
+  run_attention(ctx0, c, l, w, x, cache, a);
+  record_layer(rec, l, "attn_out", a);
+  // 3. A block-write layer starts a new block: P = a, no delta. Otherwise D = a.
+  take_attention(c, l, st, a);
+  // 4. y = attn_res(P, D, bank, ...) at site pre_mlp.
+  Tensor y = like(st.prefix);
+  AttnResArgs mid = pre_mlp_args(c, l, w, st, native, &y);
+  attn_res(ctx0.at(l, Site::kPreMlp), mid);
+  record_layer(rec, l, "pre_mlp", y);
   // 5. D = mlp_l(y).
   finish_layer(l, st, run_layer_mlp(ctx0, c, l, w, y), rec);
 }

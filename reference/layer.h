@@ -76,15 +76,27 @@ struct LayerRecording {
 void run_layer(const KernelContext& ctx, const ModelConfig& config, int l, const LayerWeights& w,
                ResidualState& state, LayerCache& cache, const LayerRecording& rec);
 
-// The same layer in three parts, for batched forwards (reference/batch.h): steps 1-4 on
-// one request's state and cache, returning y; step 5 on any rows (row-wise); recording
-// mlp_out and prefix and setting D = m. run_layer is the three in sequence.
-Tensor run_layer_until_mlp(const KernelContext& ctx, const ModelConfig& config, int l,
-                           const LayerWeights& w, ResidualState& state, LayerCache& cache,
-                           const LayerRecording& rec);
+// The same layer in parts, for batched forwards (reference/batch.h), which run steps 1, 4
+// and 5 once over every segment's rows and step 2 per segment. run_layer is the parts in
+// order on one state.
+//
+// Steps 1 and 4's arguments: attn_res at site pre_attn (x) or pre_mlp (y) over `state`.
+AttnResArgs pre_attn_args(const ModelConfig& config, int l, const LayerWeights& w,
+                          ResidualState& state, const std::vector<int>& native, Tensor* x);
+AttnResArgs pre_mlp_args(const ModelConfig& config, int l, const LayerWeights& w,
+                         ResidualState& state, const std::vector<int>& native, Tensor* y);
+// Step 2: a = attention_l(x) on one request's cache (MLA or KDA). `a` holds x's shape.
+void run_attention(const KernelContext& ctx, const ModelConfig& config, int l,
+                   const LayerWeights& w, const Tensor& x, LayerCache& cache, Tensor& a);
+// Step 3: a block-write layer starts a new block (P = a, no delta); otherwise D = a.
+void take_attention(const ModelConfig& config, int l, ResidualState& state, const Tensor& a);
+// Step 5 on any rows (row-wise): m = mlp_l(y).
 Tensor run_layer_mlp(const KernelContext& ctx, const ModelConfig& config, int l,
                      const LayerWeights& w, const Tensor& y);
+// Records mlp_out and prefix, and sets D = m.
 void finish_layer(int l, ResidualState& state, Tensor m, const LayerRecording& rec);
+// Records layer l's tensor `name` (a clone) when `rec` wants per-layer tensors.
+void record_layer(const LayerRecording& rec, int l, const char* name, const Tensor& t);
 
 // bf16(P + D), or P when there is no pending delta: the handoff's `hidden`.
 Tensor folded_hidden(const ResidualState& state);

@@ -55,7 +55,7 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
 
   std::vector<KernelContext> ctxs;
   std::vector<StageOutput> outs(n);
-  std::vector<ResidualState*> states;
+  std::vector<ResidualState> states;
   std::vector<LayerRecording> recs;
   for (size_t i = 0; i < n; ++i) {
     const Segment& seg = batch.segments[i];
@@ -85,17 +85,19 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
       RETURN_IF_ERROR(receive_payload(seg.index, T, in[i], body, st, taps));
       place_state(st, weights_.device());  // the received state goes where the weights are
     }
-    states.push_back(&st);
+    states.push_back(st);
   }
 
+  BatchRows rows = concat_rows(states);
   for (int l = range_.begin; l < range_.end; ++l) {
     std::vector<LayerCache*> caches;
     for (size_t i = 0; i < n; ++i) caches.push_back(&table.at(owner[i]).caches[l - range_.begin]);
     const int li = l - range_.begin;
-    run_layer_batch(ctxs, c, l, layers_[li], states, caches, recs);
+    run_layer_batch(ctxs, c, l, layers_[li], rows, caches, recs);
     computed_.layers += static_cast<int64_t>(n);
-    for (size_t i = 0; i < n; ++i) read_tap_after(ctxs[i], l, outs[i].state, &outs[i].taps);
+    for (size_t i = 0; i < n; ++i) read_tap_after(ctxs[i], l, rows.segment(i), &outs[i].taps);
   }
+  for (size_t i = 0; i < n; ++i) outs[i].state = rows.segment(i);
 
   for (size_t i = 0; i < n; ++i) {
     const Segment& seg = batch.segments[i];

@@ -4,10 +4,9 @@
 // (max_in_flight 1), alternated in one process. Counters: generated tokens per second of
 // each (per CPU second on the CPU, the steadier measure on a shared machine; per wall
 // second on the GPU), and the ratio of their CPU and wall times (medians over the
-// iterations). Only the MLP runs over the concatenated rows; AttnRes, attention and the
-// head run per request (a layer's segments at once, on the CPU's cores or the GPU's
-// streams, so the wall ratio is the one that gains). Without a usable device the GPU row
-// ends at once, saying why.
+// iterations). AttnRes and the MLP run once over the concatenated rows; attention, taps
+// and the head run per request (a layer's segments at once, on the CPU's cores or the
+// GPU's streams). Without a usable device the GPU row ends at once, saying why.
 //
 // The schedule bounds the ratio: `forwards_*` count the forwards (steps that carry a
 // segment) of each run, and `bound` is their ratio, the speedup batching would give if a
