@@ -131,7 +131,7 @@ void attn_res_rows(const std::vector<KernelContext>& ctxs, int l, Site site, con
   }
 }
 
-Tensor like(const Tensor& t) { return Tensor::zeros(t.dtype(), t.shape(), t.device()); }
+Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.dtype(), t.shape(), t.device()); }
 
 }  // namespace
 
@@ -167,7 +167,7 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
   };
 
   // 1. x = attn_res(P, D, bank, ...) at site pre_attn, over every segment's rows.
-  Tensor x = like(st.prefix);
+  Tensor x = zeros_like(st.prefix);
   attn_res_rows(ctxs, l, Site::kPreAttn, rows, pre_attn_args(c, l, w, st, native, &x));
   record_rows("pre_attn", x);
 
@@ -177,7 +177,7 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
   // another, as always). On a device each thread queues on its own stream: a helper's
   // segment after the caller's work so far (step 1), and the caller's step 4 after every
   // helper's segment, through stream marks (kernels/tensor.h), so no host waits.
-  Tensor a = like(st.prefix);
+  Tensor a = zeros_like(st.prefix);
   bool parallel = n > 1;
   if (parallel) {
     std::set<const void*> distinct(caches.begin(), caches.end());
@@ -200,7 +200,7 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
   take_attention(c, l, st, a);
 
   // 4. y = attn_res(P, D, bank, ...) at site pre_mlp, over every segment's rows.
-  Tensor y = like(st.prefix);
+  Tensor y = zeros_like(st.prefix);
   attn_res_rows(ctxs, l, Site::kPreMlp, rows, pre_mlp_args(c, l, w, st, native, &y));
   record_rows("pre_mlp", y);
 
