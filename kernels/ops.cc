@@ -1,6 +1,10 @@
 #include "kernels/ops.h"
 
 #include <algorithm>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "kernels/tensor_copy.h"
 
@@ -22,6 +26,55 @@ Tensor latents_on_host(const LatentCache& cache, int64_t r) {
   const size_t bytes = static_cast<size_t>(n) * sizeof(bf16);
   if (bytes > 0) copy_tensor_runs(out, 0, bytes, cache.rows, 0, bytes, bytes, 1);
   return out;
+}
+
+void check_segments(std::span<const int64_t> begin, std::span<const void* const> owners,
+                    int64_t rows) {
+  bool ordered = !owners.empty() && begin.size() == owners.size() + 1 && begin.front() == 0 &&
+                 begin.back() == rows;
+  for (size_t i = 0; ordered && i + 1 < begin.size(); ++i) ordered = begin[i] <= begin[i + 1];
+  if (!ordered)
+    throw std::invalid_argument("segmented attention: " + std::to_string(owners.size()) +
+                                " segments, " + std::to_string(begin.size()) + " bounds, over " +
+                                std::to_string(rows) +
+                                " rows: the bounds must rise from 0 to the row count");
+  const std::set<const void*> distinct(owners.begin(), owners.end());
+  if (distinct.size() != owners.size() || distinct.count(nullptr) != 0)
+    throw std::invalid_argument("segmented attention: two segments share a cache or state");
+}
+
+namespace {
+
+// Segment i of a segmented call as a call of its own: x and out narrowed to its rows,
+// `own` (the cache or state pointer) set to table[i].
+template <typename Args, typename Own>
+void each_segment(const Args& args, std::span<Own* const> table, Own* Args::*own,
+                  void (*call)(Args&)) {
+  const std::span<const int64_t> begin = args.begin;
+  if (args.out->dim(0) != args.x->dim(0))
+    throw std::invalid_argument("segmented attention: x has " + std::to_string(args.x->dim(0)) +
+                                " rows, out " + std::to_string(args.out->dim(0)));
+  const std::vector<const void*> owners(table.begin(), table.end());
+  check_segments(begin, owners, args.x->dim(0));
+  for (size_t i = 0; i < table.size(); ++i) {
+    Tensor x = args.x->rows(begin[i], begin[i + 1]), out = args.out->rows(begin[i], begin[i + 1]);
+    Args one = args;
+    one.begin = {};
+    one.*own = table[i];
+    one.x = &x;
+    one.out = &out;
+    call(one);
+  }
+}
+
+}  // namespace
+
+void for_each_segment(const MlaArgs& args, void (*call)(MlaArgs&)) {
+  each_segment(args, args.caches, &MlaArgs::cache, call);
+}
+
+void for_each_segment(const KdaArgs& args, void (*call)(KdaArgs&)) {
+  each_segment(args, args.states, &KdaArgs::state, call);
 }
 
 bool attn_res_native_eligible(const AttnResArgs& a) {

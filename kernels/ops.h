@@ -85,6 +85,12 @@ struct MlaArgs {
   float eps = 1e-6f;
   LatentCache* cache = nullptr;  // appended to
   Tensor* out = nullptr;         // [T,H]
+  // A call over several segments (a batched forward's requests): when `begin` is not
+  // empty, rows [begin[i], begin[i+1]) of x and out are segment i's, which appends to and
+  // attends over caches[i] alone, as a call of its own would; `cache` is then unused.
+  // The caches are distinct.
+  std::span<const int64_t> begin = {};
+  std::span<LatentCache* const> caches = {};
 };
 
 // KDA-lite (SPEC 2.4). state: float32 [heads, hd, hd] where the layer's weights are,
@@ -104,7 +110,22 @@ struct KdaArgs {
   float eps = 1e-6f;
   Tensor* state = nullptr;  // f32 [heads*hd*hd]
   Tensor* out = nullptr;
+  // Segments, as MlaArgs's: segment i's rows update states[i] alone; the states are
+  // distinct tensors.
+  std::span<const int64_t> begin = {};
+  std::span<Tensor* const> states = {};
 };
+
+// Throws std::invalid_argument unless `begin` rises from 0 to `rows` in owners.size()
+// segments and the owners (the segments' caches or states) are distinct and not null.
+void check_segments(std::span<const int64_t> begin, std::span<const void* const> owners,
+                    int64_t rows);
+
+// Runs `call` once per segment of a segmented MLA or KDA call, on views of the segment's
+// rows and its own cache or state (the CPU's way, and any backend's for a call it does
+// not run at once); throws when the segment tables disagree.
+void for_each_segment(const MlaArgs& args, void (*call)(MlaArgs&));
+void for_each_segment(const KdaArgs& args, void (*call)(KdaArgs&));
 
 // One SwiGLU expert's weights, [in, out].
 struct SwiGluWeights {

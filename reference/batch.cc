@@ -74,6 +74,14 @@ Tensor concat_field(const std::vector<ResidualState>& parts, Tensor ResidualStat
   return out;
 }
 
+// Whether one call can stand for every segment's: the same stage and variant override.
+bool same_context(const std::vector<KernelContext>& ctxs) {
+  for (const KernelContext& c : ctxs)
+    if (c.override_variant != ctxs.front().override_variant || c.stage != ctxs.front().stage)
+      return false;
+  return true;
+}
+
 // Runs `op` once on a context standing for every segment's (the first's, recording into a
 // trace of its own), then records the events it dispatched in each segment's trace as
 // that segment's own.
@@ -102,14 +110,10 @@ void once_for_all(const std::vector<KernelContext>& ctxs, const Op& op) {
 void attn_res_rows(const std::vector<KernelContext>& ctxs, int l, Site site, const BatchRows& rows,
                    const AttnResArgs& args) {
   const int64_t all = rows.begin.back();
-  bool once = true;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const KernelContext& c = ctxs[i];
-    once = once && c.override_variant == ctxs.front().override_variant &&
-           c.stage == ctxs.front().stage &&
-           attn_res_fallback_block_l(rows.begin[i + 1] - rows.begin[i], args.nb) ==
-               attn_res_fallback_block_l(all, args.nb);
-  }
+  bool once = same_context(ctxs);
+  for (size_t i = 0; i < rows.size(); ++i)
+    once = once && attn_res_fallback_block_l(rows.begin[i + 1] - rows.begin[i], args.nb) ==
+                       attn_res_fallback_block_l(all, args.nb);
   if (once) {
     once_for_all(ctxs, [&](const KernelContext& ctx) {
       AttnResArgs a = args;
@@ -171,29 +175,35 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
   attn_res_rows(ctxs, l, Site::kPreAttn, rows, pre_attn_args(c, l, w, st, native, &x));
   record_rows("pre_attn", x);
 
-  // 2. a = attention_l(x) per segment, on its rows and its cache: at once, on the calling
-  // thread and helper threads, when no two segments share a cache (batch.
-  // stale_microbatch_state indexes two requests' state through one slot; then one after
-  // another, as always). On a device each thread queues on its own stream: a helper's
-  // segment after the caller's work so far (step 1), and the caller's step 4 after every
-  // helper's segment, through stream marks (kernels/tensor.h), so no host waits.
+  // 2. a = attention_l(x), each segment on its rows and its own cache. On a device, one
+  // segmented call runs every segment at once (its products once over all rows, one
+  // attention or recurrence launch). Otherwise (the CPU, or segments that share a cache,
+  // as batch.stale_microbatch_state makes them, or whose contexts differ) a call per
+  // segment: at once on the calling thread and helper threads when no two segments share
+  // a cache, else one after another. On a device each helper queues on its own stream: a
+  // segment after the caller's work so far (step 1), the caller's step 4 after every
+  // segment, through stream marks (kernels/tensor.h), so no host waits.
   Tensor a = zeros_like(st.prefix);
-  bool parallel = n > 1;
-  if (parallel) {
-    std::set<const void*> distinct(caches.begin(), caches.end());
-    parallel = distinct.size() == n;
+  std::set<const void*> distinct(caches.begin(), caches.end());
+  const bool own_caches = distinct.size() == n;
+  if (n > 1 && own_caches && st.prefix.device() != Device::kCpu && same_context(ctxs)) {
+    once_for_all(ctxs, [&](const KernelContext& ctx) {
+      run_attention_segments(ctx, c, l, w, x, rows.begin, caches, a);
+    });
+  } else {
+    const bool parallel = n > 1 && own_caches;
+    const bool marks = parallel && st.prefix.device() != Device::kCpu;
+    const DeviceWorkMark before = marks ? mark_thread_device_work() : DeviceWorkMark{};
+    std::vector<DeviceWorkMark> after(n);
+    run_segment_tasks(n, parallel, [&](size_t i) {
+      queue_after_device_work(before);
+      const int64_t b = rows.begin[i], e = rows.begin[i + 1];
+      Tensor a_rows = a.rows(b, e);
+      run_attention(ctxs[i], c, l, w, x.rows(b, e), *caches[i], a_rows);
+      if (marks) after[i] = mark_thread_device_work();
+    });
+    for (const DeviceWorkMark& m : after) queue_after_device_work(m);
   }
-  const bool marks = parallel && st.prefix.device() != Device::kCpu;
-  const DeviceWorkMark before = marks ? mark_thread_device_work() : DeviceWorkMark{};
-  std::vector<DeviceWorkMark> after(n);
-  run_segment_tasks(n, parallel, [&](size_t i) {
-    queue_after_device_work(before);
-    const int64_t b = rows.begin[i], e = rows.begin[i + 1];
-    Tensor a_rows = a.rows(b, e);
-    run_attention(ctxs[i], c, l, w, x.rows(b, e), *caches[i], a_rows);
-    if (marks) after[i] = mark_thread_device_work();
-  });
-  for (const DeviceWorkMark& m : after) queue_after_device_work(m);
   record_rows("attn_out", a);
 
   // 3. A block-write layer starts a new block: P = a, no delta. Otherwise D = a.

@@ -149,34 +149,59 @@ AttnResArgs pre_mlp_args(const ModelConfig& c, int l, const LayerWeights& w, Res
                    native, y);
 }
 
+namespace {
+
+MlaArgs mla_args(const ModelConfig& c, const LayerWeights& w, const Tensor& x, LatentCache* cache,
+                 Tensor& a) {
+  return MlaArgs{&x,  w.q, w.kv_a, w.kv_norm, w.k_b, w.v_b, w.g, w.o, c.num_attention_heads,
+                 c.head_dim, c.rms_norm_eps, cache, &a};
+}
+
+KdaArgs kda_args(const ModelConfig& c, const LayerWeights& w, const Tensor& x, Tensor* state,
+                 Tensor& a) {
+  return KdaArgs{&x,     w.q, w.k,    w.v, w.b, w.a, w.g, w.o_norm, w.o, c.num_attention_heads,
+                 c.head_dim, c.rms_norm_eps, state, &a};
+}
+
+// A KDA layer's state, zeros before the layer's first call.
+Tensor* kda_state(const ModelConfig& c, const LayerWeights& w, LayerCache& cache) {
+  if (cache.kda_state.shape().empty()) cache.kda_state = zero_kda_state(c, w.q->device());
+  return &cache.kda_state;
+}
+
+}  // namespace
+
 void run_attention(const KernelContext& ctx0, const ModelConfig& c, int l, const LayerWeights& w,
                    const Tensor& x, LayerCache& cache, Tensor& a) {
   const KernelContext ctx = ctx0.at(l, Site::kAttn);
-  const float eps = c.rms_norm_eps;
   if (w.mla) {
-    MlaArgs m{&x,         w.q,   w.kv_a,
-              w.kv_norm,  w.k_b, w.v_b,
-              w.g,        w.o,   c.num_attention_heads,
-              c.head_dim, eps,   &cache.mla_latent,
-              &a};
+    MlaArgs m = mla_args(c, w, x, &cache.mla_latent, a);
     mla_attention(ctx, m);
     return;
   }
-  KdaArgs k{&x,
-            w.q,
-            w.k,
-            w.v,
-            w.b,
-            w.a,
-            w.g,
-            w.o_norm,
-            w.o,
-            c.num_attention_heads,
-            c.head_dim,
-            eps,
-            &cache.kda_state,
-            &a};
-  if (cache.kda_state.shape().empty()) cache.kda_state = zero_kda_state(c, w.q->device());
+  KdaArgs k = kda_args(c, w, x, kda_state(c, w, cache), a);
+  kda_attention(ctx, k);
+}
+
+void run_attention_segments(const KernelContext& ctx0, const ModelConfig& c, int l,
+                            const LayerWeights& w, const Tensor& x,
+                            const std::vector<int64_t>& begin,
+                            const std::vector<LayerCache*>& caches, Tensor& a) {
+  const KernelContext ctx = ctx0.at(l, Site::kAttn);
+  if (w.mla) {
+    std::vector<LatentCache*> latents;
+    for (LayerCache* cache : caches) latents.push_back(&cache->mla_latent);
+    MlaArgs m = mla_args(c, w, x, nullptr, a);
+    m.begin = begin;
+    m.caches = latents;
+    mla_attention(ctx, m);
+    return;
+  }
+  std::vector<Tensor*> states;
+  for (LayerCache* cache : caches) states.push_back(kda_state(c, w, *cache));
+  KdaArgs k = kda_args(c, w, x, nullptr, a);
+  k.begin = begin;
+  k.states = states;
   kda_attention(ctx, k);
 }
 

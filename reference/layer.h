@@ -88,6 +88,12 @@ AttnResArgs pre_mlp_args(const ModelConfig& config, int l, const LayerWeights& w
 // Step 2: a = attention_l(x) on one request's cache (MLA or KDA). `a` holds x's shape.
 void run_attention(const KernelContext& ctx, const ModelConfig& config, int l,
                    const LayerWeights& w, const Tensor& x, LayerCache& cache, Tensor& a);
+// Step 2 for several requests in one call: rows [begin[i], begin[i+1]) of x and a are
+// request i's, on caches[i] (distinct), each computed as its own call would.
+void run_attention_segments(const KernelContext& ctx, const ModelConfig& config, int l,
+                            const LayerWeights& w, const Tensor& x,
+                            const std::vector<int64_t>& begin,
+                            const std::vector<LayerCache*>& caches, Tensor& a);
 // Step 3: a block-write layer starts a new block (P = a, no delta); otherwise D = a.
 void take_attention(const ModelConfig& config, int l, ResidualState& state, const Tensor& a);
 // Step 5 on any rows (row-wise): m = mlp_l(y).

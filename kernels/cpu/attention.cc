@@ -35,6 +35,7 @@ void l2_normalize(float* v, int64_t n, float eps) {
 }  // namespace
 
 void mla_attention(MlaArgs& a) {
+  if (!a.begin.empty()) return for_each_segment(a, mla_attention);
   const int64_t t_count = a.x->dim(0);
   const int64_t h = a.x->dim(1);
   const int64_t r = a.w_dkv->dim(1);
@@ -95,6 +96,7 @@ void mla_attention(MlaArgs& a) {
 }
 
 void kda_attention(KdaArgs& a) {
+  if (!a.begin.empty()) return for_each_segment(a, kda_attention);
   const int64_t t_count = a.x->dim(0);
   const int64_t h = a.x->dim(1);
   const int hd = a.head_dim;

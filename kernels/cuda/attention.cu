@@ -3,33 +3,58 @@
 // (skinny_gemm or cuBLASLt). Softmax attention: one block per (query, head), scores in
 // shared memory, max and sum by one thread in ascending position. KDA: one block per head,
 // one thread per value channel, the state updated token by token, the norms computed
-// across tokens; every sum in the CPU's order.
+// across tokens; every sum in the CPU's order. A segmented call (a batched forward's
+// requests, MlaArgs::begin) runs each product once over every segment's rows and one
+// attention or recurrence launch over all segments, each block reading its segment's
+// offsets and cache or state from a table passed as a kernel parameter.
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/runtime.h"
 
 namespace splitcheck::cuda {
 namespace {
 
 constexpr int kThreads = 128;
 
-// out[t][head*hd + d] = softmax(q k^T * inv_sqrt_d) v over the visible positions: all tk
-// when first_pos < 0, else positions <= first_pos + t. With a gate g (float32):
-// bf16(o * sigmoid(g)), else bf16(o).
-__global__ void attention_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                                 const float* gate, int64_t tk, int64_t first_pos, int heads,
+// Segments a launch attends over at once (a batched forward's requests; more run as
+// further launches): kernel parameters, so no table is copied to the device.
+constexpr int kMaxSegments = 16;
+
+// Query rows [q_begin[i], q_begin[i+1]) attend over the tk[i] keys and values from row
+// kv_begin[i]: all of them when first_pos[i] < 0, else positions <= first_pos[i] + t for
+// the segment's query t. Row indices are the call's (the launch covers rows q_begin[0]
+// to q_begin[count]).
+struct AttentionSegments {
+  int count = 0;
+  int64_t q_begin[kMaxSegments + 1];
+  int64_t kv_begin[kMaxSegments];
+  int64_t tk[kMaxSegments];
+  int64_t first_pos[kMaxSegments];
+};
+
+// out[t][head*hd + d] = softmax(q k^T * inv_sqrt_d) v over the visible positions of t's
+// segment. With a gate g (float32): bf16(o * sigmoid(g)), else bf16(o).
+__global__ void attention_kernel(const uint16_t* q, const uint16_t* k0, const uint16_t* v0,
+                                 const float* gate, const AttentionSegments segs, int heads,
                                  int hd, float inv_sqrt_d, uint16_t* out) {
   extern __shared__ float scores[];
   __shared__ float stat[2];
-  const int64_t t = blockIdx.x;
+  const int64_t t = segs.q_begin[0] + blockIdx.x;
+  int sg = 0;
+  while (sg + 1 < segs.count && t >= segs.q_begin[sg + 1]) ++sg;
+  const int64_t tk = segs.tk[sg], first_pos = segs.first_pos[sg];
   const int head = blockIdx.y;
   const int64_t qd = static_cast<int64_t>(heads) * hd;
+  const uint16_t* k = k0 + segs.kv_begin[sg] * qd;
+  const uint16_t* v = v0 + segs.kv_begin[sg] * qd;
   // Causal: query t sees keys 0..first_pos + t, never more than the tk keys there are.
-  const int64_t causal = first_pos + t + 1;
+  const int64_t causal = first_pos + (t - segs.q_begin[sg]) + 1;
   const int64_t visible = first_pos < 0 || causal > tk ? tk : causal;
   const uint16_t* qv = q + t * qd + head * hd;
   for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) {
@@ -63,17 +88,39 @@ __global__ void attention_kernel(const uint16_t* q, const uint16_t* k, const uin
   }
 }
 
+// One attention segment: query rows from q_begin, keys and values from kv_begin.
+struct AttentionSegment {
+  int64_t q_begin, tq, kv_begin, tk, first_pos;
+};
+
+// Every segment's queries over its own keys, kMaxSegments segments a launch.
 void attention(const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* gate,
-               int64_t tq, int64_t tk, int64_t first_pos, int heads, int hd, uint16_t* out) {
-  if (tq == 0 || tk == 0) return;
-  // The scores of tk keys, padded to whole 16-byte words: compute-sanitizer's memcheck
-  // flagged a 12-byte shared read just past tk floats (T 5, the last query row), so the
-  // array ends on a word boundary with room for the widest load the compiler may issue.
-  const size_t smem = static_cast<size_t>((tk + 7) / 4 * 4) * sizeof(float);
-  if (smem > 48 * 1024) throw std::runtime_error("attention on CUDA sees at most 12288 positions");
+               const std::vector<AttentionSegment>& segments, int heads, int hd, uint16_t* out) {
   const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(hd));
-  attention_kernel<<<dim3(static_cast<unsigned>(tq), static_cast<unsigned>(heads)), kThreads, smem,
-                     stream()>>>(q, k, v, gate, tk, first_pos, heads, hd, inv_sqrt_d, out);
+  for (size_t i = 0; i < segments.size();) {
+    AttentionSegments segs;
+    int64_t rows = 0, most_keys = 0;
+    for (; i < segments.size() && segs.count < kMaxSegments; ++i) {
+      const AttentionSegment& a = segments[i];
+      if (a.tq == 0 || a.tk == 0) continue;  // nothing to attend over: out stays as it is
+      segs.q_begin[segs.count] = a.q_begin;
+      segs.kv_begin[segs.count] = a.kv_begin;
+      segs.tk[segs.count] = a.tk;
+      segs.first_pos[segs.count] = a.first_pos;
+      segs.q_begin[++segs.count] = a.q_begin + a.tq;
+      rows += a.tq;
+      most_keys = a.tk > most_keys ? a.tk : most_keys;
+    }
+    if (segs.count == 0) continue;
+    // The scores of tk keys, padded to whole 16-byte words: compute-sanitizer's memcheck
+    // flagged a 12-byte shared read just past tk floats (T 5, the last query row), so the
+    // array ends on a word boundary with room for the widest load the compiler may issue.
+    const size_t smem = static_cast<size_t>((most_keys + 7) / 4 * 4) * sizeof(float);
+    if (smem > 48 * 1024)
+      throw std::runtime_error("attention on CUDA sees at most 12288 positions");
+    attention_kernel<<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(heads)), kThreads,
+                       smem, stream()>>>(q, k, v, gate, segs, heads, hd, inv_sqrt_d, out);
+  }
 }
 
 // The state column of value channel j: in registers when the head size is known at
@@ -123,11 +170,19 @@ constexpr size_t kda_shared_floats(int hd) {
 // does not depend on the state runs across tokens: the norms of q and k before the
 // recurrence, the output's norm and gate after it, kda_batch(hd) tokens at a time with
 // each sum in the CPU's order by one thread. Only the state update goes token by token.
+// Segments of a KDA launch: rows [begin[i], begin[i+1]) update state[i] (the call's row
+// indices), one block per (head, segment).
+struct KdaSegments {
+  int count = 0;
+  int64_t begin[kMaxSegments + 1];
+  float* state[kMaxSegments];
+};
+
 template <int HD>
 __global__ void kda_kernel(const float* q, const float* k, const float* v, const float* b,
-                           const float* al, const float* g, const uint16_t* o_norm, int64_t t_count,
-                           int heads, int hd_arg, float eps, float* state, float* qk_norm,
-                           float* o_raw, uint16_t* og) {
+                           const float* al, const float* g, const uint16_t* o_norm,
+                           const KdaSegments segs, int heads, int hd_arg, float eps,
+                           float* qk_norm, float* o_raw, uint16_t* og) {
   extern __shared__ float sh[];  // kda_shared_floats(hd): qv, kv, bkv, alpha, rows [batch][2][rs]
   const int hd = HD > 0 ? HD : hd_arg;
   const int batch = kda_batch(hd), rs = kda_row_stride(hd);
@@ -136,6 +191,19 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
   const int head = blockIdx.x;
   const int j = threadIdx.x;
   const int64_t qd = static_cast<int64_t>(heads) * hd;
+  // This block's segment: its rows of every per-token array, and its state.
+  const int64_t first = segs.begin[blockIdx.y];
+  const int64_t t_count = segs.begin[blockIdx.y + 1] - first;
+  float* state = segs.state[blockIdx.y];
+  q += first * qd;
+  k += first * qd;
+  v += first * qd;
+  al += first * qd;
+  g += first * qd;
+  o_raw += first * qd;
+  og += first * qd;
+  b += first * heads;
+  qk_norm += first * heads * 2;
 
   // The q and k norms of every token: `batch` tokens' rows into shared memory, then
   // thread i sums token t0 + i (ascending channels).
@@ -249,12 +317,30 @@ void project_bf16(Staging& s, const uint16_t* x, int64_t rows, int64_t in, const
   gemm_bf16(x, as<uint16_t>(s.in(w)), out, rows, w->dim(1), in);
 }
 
+// A segmented call's bounds and owners (caches or states), or the call's one segment.
+template <typename Own>
+struct SegmentTable {
+  std::vector<int64_t> begin;
+  std::vector<Own*> owners;
+};
+template <typename Args, typename Own>
+SegmentTable<Own> segment_table(const Args& a, std::span<Own* const> table, Own* one) {
+  if (a.begin.empty()) return {{0, a.x->dim(0)}, {one}};
+  if (a.out->dim(0) != a.x->dim(0))
+    throw std::invalid_argument("segmented attention: x and out differ in rows");
+  const std::vector<const void*> owners(table.begin(), table.end());
+  check_segments(a.begin, owners, a.x->dim(0));
+  return {{a.begin.begin(), a.begin.end()}, {table.begin(), table.end()}};
+}
+
 }  // namespace
 
 void mla_attention(MlaArgs& a) {
   Staging s;
   const int64_t t_count = a.x->dim(0), h = a.x->dim(1), r = a.w_dkv->dim(1);
   const int64_t qd = static_cast<int64_t>(a.heads) * a.head_dim;
+  const SegmentTable<LatentCache> segs = segment_table(a, a.caches, a.cache);
+  const size_t n = segs.owners.size();
   const auto* x = as<uint16_t>(s.in(a.x));
   // q and g together (one launch for a few tokens), q rounded to bf16 after.
   // On the side stream, beside the latents' path below (they meet at attention()).
@@ -267,24 +353,51 @@ void mla_attention(MlaArgs& a) {
   });
   const float* g = qg + t_count * qd;
 
-  // The cache, in device memory: earlier latents, then this forward's T latents appended.
-  const int64_t n_prev = a.cache->positions;
-  const int64_t n_ctx = n_prev + t_count;
-  reserve_latents(*a.cache, n_ctx, r, Device::kCuda);
-  auto* latents = static_cast<uint16_t*>(a.cache->rows.address());
-  project_bf16(s, x, t_count, h, a.w_dkv, latents + n_prev * r);
-  a.cache->positions = n_ctx;
+  // Each cache, in device memory: earlier latents, then its segment's latents appended.
+  // One segment projects straight into its cache and attends over it; several project
+  // once over every row, append their rows to their caches, and attend over every
+  // segment's latents gathered in one array (so the key and value products run once).
+  std::vector<AttentionSegment> attend(n);
+  int64_t n_all = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t prev = segs.owners[i]->positions, rows = segs.begin[i + 1] - segs.begin[i];
+    attend[i] = {segs.begin[i], rows, n_all, prev + rows, prev};
+    n_all += prev + rows;
+    reserve_latents(*segs.owners[i], prev + rows, r, Device::kCuda);
+  }
+  const uint16_t* latents = nullptr;
+  if (n == 1) {
+    auto* cache = static_cast<uint16_t*>(segs.owners[0]->rows.address());
+    project_bf16(s, x, t_count, h, a.w_dkv, cache + attend[0].first_pos * r);
+    latents = cache;
+  } else {
+    uint16_t* fresh = s.scratch<uint16_t>(t_count * r);
+    project_bf16(s, x, t_count, h, a.w_dkv, fresh);
+    uint16_t* all = s.scratch<uint16_t>(n_all * r);
+    const size_t row_bytes = static_cast<size_t>(r) * sizeof(uint16_t);
+    auto copy_device = [](void* dst, const void* src, size_t bytes) {
+      if (bytes > 0) copy_2d_queued(dst, bytes, src, bytes, bytes, 1);
+    };
+    for (size_t i = 0; i < n; ++i) {
+      auto* cache = static_cast<uint16_t*>(segs.owners[i]->rows.address());
+      const AttentionSegment& sg = attend[i];
+      copy_device(cache + sg.first_pos * r, fresh + sg.q_begin * r, sg.tq * row_bytes);
+      copy_device(all + sg.kv_begin * r, cache, sg.tk * row_bytes);
+    }
+    latents = all;
+  }
+  for (size_t i = 0; i < n; ++i) segs.owners[i]->positions = attend[i].tk;
 
-  uint16_t* cn = s.scratch<uint16_t>(n_ctx * r);
-  rms_rows(latents, as<uint16_t>(s.in(a.kv_norm)), n_ctx, r, a.eps, cn);
-  uint16_t* k = s.scratch<uint16_t>(n_ctx * qd);
-  uint16_t* v = s.scratch<uint16_t>(n_ctx * qd);
-  project_bf16(s, cn, n_ctx, r, a.w_uk, k);
-  project_bf16(s, cn, n_ctx, r, a.w_uv, v);
+  uint16_t* cn = s.scratch<uint16_t>(n_all * r);
+  rms_rows(latents, as<uint16_t>(s.in(a.kv_norm)), n_all, r, a.eps, cn);
+  uint16_t* k = s.scratch<uint16_t>(n_all * qd);
+  uint16_t* v = s.scratch<uint16_t>(n_all * qd);
+  project_bf16(s, cn, n_all, r, a.w_uk, k);
+  project_bf16(s, cn, n_all, r, a.w_uv, v);
 
   uint16_t* og = s.scratch<uint16_t>(t_count * qd);
   q_and_g.join();
-  attention(q, k, v, g, t_count, n_ctx, n_prev, a.heads, a.head_dim, og);
+  attention(q, k, v, g, attend, a.heads, a.head_dim, og);
   project_bf16(s, og, t_count, qd, a.w_o, static_cast<uint16_t*>(s.inout(a.out)));
   s.done();
 }
@@ -295,6 +408,7 @@ void kda_attention(KdaArgs& a) {
   const int hd = a.head_dim;
   const int64_t qd = static_cast<int64_t>(a.heads) * hd;
   if (hd > 1024) throw std::runtime_error("KDA on CUDA supports a head size of at most 1024");
+  const SegmentTable<Tensor> segs = segment_table(a, a.states, a.state);
   const auto* x = as<uint16_t>(s.in(a.x));
   // q, k, v, alpha's logits and g: [5, T, qd], one launch for a few tokens.
   float* proj = s.scratch<float>(5 * t_count * qd);
@@ -308,16 +422,25 @@ void kda_attention(KdaArgs& a) {
   SideWork beta_logits([&] { gemm(x, w_b, b, t_count, a.heads, h, false); });  // beside
   multi_gemm(x, square, proj, t_count, qd, h);
   beta_logits.join();
-  auto* state = static_cast<float*>(s.inout(a.state));
   uint16_t* og = s.scratch<uint16_t>(t_count * qd);
   if (t_count > 0) {
     float* qk_norm = s.scratch<float>(2 * t_count * a.heads);
     float* o_raw = s.scratch<float>(t_count * qd);
     const auto launch = hd == 128 ? kda_kernel<128> : kda_kernel<0>;
     const size_t smem = kda_shared_floats(hd) * sizeof(float);
-    launch<<<static_cast<unsigned>(a.heads), static_cast<unsigned>(hd), smem, stream()>>>(
-        q, k, v, b, al, g, as<uint16_t>(s.in(a.o_norm)), t_count, a.heads, hd, a.eps, state,
-        qk_norm, o_raw, og);
+    // One block per (head, segment), kMaxSegments segments a launch.
+    for (size_t i = 0; i < segs.owners.size();) {
+      KdaSegments table;
+      table.begin[0] = segs.begin[i];
+      for (; i < segs.owners.size() && table.count < kMaxSegments; ++i) {
+        table.state[table.count] = static_cast<float*>(s.inout(segs.owners[i]));
+        table.begin[++table.count] = segs.begin[i + 1];
+      }
+      launch<<<dim3(static_cast<unsigned>(a.heads), static_cast<unsigned>(table.count)),
+               static_cast<unsigned>(hd), smem, stream()>>>(q, k, v, b, al, g,
+                                                            as<uint16_t>(s.in(a.o_norm)), table,
+                                                            a.heads, hd, a.eps, qk_norm, o_raw, og);
+    }
   }
   project_bf16(s, og, t_count, qd, a.w_o, static_cast<uint16_t*>(s.inout(a.out)));
   s.done();
@@ -326,8 +449,8 @@ void kda_attention(KdaArgs& a) {
 void dense_attention(DenseAttentionArgs& a) {
   Staging s;
   const int64_t tq = a.q->dim(0), tk = a.k->dim(0);
-  attention(as<uint16_t>(s.in(a.q)), as<uint16_t>(s.in(a.k)), as<uint16_t>(s.in(a.v)), nullptr, tq,
-            tk, -1, a.heads, a.head_dim, static_cast<uint16_t*>(s.inout(a.out)));
+  attention(as<uint16_t>(s.in(a.q)), as<uint16_t>(s.in(a.k)), as<uint16_t>(s.in(a.v)), nullptr,
+            {{0, tq, 0, tk, -1}}, a.heads, a.head_dim, static_cast<uint16_t*>(s.inout(a.out)));
   s.done();
 }
 

@@ -1,0 +1,209 @@
+// A segmented MLA or KDA call (a batched forward's requests in one call, MlaArgs::begin)
+// gives each segment the bits, the cache and the state its own call gives it. On the CPU
+// always; on CUDA while every product has at most 8 rows (beyond, cuBLASLt picks per
+// shape, so a batch's rows may differ from a request's alone: kernels/batch.h). A call
+// whose segments share a cache, or whose bounds do not cover its rows, is refused before
+// anything is written.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "tests/cuda/gpu_test_support.h"
+
+namespace splitcheck {
+namespace {
+
+using testing::random_bf16;
+
+constexpr int64_t kH = 64, kR = 16;
+constexpr int kHeads = 2, kHd = 16;
+constexpr int64_t kQd = kHeads * kHd;
+
+// Random [in, out] weights, scaled by 1 / sqrt(in), then the [n] norm weights, on `device`.
+std::vector<Tensor> weights(const std::vector<std::pair<int64_t, int64_t>>& shapes,
+                            std::vector<int64_t> norms, uint64_t seed, Device device) {
+  std::vector<Tensor> w;
+  for (auto [in, out] : shapes)
+    w.push_back(random_bf16({in, out}, seed++, 1.0f / std::sqrt(static_cast<float>(in))));
+  for (int64_t n : norms) w.push_back(random_bf16({n}, seed++, 0.1f, 1.0f));
+  for (Tensor& t : w) t = t.to(device);
+  return w;
+}
+
+struct Mla {
+  std::vector<Tensor> w;
+  explicit Mla(Device d)
+      : w(weights({{kH, kQd}, {kH, kR}, {kR, kQd}, {kR, kQd}, {kH, kQd}, {kQd, kH}}, {kR}, 1, d)) {}
+  MlaArgs args(const Tensor* x, LatentCache* cache, Tensor* out) const {
+    return MlaArgs{x, &w[0], &w[1], &w[6], &w[2], &w[3], &w[4], &w[5], kHeads, kHd, 1e-6f,
+                   cache, out};
+  }
+};
+
+struct Kda {
+  std::vector<Tensor> w;
+  explicit Kda(Device d)
+      : w(weights({{kH, kQd}, {kH, kQd}, {kH, kQd}, {kH, kHeads}, {kH, kQd}, {kH, kQd}, {kQd, kH}},
+                  {kHd}, 20, d)) {}
+  KdaArgs args(const Tensor* x, Tensor* state, Tensor* out) const {
+    return KdaArgs{x,     &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[7], &w[6],
+                   kHeads, kHd,  1e-6f, state, out};
+  }
+};
+
+std::vector<int64_t> bounds(const std::vector<int64_t>& rows) {
+  std::vector<int64_t> begin{0};
+  for (int64_t r : rows) begin.push_back(begin.back() + r);
+  return begin;
+}
+
+// Rounds of calls over three segments: the segmented call on one set of caches, each
+// segment's own call on another; every round's outputs and the caches must be equal.
+void mla_rounds(Device device, const std::vector<std::vector<int64_t>>& rounds) {
+  const Mla mla(device);
+  std::vector<LatentCache> together(3), alone(3);
+  uint64_t seed = 100;
+  for (const std::vector<int64_t>& rows : rounds) {
+    const std::vector<int64_t> begin = bounds(rows);
+    const Tensor x = random_bf16({begin.back(), kH}, seed++, 1.0f).to(device);
+    Tensor out = Tensor::zeros(DType::kBF16, {begin.back(), kH}, device);
+    std::vector<LatentCache*> caches{&together[0], &together[1], &together[2]};
+    MlaArgs a = mla.args(&x, nullptr, &out);
+    a.begin = begin;
+    a.caches = caches;
+    run_variant("mla", "latent_cache", &a);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Tensor xi = x.rows(begin[i], begin[i + 1]);
+      Tensor oi = Tensor::zeros(DType::kBF16, {rows[i], kH}, device);
+      MlaArgs one = mla.args(&xi, &alone[i], &oi);
+      run_variant("mla", "latent_cache", &one);
+      EXPECT_TRUE(oi.bit_equal(out.rows(begin[i], begin[i + 1])))
+          << "segment " << i << " of rows " << ::testing::PrintToString(rows);
+      ASSERT_EQ(together[i].positions, alone[i].positions);
+      EXPECT_TRUE(latents_on_host(together[i], kR).bit_equal(latents_on_host(alone[i], kR)));
+    }
+  }
+}
+
+void kda_rounds(Device device, const std::vector<std::vector<int64_t>>& rounds) {
+  const Kda kda(device);
+  auto zero = [&] { return Tensor::zeros(DType::kF32, {int64_t{kHeads} * kHd * kHd}, device); };
+  std::vector<Tensor> together{zero(), zero(), zero()}, alone{zero(), zero(), zero()};
+  uint64_t seed = 200;
+  for (const std::vector<int64_t>& rows : rounds) {
+    const std::vector<int64_t> begin = bounds(rows);
+    const Tensor x = random_bf16({begin.back(), kH}, seed++, 1.0f).to(device);
+    Tensor out = Tensor::zeros(DType::kBF16, {begin.back(), kH}, device);
+    std::vector<Tensor*> states{&together[0], &together[1], &together[2]};
+    KdaArgs a = kda.args(&x, nullptr, &out);
+    a.begin = begin;
+    a.states = states;
+    run_variant("kda", "recurrent", &a);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Tensor xi = x.rows(begin[i], begin[i + 1]);
+      Tensor oi = Tensor::zeros(DType::kBF16, {rows[i], kH}, device);
+      KdaArgs one = kda.args(&xi, &alone[i], &oi);
+      run_variant("kda", "recurrent", &one);
+      EXPECT_TRUE(oi.bit_equal(out.rows(begin[i], begin[i + 1])))
+          << "segment " << i << " of rows " << ::testing::PrintToString(rows);
+      EXPECT_TRUE(together[i].bit_equal(alone[i])) << "state of segment " << i;
+    }
+  }
+}
+
+// A prefill of three requests, then decode and verify blocks, one request idle.
+const std::vector<std::vector<int64_t>> kCpuRounds = {{5, 3, 7}, {1, 0, 4}, {2, 1, 1}};
+// On CUDA at most 8 rows in every product: inputs and contexts (6, then 8 in all).
+const std::vector<std::vector<int64_t>> kGpuRounds = {{2, 1, 3}, {1, 0, 1}};
+
+TEST(SegmentedAttentionTest, MlaGivesEachSegmentItsOwnCallsBitsAndCache) {
+  mla_rounds(Device::kCpu, kCpuRounds);
+}
+
+TEST(SegmentedAttentionTest, KdaGivesEachSegmentItsOwnCallsBitsAndState) {
+  kda_rounds(Device::kCpu, kCpuRounds);
+}
+
+TEST(SegmentedAttentionTest, SharedCachesAndBadBoundsAreRefusedBeforeAnyWrite) {
+  const Mla mla(Device::kCpu);
+  const Tensor x = random_bf16({4, kH}, 7, 1.0f);
+  Tensor out = Tensor::zeros(DType::kBF16, {4, kH});
+  LatentCache c0, c1;
+  auto refused = [&](std::vector<int64_t> begin, std::vector<LatentCache*> caches,
+                     const std::string& why) {
+    MlaArgs a = mla.args(&x, nullptr, &out);
+    a.begin = begin;
+    a.caches = caches;
+    try {
+      run_variant("mla", "latent_cache", &a);
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(c0.positions, 0);
+    EXPECT_EQ(c1.positions, 0);
+  };
+  refused({0, 2, 4}, {&c0, &c0}, "share a cache");
+  refused({0, 2, 3}, {&c0, &c1}, "rise from 0 to the row count");
+  refused({0, 3, 2, 4}, {&c0, &c1, nullptr}, "rise from 0");
+  refused({0, 4}, {&c0, &c1}, "2 segments, 2 bounds");
+
+  const Kda kda(Device::kCpu);
+  Tensor s = Tensor::zeros(DType::kF32, {int64_t{kHeads} * kHd * kHd});
+  std::vector<Tensor*> states{&s, &s};
+  KdaArgs k = kda.args(&x, nullptr, &out);
+  const std::vector<int64_t> begin{0, 1, 4};
+  k.begin = begin;
+  k.states = states;
+  EXPECT_THROW(run_variant("kda", "recurrent", &k), std::invalid_argument);
+  EXPECT_TRUE(s.bit_equal(Tensor::zeros(DType::kF32, {int64_t{kHeads} * kHd * kHd})));
+}
+
+TEST(CudaSegmentedAttentionTest, MlaGivesEachSegmentItsOwnCallsBitsAndCache) {
+  SPLITCHECK_REQUIRE_GPU();
+  mla_rounds(Device::kCuda, kGpuRounds);
+}
+
+TEST(CudaSegmentedAttentionTest, KdaGivesEachSegmentItsOwnCallsBitsAndState) {
+  SPLITCHECK_REQUIRE_GPU();
+  kda_rounds(Device::kCuda, kGpuRounds);
+}
+
+// More segments than one launch takes (16): the launches after the first keep their rows.
+TEST(CudaSegmentedAttentionTest, MoreSegmentsThanALaunchTakesKeepTheirOwnBits) {
+  SPLITCHECK_REQUIRE_GPU();
+  const Kda kda(Device::kCuda);
+  const int n = 19;
+  std::vector<int64_t> rows(n, 0);
+  rows[0] = 1, rows[9] = 2, rows[17] = 1, rows[18] = 3;  // 7 rows in all
+  const std::vector<int64_t> begin = bounds(rows);
+  std::vector<Tensor> together, alone;
+  for (int i = 0; i < n; ++i) {
+    together.push_back(Tensor::zeros(DType::kF32, {int64_t{kHeads} * kHd * kHd}, Device::kCuda));
+    alone.push_back(together.back().clone());
+  }
+  const Tensor x = random_bf16({begin.back(), kH}, 300, 1.0f).to(Device::kCuda);
+  Tensor out = Tensor::zeros(DType::kBF16, {begin.back(), kH}, Device::kCuda);
+  std::vector<Tensor*> states;
+  for (Tensor& t : together) states.push_back(&t);
+  KdaArgs a = kda.args(&x, nullptr, &out);
+  a.begin = begin;
+  a.states = states;
+  run_variant("kda", "recurrent", &a);
+  for (int i = 0; i < n; ++i) {
+    if (rows[i] == 0) continue;
+    const Tensor xi = x.rows(begin[i], begin[i + 1]);
+    Tensor oi = Tensor::zeros(DType::kBF16, {rows[i], kH}, Device::kCuda);
+    KdaArgs one = kda.args(&xi, &alone[i], &oi);
+    run_variant("kda", "recurrent", &one);
+    EXPECT_TRUE(oi.bit_equal(out.rows(begin[i], begin[i + 1]))) << "segment " << i;
+    EXPECT_TRUE(together[i].bit_equal(alone[i])) << "state of segment " << i;
+  }
+}
+
+}  // namespace
+}  // namespace splitcheck
