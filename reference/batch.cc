@@ -82,38 +82,11 @@ bool same_context(const std::vector<KernelContext>& ctxs) {
   return true;
 }
 
-// Runs `op` once on a context standing for every segment's (the first's, recording into a
-// trace of its own), then records the events it dispatched in each segment's trace as
-// that segment's own.
-template <typename Op>
-void once_for_all(const std::vector<KernelContext>& ctxs, const Op& op) {
-  if (ctxs.size() == 1) {
-    op(ctxs.front());
-    return;
-  }
-  DispatchTrace trace;
-  KernelContext ctx = ctxs.front();
-  ctx.trace = &trace;
-  op(ctx);
-  for (const KernelContext& c : ctxs) {
-    if (c.trace == nullptr) continue;
-    for (DispatchEvent e : trace.events) {
-      e.forward = c.forward;
-      e.stage = c.stage;
-      c.trace->events.push_back(e);
-    }
-  }
-}
-
 // attn_res at `site` of layer l over every segment's rows: once, when each row then gets
 // the bits its segment's own call gives it, else once per segment on views of its rows.
 void attn_res_rows(const std::vector<KernelContext>& ctxs, int l, Site site, const BatchRows& rows,
                    const AttnResArgs& args) {
-  const int64_t all = rows.begin.back();
-  bool once = same_context(ctxs);
-  for (size_t i = 0; i < rows.size(); ++i)
-    once = once && attn_res_fallback_block_l(rows.begin[i + 1] - rows.begin[i], args.nb) ==
-                       attn_res_fallback_block_l(all, args.nb);
+  const bool once = one_call_for_all(ctxs, rows, args.nb);
   if (once) {
     once_for_all(ctxs, [&](const KernelContext& ctx) {
       AttnResArgs a = args;
@@ -138,6 +111,14 @@ void attn_res_rows(const std::vector<KernelContext>& ctxs, int l, Site site, con
 Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.dtype(), t.shape(), t.device()); }
 
 }  // namespace
+
+bool one_call_for_all(const std::vector<KernelContext>& ctxs, const BatchRows& rows, int nb) {
+  if (!same_context(ctxs)) return false;
+  const int all = attn_res_fallback_block_l(rows.begin.back(), nb);
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (attn_res_fallback_block_l(rows.begin[i + 1] - rows.begin[i], nb) != all) return false;
+  return true;
+}
 
 BatchRows concat_rows(const std::vector<ResidualState>& parts) {
   BatchRows rows;
@@ -221,6 +202,43 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
   record_rows("prefix", st.prefix);
   st.delta = std::move(m);
   st.has_delta = true;
+}
+
+
+std::vector<Tensor> read_tap_rows(
+    const std::vector<KernelContext>& ctxs, const ModelConfig& c, int k, const BatchRows& rows,
+    const std::function<Tensor(const KernelContext&, const ResidualState&)>& read) {
+  std::vector<Tensor> taps;
+  if (rows.size() > 1 && one_call_for_all(ctxs, rows, tap_blocks(c, k))) {
+    Tensor all;
+    once_for_all(ctxs, [&](const KernelContext& ctx) { all = read(ctx, rows.all); });
+    for (size_t i = 0; i < rows.size(); ++i)
+      taps.push_back(all.rows(rows.begin[i], rows.begin[i + 1]));
+    return taps;
+  }
+  for (size_t i = 0; i < rows.size(); ++i) taps.push_back(read(ctxs[i], rows.segment(i)));
+  return taps;
+}
+
+std::vector<HeadOutput> run_head_rows(const std::vector<KernelContext>& ctxs,
+                                      const ModelConfig& c, BatchRows& rows,
+                                      const WeightStore& store) {
+  std::vector<HeadOutput> heads;
+  if (rows.size() > 1 && one_call_for_all(ctxs, rows, c.num_blocks())) {
+    HeadOutput all;
+    once_for_all(ctxs, [&](const KernelContext& ctx) { all = run_head(ctx, c, rows.all, store); });
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int64_t b = rows.begin[i], e = rows.begin[i + 1];
+      heads.push_back(HeadOutput{all.output.rows(b, e), all.logits.rows(b, e),
+                                 all.next_tokens.rows(b, e)});
+    }
+    return heads;
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ResidualState st = rows.segment(i);
+    heads.push_back(run_head(ctxs[i], c, st, store));
+  }
+  return heads;
 }
 
 }  // namespace splitcheck

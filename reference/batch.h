@@ -5,13 +5,14 @@
 // dump records it under "forward/<index>/" exactly as the same forward of the request
 // served alone would be recorded, plus the attributes `request` and `step`. The segments'
 // residual states are concatenated (BatchRows), so the row-wise steps of a layer
-// (AttnRes and the MLP) run once on every segment's rows; attention and the caches run
-// per segment, on views of its rows; taps and the head per segment. Every CPU kernel is
-// row-independent, so a request's results in a batch equal the same request served
-// alone, bit for bit.
+// (AttnRes, the MLP, the taps and the head) run once on every segment's rows; attention
+// runs per segment with its own cache (on a device in one segmented call). Every CPU
+// kernel is row-independent, so a request's results in a batch equal the same request
+// served alone, bit for bit.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -91,17 +92,60 @@ struct BatchRows {
 // std::invalid_argument when the parts differ in width, bank rows, device or delta.
 BatchRows concat_rows(const std::vector<ResidualState>& parts);
 
+// Whether one call of an AttnRes read over `nb` blocks (or any row-wise op beside it)
+// over every segment's rows gives each row the bits its segment's own call gives: the
+// segments' dispatch contexts agree (stage, variant override), and the fallback's BLOCK_L
+// rule of SPEC 2.2 picks the same BLOCK_L for all the rows as for each segment's.
+bool one_call_for_all(const std::vector<KernelContext>& ctxs, const BatchRows& rows, int nb);
+
+// Runs `op` once on a context standing for every segment's (the first's, recording into a
+// trace of its own), then records the events it dispatched in each segment's trace as
+// that segment's own.
+template <typename Op>
+void once_for_all(const std::vector<KernelContext>& ctxs, const Op& op) {
+  if (ctxs.size() == 1) {
+    op(ctxs.front());
+    return;
+  }
+  DispatchTrace trace;
+  KernelContext ctx = ctxs.front();
+  ctx.trace = &trace;
+  op(ctx);
+  for (const KernelContext& c : ctxs) {
+    if (c.trace == nullptr) continue;
+    for (DispatchEvent e : trace.events) {
+      e.forward = c.forward;
+      e.stage = c.stage;
+      c.trace->events.push_back(e);
+    }
+  }
+}
+
 // Layer l (SPEC 2.3) over a ragged batch: steps 1 and 4 (AttnRes) once over every
-// segment's rows when that gives each row the bits its segment's own call gives (the same
-// dispatch context, and the fallback's BLOCK_L rule of SPEC 2.2 picking the same BLOCK_L
-// for all the rows as for each segment's), otherwise per segment; step 2 per segment on
-// views of its rows with its own cache (the segments at once, reference/segment_tasks.h,
-// unless two share a cache; on a device each on its thread's stream, ordered by stream
-// marks); step 5 (the MLP) once over all rows. A call over all rows records its dispatch
-// event in every segment's trace. Each segment's result and record equal run_layer's on
-// that segment alone.
+// segment's rows when one_call_for_all, otherwise per segment; step 2 each segment with
+// its own cache: on a device one segmented call when the caches are distinct and the
+// contexts agree, otherwise a call per segment on views of its rows (at once,
+// reference/segment_tasks.h, unless two share a cache; on a device each on its thread's
+// stream, ordered by stream marks); step 5 (the MLP) once over all rows. A call over all
+// rows records its dispatch event in every segment's trace. Each segment's result and
+// record equal run_layer's on that segment alone (on the CPU; on a device a product's
+// bits may depend on its row count, kernels/batch.h).
 void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& config, int l,
                      const LayerWeights& w, BatchRows& rows, const std::vector<LayerCache*>& caches,
                      const std::vector<LayerRecording>& recs);
+
+// The tap k read from every segment's rows (reference/layer.h read_tap's weights), by
+// `read` on a context and a state: once over all rows when one_call_for_all, else per
+// segment. Element i is segment i's tap (views of one tensor's rows, or its own).
+std::vector<Tensor> read_tap_rows(
+    const std::vector<KernelContext>& ctxs, const ModelConfig& config, int k,
+    const BatchRows& rows,
+    const std::function<Tensor(const KernelContext&, const ResidualState&)>& read);
+
+// The output head (run_head) of every segment: once over all rows when one_call_for_all
+// (one wait for the next tokens), else per segment. Element i is segment i's head.
+std::vector<HeadOutput> run_head_rows(const std::vector<KernelContext>& ctxs,
+                                      const ModelConfig& config, BatchRows& rows,
+                                      const WeightStore& store);
 
 }  // namespace splitcheck

@@ -81,25 +81,23 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
     computed_.layers += static_cast<int64_t>(n);
     const int k = l + 1;
     if (!captured(k)) continue;
-    for (size_t i = 0; i < n; ++i) {
-      const ResidualState st = rows.segment(i);
-      if (k < L) {
-        taps[i].emplace_back(
-            k, read_tap(ctxs[i], c, k, st, *layers_[k].sa_res_norm, *layers_[k].sa_res_proj));
-      } else {
-        taps[i].emplace_back(
-            k, read_tap(ctxs[i], c, k, st, weights_.get("output_attn_res_norm.weight"),
-                        weights_.get("output_attn_res_proj.weight")));
-      }
-    }
+    const bool last = k == L;
+    const Tensor& norm = last ? weights_.get("output_attn_res_norm.weight") : *layers_[k].sa_res_norm;
+    const Tensor& proj = last ? weights_.get("output_attn_res_proj.weight") : *layers_[k].sa_res_proj;
+    const std::vector<Tensor> read =
+        read_tap_rows(ctxs, c, k, rows, [&](const KernelContext& ctx, const ResidualState& st) {
+          return read_tap(ctx, c, k, st, norm, proj);
+        });
+    for (size_t i = 0; i < n; ++i) taps[i].emplace_back(k, read[i]);
   }
+  std::vector<HeadOutput> heads = run_head_rows(ctxs, c, rows, weights_);
+  computed_.heads += static_cast<int64_t>(n);
   BatchResult out;
   out.step = batch.step;
   for (size_t i = 0; i < n; ++i) {
     const Segment& seg = batch.segments[i];
     states[i] = rows.segment(i);
-    HeadOutput head = run_head(ctxs[i], c, states[i], weights_);
-    ++computed_.heads;
+    const HeadOutput& head = heads[i];
     RunRecord* r = record != nullptr ? &records[i] : nullptr;
     record_forward_end(r, segment_request(seg), options_.level, head, states[i], taps[i],
                        traces[i]);

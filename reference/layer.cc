@@ -270,13 +270,17 @@ Tensor folded_hidden(const ResidualState& st) {
   return st.prefix.device() == Device::kCpu ? h : h.to(st.prefix.device());
 }
 
+int tap_blocks(const ModelConfig& c, int k) {
+  return (k + c.attn_res_block_size - 1) / c.attn_res_block_size;
+}
+
 Tensor read_tap(const KernelContext& ctx, const ModelConfig& c, int k, const ResidualState& st,
                 const Tensor& norm_w, const Tensor& proj_w) {
   Tensor prefix = folded_hidden(st);
   Tensor bank = st.bank;  // shares bytes; write_idx = -1, so nothing is written
   Tensor out = like(prefix);
   const std::vector<int> native = native_sizes(c);
-  const int nb = (k + c.attn_res_block_size - 1) / c.attn_res_block_size;
+  const int nb = tap_blocks(c, k);
   AttnResArgs args{&prefix, nullptr, &bank,          &norm_w,        &proj_w, nullptr,
                    nb,      -1,      c.rms_norm_eps, c.rms_norm_eps, native,  &out};
   KernelContext tap_ctx = ctx.at(-1, Site::kTap);

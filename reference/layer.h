@@ -111,6 +111,8 @@ Tensor folded_hidden(const ResidualState& state);
 // cdiv(k, S), -1), a pure read of the state after layer k-1.
 Tensor read_tap(const KernelContext& ctx, const ModelConfig& config, int k,
                 const ResidualState& state, const Tensor& norm_w, const Tensor& proj_w);
+// The blocks tap k reads: cdiv(k, S).
+int tap_blocks(const ModelConfig& config, int k);
 
 // Start of the model: P = embed_tokens[ids], no delta, an empty bank.
 ResidualState embed_state(const KernelContext& ctx, const ModelConfig& config,

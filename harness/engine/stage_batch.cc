@@ -95,7 +95,19 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
     const int li = l - range_.begin;
     run_layer_batch(ctxs, c, l, layers_[li], rows, caches, recs);
     computed_.layers += static_cast<int64_t>(n);
-    for (size_t i = 0; i < n; ++i) read_tap_after(ctxs[i], l, rows.segment(i), &outs[i].taps);
+    if (!captured(l + 1)) continue;
+    const std::vector<Tensor> read =
+        read_tap_rows(ctxs, c, l + 1, rows, [&](const KernelContext& ctx, const ResidualState& st) {
+          std::vector<std::pair<int, Tensor>> one;
+          read_tap_after(ctx, l, st, &one);
+          return one.front().second;
+        });
+    for (size_t i = 0; i < n; ++i) outs[i].taps.emplace_back(l + 1, read[i]);
+  }
+  std::vector<HeadOutput> heads;
+  if (is_last()) {
+    heads = run_head_rows(ctxs, c, rows, weights_);
+    computed_.heads += static_cast<int64_t>(n);
   }
   for (size_t i = 0; i < n; ++i) outs[i].state = rows.segment(i);
 
@@ -106,8 +118,7 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
     rs.positions = seg.first_position + T;
     StageOutput& out = outs[i];
     if (is_last()) {
-      out.head = run_head(ctxs[i], c, out.state, weights_);
-      ++computed_.heads;
+      out.head = std::move(heads[i]);
       if (!is_first() && captured(0) && !relays_tap0())
         out.taps.emplace_back(0, Tensor::zeros(DType::kBF16, {T, c.hidden_size}));
       std::stable_sort(out.taps.begin(), out.taps.end(),

@@ -2,7 +2,8 @@
 // alone: AttnRes and the MLP run once over the concatenated rows, attention per segment on
 // views of its rows, and every segment's state, record and dispatch trace equal its own
 // run_layer's, bit for bit, including where SPEC 2.2's BLOCK_L rule makes AttnRes run per
-// segment (segments under 256 tokens, 256 or more rows in all).
+// segment (segments under 256 tokens, 256 or more rows in all); likewise the taps and the
+// output head.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -121,6 +122,62 @@ INSTANTIATE_TEST_SUITE_P(Layers, BatchRowsTest,
                                            std::make_tuple(8, std::vector<int64_t>{130, 130}),
                                            std::make_tuple(11, std::vector<int64_t>{3, 5, 1}),
                                            std::make_tuple(11, std::vector<int64_t>{130, 130})));
+
+// Taps and the head over a batch (read_tap_rows, run_head_rows) against each segment's own
+// read_tap and run_head: the same bits and the same dispatch events, whether they run once
+// over all rows (3 + 5 + 1) or per segment (130 + 130 rows, where BLOCK_L differs).
+class BatchEndsTest : public BatchRowsTest {};
+
+TEST_P(BatchEndsTest, TapsAndHeadEqualEachSegmentsOwn) {
+  const ModelConfig c = config12();
+  const std::vector<int64_t>& sizes = std::get<1>(GetParam());
+  const size_t n = sizes.size();
+  std::vector<ResidualState> alone(n), parts(n);
+  std::vector<DispatchTrace> alone_traces(n), batch_traces(n);
+  std::vector<KernelContext> ctxs;
+  for (size_t i = 0; i < n; ++i) {
+    const ResidualState st = random_state(c, sizes[i], 40 + i);
+    alone[i] = ResidualState{st.prefix.clone(), st.delta.clone(), true, st.bank.clone()};
+    parts[i] = ResidualState{st.prefix.clone(), st.delta.clone(), true, st.bank.clone()};
+    ctxs.push_back(KernelContext{&batch_traces[i], static_cast<int32_t>(20 + i)});
+  }
+  BatchRows rows = concat_rows(parts);
+  for (int k : {4, 8}) {  // one block, then two
+    Result<LayerWeights> w = bind_layer(c, *weights_, k);
+    ASSERT_TRUE(w.is_ok());
+    const std::vector<Tensor> taps =
+        read_tap_rows(ctxs, c, k, rows, [&](const KernelContext& ctx, const ResidualState& st) {
+          return read_tap(ctx, c, k, st, *w->sa_res_norm, *w->sa_res_proj);
+        });
+    for (size_t i = 0; i < n; ++i) {
+      const Tensor own = read_tap(KernelContext{&alone_traces[i], static_cast<int32_t>(20 + i)}, c,
+                                  k, alone[i], *w->sa_res_norm, *w->sa_res_proj);
+      EXPECT_TRUE(same(taps[i], own)) << "tap " << k << ", segment " << i;
+    }
+  }
+  const std::vector<HeadOutput> heads = run_head_rows(ctxs, c, rows, *weights_);
+  for (size_t i = 0; i < n; ++i) {
+    const HeadOutput own = run_head(KernelContext{&alone_traces[i], static_cast<int32_t>(20 + i)},
+                                    c, alone[i], *weights_);
+    EXPECT_TRUE(same(heads[i].output, own.output)) << "segment " << i;
+    EXPECT_TRUE(same(heads[i].logits, own.logits)) << "segment " << i;
+    EXPECT_TRUE(same(heads[i].next_tokens, own.next_tokens)) << "segment " << i;
+    EXPECT_TRUE(same(rows.segment(i).prefix, alone[i].prefix)) << "segment " << i;
+    ASSERT_EQ(batch_traces[i].events.size(), alone_traces[i].events.size());
+    for (size_t e = 0; e < alone_traces[i].events.size(); ++e) {
+      const DispatchEvent& a = alone_traces[i].events[e];
+      const DispatchEvent& b = batch_traces[i].events[e];
+      EXPECT_EQ(b.forward, a.forward);
+      EXPECT_EQ(b.site, a.site);
+      EXPECT_EQ(b.aux, a.aux);
+      EXPECT_EQ(b.kernel, a.kernel);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Segments, BatchEndsTest,
+                         ::testing::Values(std::make_tuple(0, std::vector<int64_t>{3, 5, 1}),
+                                           std::make_tuple(0, std::vector<int64_t>{130, 130})));
 
 // Why the batch must run layer 8's AttnRes per segment at 130 + 130 rows: one call over all
 // 260 rows takes BLOCK_L 1 where each segment's own takes 4, and gives other bits.
