@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+
 #include "harness/engine/run.h"
 #include "kernels/batch.h"
 #include "reference/dspark.h"
@@ -96,12 +98,13 @@ class CountedDrafter : public Drafter {
   CountedDrafter(std::unique_ptr<Drafter> inner, int64_t* calls)
       : inner_(std::move(inner)), calls_(calls) {}
   void reset(int64_t request) override { inner_->reset(request); }
+  // Serving runs several requests' drafters at once, so the shared count is atomic.
   Status observe(const std::vector<int32_t>& ids, const Tensor& taps) override {
-    ++*calls_;
+    std::atomic_ref<int64_t>(*calls_).fetch_add(1);
     return inner_->observe(ids, taps);
   }
   Result<std::vector<int32_t>> propose(int32_t anchor, int gamma) override {
-    ++*calls_;
+    std::atomic_ref<int64_t>(*calls_).fetch_add(1);
     return inner_->propose(anchor, gamma);
   }
 

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
+
+#include "reference/segment_tasks.h"
 
 namespace splitcheck {
 namespace {
@@ -115,8 +118,31 @@ Result<ServingResult> serve_requests(Engine& engine,
     updates.push_back(StateUpdate{s.id, StateUpdate::Kind::kRelease});
   };
 
+  // Runs the drafters' calls of one step, each request's drafter on its own (they share
+  // nothing but read-only weights): at once on helper threads, each queued after this
+  // thread's device work so far, and this thread's later work after theirs. The first
+  // failure in the calls' order is returned.
+  auto run_drafters = [&](const std::vector<std::function<Status()>>& calls) -> Status {
+    if (calls.empty()) return Status::ok();
+    std::vector<Status> status(calls.size(), Status::ok());
+    const DeviceWorkMark before = mark_thread_device_work();
+    std::vector<DeviceWorkMark> after(calls.size());
+    run_segment_tasks(calls.size(), true, [&](size_t i) {
+      queue_after_device_work(before);
+      status[i] = calls[i]();
+      after[i] = mark_thread_device_work();
+    });
+    for (const DeviceWorkMark& m : after) queue_after_device_work(m);
+    for (const Status& st : status) RETURN_IF_ERROR(st);
+    return Status::ok();
+  };
+
   // Applies one collected step's results to the requests it carried.
   auto apply = [&](const InFlight& f, const BatchResult& b) -> Status {
+    std::vector<std::function<Status()>> observes;  // the drafters', after the loop
+    auto observe = [&](RequestRun& run, const Segment& seg, const ForwardResult& out) {
+      observes.push_back([&run, &seg, &out] { return run.drafter->observe(seg.ids, out.taps); });
+    };
     if (b.segments.size() != f.segments.size())
       return internal_error(fmt::format("step {}: {} results for {} segments", f.step,
                                         b.segments.size(), f.segments.size()));
@@ -134,7 +160,7 @@ Result<ServingResult> serve_requests(Engine& engine,
       const int64_t T = static_cast<int64_t>(seg.ids.size());
       switch (seg.kind) {
         case ForwardKind::kPrefill:
-          if (speculative) RETURN_IF_ERROR(run.drafter->observe(seg.ids, out.taps));
+          if (speculative) observe(run, seg, out);
           s.prefilled += T;
           if (s.prefilled < s.prompt_tokens) break;
           run.anchor = y[T - 1];
@@ -164,7 +190,7 @@ Result<ServingResult> serve_requests(Engine& engine,
           const bool done = static_cast<int>(run.seq.emitted.size()) >= opt.max_new_tokens;
           if (a == gamma) {
             // Every draft verified: the caches hold exactly these positions.
-            RETURN_IF_ERROR(run.drafter->observe(seg.ids, out.taps));
+            observe(run, seg, out);
             run.position += gamma + 1;
             run.anchor = y[gamma];
           } else if (!done) {
@@ -183,7 +209,7 @@ Result<ServingResult> serve_requests(Engine& engine,
           // from its own prediction (its forwards already differ from PP=1's, which the
           // comparison reports). Elsewhere the row count may change the prediction: the
           // request goes on from the emitted bonus token (ServingOptions::batch_invariant).
-          RETURN_IF_ERROR(run.drafter->observe(seg.ids, out.taps));
+          observe(run, seg, out);
           run.position += T;
           run.anchor = y[T - 1];
           if (y[T - 1] != run.bonus) {
@@ -194,7 +220,7 @@ Result<ServingResult> serve_requests(Engine& engine,
           break;
       }
     }
-    return Status::ok();
+    return run_drafters(observes);
   };
   auto collect_one = [&]() -> Status {
     ASSIGN_OR_RETURN(BatchResult b, engine.collect(record));
@@ -242,6 +268,8 @@ Result<ServingResult> serve_requests(Engine& engine,
     batch.step = step;
     batch.updates = std::move(updates);
     updates.clear();
+    std::vector<std::function<Status()>> proposals;  // the verify segments' drafts
+    std::vector<size_t> verifying;                   // their segments' indices
     for (const ScheduledSegment& p : plan) {
       RequestRun& run = runs[index_of.at(p.request)];
       const RequestSlot& s = slot_of(p.request);
@@ -261,13 +289,17 @@ Result<ServingResult> serve_requests(Engine& engine,
           seg.first_position = run.position;
           break;
         case ForwardKind::kVerify: {
-          ASSIGN_OR_RETURN(run.draft, run.drafter->propose(run.anchor, gamma));
-          if (static_cast<int>(run.draft.size()) != gamma)
-            return internal_error("drafter proposed " + std::to_string(run.draft.size()) +
-                                  " tokens");
-          seg.ids = {run.anchor};
-          seg.ids.insert(seg.ids.end(), run.draft.begin(), run.draft.end());
+          // The anchor, then gamma drafts (proposed after the loop).
+          seg.ids.assign(static_cast<size_t>(gamma) + 1, run.anchor);
           seg.first_position = run.position;
+          verifying.push_back(batch.segments.size());
+          proposals.push_back([&run, gamma]() -> Status {
+            ASSIGN_OR_RETURN(run.draft, run.drafter->propose(run.anchor, gamma));
+            if (static_cast<int>(run.draft.size()) != gamma)
+              return internal_error("drafter proposed " + std::to_string(run.draft.size()) +
+                                    " tokens");
+            return Status::ok();
+          });
           break;
         }
         case ForwardKind::kReplay:
@@ -283,6 +315,12 @@ Result<ServingResult> serve_requests(Engine& engine,
                                             static_cast<int64_t>(seg.ids.size()), seg.index});
       result.tokens += static_cast<int64_t>(seg.ids.size());
       batch.segments.push_back(std::move(seg));
+    }
+    RETURN_IF_ERROR(run_drafters(proposals));
+    for (size_t v : verifying) {
+      Segment& seg = batch.segments[v];
+      const std::vector<int32_t>& draft = runs[index_of.at(seg.request)].draft;
+      std::copy(draft.begin(), draft.end(), seg.ids.begin() + 1);
     }
     RETURN_IF_ERROR(engine.submit(batch, record != nullptr));
     in_flight.push_back(InFlight{step, batch.segments});
