@@ -7,6 +7,7 @@
 // requests, MlaArgs::begin) runs each product once over every segment's rows and one
 // attention or recurrence launch over all segments, each block reading its segment's
 // offsets and cache or state from a table passed as a kernel parameter.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -317,6 +318,63 @@ void project_bf16(Staging& s, const uint16_t* x, int64_t rows, int64_t in, const
   gemm_bf16(x, as<uint16_t>(s.in(w)), out, rows, w->dim(1), in);
 }
 
+// Segments of a latent gather: segment i's cache holds prev[i] latents; its fresh rows
+// start at row q_begin[i] of the call's projection; its context goes to rows
+// [kv_begin[i], kv_begin[i + 1]) of the gathered array.
+struct LatentSegments {
+  int count = 0;
+  uint16_t* cache[kMaxSegments];
+  int64_t prev[kMaxSegments];
+  int64_t q_begin[kMaxSegments];
+  int64_t kv_begin[kMaxSegments + 1];
+};
+
+// Block (x, i) copies its share of segment i's context into `all`: earlier latents from
+// its cache, fresh ones from the projection, which it also appends to the cache.
+__global__ void gather_latents_kernel(const uint16_t* fresh, const LatentSegments segs, int64_t r,
+                                      uint16_t* all) {
+  const int i = blockIdx.y;
+  const int64_t prev = segs.prev[i];
+  const int64_t n = (segs.kv_begin[i + 1] - segs.kv_begin[i]) * r;
+  uint16_t* cache = segs.cache[i];
+  uint16_t* out = all + segs.kv_begin[i] * r;
+  const int64_t own = (segs.q_begin[i] - prev) * r;  // element e >= prev * r is fresh[own + e]
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint16_t v;
+    if (e < prev * r) {
+      v = cache[e];
+    } else {
+      v = fresh[own + e];
+      cache[e] = v;
+    }
+    out[e] = v;
+  }
+}
+
+// Appends each segment's fresh latents to its cache and gathers every segment's context
+// (earlier latents, then fresh) into `all`, one launch per kMaxSegments segments.
+void gather_latents(const uint16_t* fresh, const std::vector<LatentCache*>& caches,
+                    const std::vector<AttentionSegment>& segments, int64_t r, uint16_t* all) {
+  constexpr int kGatherThreads = 256;
+  for (size_t i = 0; i < segments.size();) {
+    LatentSegments table;
+    table.kv_begin[0] = segments[i].kv_begin;
+    int64_t most = 0;
+    for (; i < segments.size() && table.count < kMaxSegments; ++i) {
+      const AttentionSegment& a = segments[i];
+      table.cache[table.count] = static_cast<uint16_t*>(caches[i]->rows.address());
+      table.prev[table.count] = a.first_pos;
+      table.q_begin[table.count] = a.q_begin;
+      table.kv_begin[++table.count] = a.kv_begin + a.tk;
+      most = a.tk * r > most ? a.tk * r : most;
+    }
+    const int64_t blocks = std::clamp<int64_t>((most + kGatherThreads - 1) / kGatherThreads, 1, 1024);
+    gather_latents_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(table.count)),
+                            kGatherThreads, 0, stream()>>>(fresh, table, r, all);
+  }
+}
+
 // A segmented call's bounds and owners (caches or states), or the call's one segment.
 template <typename Own>
 struct SegmentTable {
@@ -374,16 +432,7 @@ void mla_attention(MlaArgs& a) {
     uint16_t* fresh = s.scratch<uint16_t>(t_count * r);
     project_bf16(s, x, t_count, h, a.w_dkv, fresh);
     uint16_t* all = s.scratch<uint16_t>(n_all * r);
-    const size_t row_bytes = static_cast<size_t>(r) * sizeof(uint16_t);
-    auto copy_device = [](void* dst, const void* src, size_t bytes) {
-      if (bytes > 0) copy_2d_queued(dst, bytes, src, bytes, bytes, 1);
-    };
-    for (size_t i = 0; i < n; ++i) {
-      auto* cache = static_cast<uint16_t*>(segs.owners[i]->rows.address());
-      const AttentionSegment& sg = attend[i];
-      copy_device(cache + sg.first_pos * r, fresh + sg.q_begin * r, sg.tq * row_bytes);
-      copy_device(all + sg.kv_begin * r, cache, sg.tk * row_bytes);
-    }
+    gather_latents(fresh, segs.owners, attend, r, all);
     latents = all;
   }
   for (size_t i = 0; i < n; ++i) segs.owners[i]->positions = attend[i].tk;
