@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/elementwise.h"
+
 namespace splitcheck {
 namespace {
 
@@ -261,13 +263,9 @@ void run_layer(const KernelContext& ctx0, const ModelConfig& c, int l, const Lay
 
 Tensor folded_hidden(const ResidualState& st) {
   if (!st.has_delta) return st.prefix.clone();
-  // On the host (a device state is copied there and the sum copied back).
-  Tensor h = st.prefix.to(Device::kCpu);
-  const Tensor delta = st.delta.on_host();
-  bf16* p = h.data<bf16>();
-  const bf16* d = delta.data<bf16>();
-  for (int64_t i = 0; i < h.numel(); ++i) p[i] = to_bf16(to_f32(p[i]) + to_f32(d[i]));
-  return st.prefix.device() == Device::kCpu ? h : h.to(st.prefix.device());
+  // Where the state is (on a device, no host wait).
+  const Tensor& p = st.prefix;
+  return add_bf16(p, st.delta.device() == p.device() ? st.delta : st.delta.to(p.device()));
 }
 
 int tap_blocks(const ModelConfig& c, int k) {

@@ -352,6 +352,11 @@ __global__ void round_kernel(const float* in, uint16_t* out, int64_t n) {
   if (i < n) out[i] = f_to_bf(in[i]);
 }
 
+__global__ void add_bf16_kernel(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = f_to_bf(__fadd_rn(bf_to_f(a[i]), bf_to_f(b[i])));
+}
+
 __global__ void widen_kernel(const uint16_t* in, float* out, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = bf_to_f(in[i]);
@@ -394,6 +399,11 @@ __global__ void fill_tied_kernel(uint64_t key_r, float scale, uint64_t key_e, fl
 void round_to_bf16(const float* in, uint16_t* out, int64_t n) {
   if (n == 0) return;
   round_kernel<<<blocks_for(n, 256), 256, 0, stream()>>>(in, out, n);
+}
+
+void add_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n) {
+  if (n == 0) return;
+  add_bf16_kernel<<<blocks_for(n, 256), 256, 0, stream()>>>(a, b, out, n);
 }
 
 void widen_bf16(const uint16_t* in, float* out, int64_t n) {
