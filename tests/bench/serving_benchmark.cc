@@ -4,9 +4,10 @@
 // (max_in_flight 1), alternated in one process. Counters: generated tokens per second of
 // each (per CPU second on the CPU, the steadier measure on a shared machine; per wall
 // second on the GPU), and the ratio of their CPU and wall times (medians over the
-// iterations). AttnRes and the MLP run once over the concatenated rows; attention, taps
-// and the head run per request (a layer's segments at once, on the CPU's cores or the
-// GPU's streams). Without a usable device the GPU row ends at once, saying why.
+// iterations). AttnRes, the MLP, the taps and the head run once over the concatenated
+// rows; attention per request (on the CPU a layer's segments at once on its cores, on the
+// GPU one segmented call); a step's drafter calls at once on helper threads. Without a
+// usable device the GPU row ends at once, saying why.
 //
 // The schedule bounds the ratio: `forwards_*` count the forwards (steps that carry a
 // segment) of each run, and `bound` is their ratio, the speedup batching would give if a
