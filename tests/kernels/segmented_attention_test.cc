@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,25 +35,51 @@ std::vector<Tensor> weights(const std::vector<std::pair<int64_t, int64_t>>& shap
   return w;
 }
 
+// The two ops under test: their weights, arguments, and what each segment owns (MLA's
+// latent cache, KDA's state).
 struct Mla {
+  using Owner = LatentCache;
+  static constexpr const char* kOp = "mla";
+  static constexpr const char* kVariant = "latent_cache";
   std::vector<Tensor> w;
+  Device device;
   explicit Mla(Device d)
-      : w(weights({{kH, kQd}, {kH, kR}, {kR, kQd}, {kR, kQd}, {kH, kQd}, {kQd, kH}}, {kR}, 1, d)) {}
+      : w(weights({{kH, kQd}, {kH, kR}, {kR, kQd}, {kR, kQd}, {kH, kQd}, {kQd, kH}}, {kR}, 1, d)),
+        device(d) {}
   MlaArgs args(const Tensor* x, LatentCache* cache, Tensor* out) const {
     return MlaArgs{x, &w[0], &w[1], &w[6], &w[2], &w[3], &w[4], &w[5], kHeads, kHd, 1e-6f,
                    cache, out};
   }
+  Owner fresh() const { return {}; }
+  static void segments(MlaArgs& a, std::span<const int64_t> begin, std::span<Owner* const> own) {
+    a.begin = begin;
+    a.caches = own;
+  }
+  static bool same(const Owner& a, const Owner& b) {
+    return a.positions == b.positions && latents_on_host(a, kR).bit_equal(latents_on_host(b, kR));
+  }
 };
 
 struct Kda {
+  using Owner = Tensor;
+  static constexpr const char* kOp = "kda";
+  static constexpr const char* kVariant = "recurrent";
   std::vector<Tensor> w;
+  Device device;
   explicit Kda(Device d)
       : w(weights({{kH, kQd}, {kH, kQd}, {kH, kQd}, {kH, kHeads}, {kH, kQd}, {kH, kQd}, {kQd, kH}},
-                  {kHd}, 20, d)) {}
+                  {kHd}, 20, d)),
+        device(d) {}
   KdaArgs args(const Tensor* x, Tensor* state, Tensor* out) const {
     return KdaArgs{x,     &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[7], &w[6],
                    kHeads, kHd,  1e-6f, state, out};
   }
+  Owner fresh() const { return Tensor::zeros(DType::kF32, {int64_t{kHeads} * kHd * kHd}, device); }
+  static void segments(KdaArgs& a, std::span<const int64_t> begin, std::span<Owner* const> own) {
+    a.begin = begin;
+    a.states = own;
+  }
+  static bool same(const Owner& a, const Owner& b) { return a.bit_equal(b); }
 };
 
 std::vector<int64_t> bounds(const std::vector<int64_t>& rows) {
@@ -61,63 +88,35 @@ std::vector<int64_t> bounds(const std::vector<int64_t>& rows) {
   return begin;
 }
 
-// Rounds of calls over the same segments: the segmented call on one set of caches, each
-// segment's own call on another; every round's outputs and the caches must be equal.
-void mla_rounds(Device device, const std::vector<std::vector<int64_t>>& rounds) {
-  const Mla mla(device);
-  const size_t n = rounds.front().size();
-  std::vector<LatentCache> together(n), alone(n);
+// Rounds of calls over the same segments: the segmented call on one set of caches or
+// states, each segment's own call on another; every round's outputs and the caches or
+// states must be equal.
+template <typename Op>
+void rounds(Device device, const std::vector<std::vector<int64_t>>& rounds) {
+  const Op op(device);
+  std::vector<typename Op::Owner> together, alone;
+  for (size_t i = 0; i < rounds.front().size(); ++i) {
+    together.push_back(op.fresh());
+    alone.push_back(op.fresh());
+  }
   uint64_t seed = 100;
   for (const std::vector<int64_t>& rows : rounds) {
     const std::vector<int64_t> begin = bounds(rows);
     const Tensor x = random_bf16({begin.back(), kH}, seed++, 1.0f).to(device);
     Tensor out = Tensor::zeros(DType::kBF16, {begin.back(), kH}, device);
-    std::vector<LatentCache*> caches;
-    for (LatentCache& cache : together) caches.push_back(&cache);
-    MlaArgs a = mla.args(&x, nullptr, &out);
-    a.begin = begin;
-    a.caches = caches;
-    run_variant("mla", "latent_cache", &a);
+    std::vector<typename Op::Owner*> owners;
+    for (typename Op::Owner& o : together) owners.push_back(&o);
+    auto a = op.args(&x, nullptr, &out);
+    Op::segments(a, begin, owners);
+    run_variant(Op::kOp, Op::kVariant, &a);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Tensor xi = x.rows(begin[i], begin[i + 1]);
       Tensor oi = Tensor::zeros(DType::kBF16, {rows[i], kH}, device);
-      MlaArgs one = mla.args(&xi, &alone[i], &oi);
-      run_variant("mla", "latent_cache", &one);
+      auto one = op.args(&xi, &alone[i], &oi);
+      run_variant(Op::kOp, Op::kVariant, &one);
       EXPECT_TRUE(oi.bit_equal(out.rows(begin[i], begin[i + 1])))
-          << "segment " << i << " of rows " << ::testing::PrintToString(rows);
-      ASSERT_EQ(together[i].positions, alone[i].positions);
-      EXPECT_TRUE(latents_on_host(together[i], kR).bit_equal(latents_on_host(alone[i], kR)));
-    }
-  }
-}
-
-void kda_rounds(Device device, const std::vector<std::vector<int64_t>>& rounds) {
-  const Kda kda(device);
-  auto zero = [&] { return Tensor::zeros(DType::kF32, {int64_t{kHeads} * kHd * kHd}, device); };
-  std::vector<Tensor> together, alone;
-  for (size_t i = 0; i < rounds.front().size(); ++i) {
-    together.push_back(zero());
-    alone.push_back(zero());
-  }
-  uint64_t seed = 200;
-  for (const std::vector<int64_t>& rows : rounds) {
-    const std::vector<int64_t> begin = bounds(rows);
-    const Tensor x = random_bf16({begin.back(), kH}, seed++, 1.0f).to(device);
-    Tensor out = Tensor::zeros(DType::kBF16, {begin.back(), kH}, device);
-    std::vector<Tensor*> states;
-    for (Tensor& state : together) states.push_back(&state);
-    KdaArgs a = kda.args(&x, nullptr, &out);
-    a.begin = begin;
-    a.states = states;
-    run_variant("kda", "recurrent", &a);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Tensor xi = x.rows(begin[i], begin[i + 1]);
-      Tensor oi = Tensor::zeros(DType::kBF16, {rows[i], kH}, device);
-      KdaArgs one = kda.args(&xi, &alone[i], &oi);
-      run_variant("kda", "recurrent", &one);
-      EXPECT_TRUE(oi.bit_equal(out.rows(begin[i], begin[i + 1])))
-          << "segment " << i << " of rows " << ::testing::PrintToString(rows);
-      EXPECT_TRUE(together[i].bit_equal(alone[i])) << "state of segment " << i;
+          << Op::kOp << " segment " << i << " of rows " << ::testing::PrintToString(rows);
+      EXPECT_TRUE(Op::same(together[i], alone[i])) << Op::kOp << " cache of segment " << i;
     }
   }
 }
@@ -128,11 +127,11 @@ const std::vector<std::vector<int64_t>> kCpuRounds = {{5, 3, 7}, {1, 0, 4}, {2, 
 const std::vector<std::vector<int64_t>> kGpuRounds = {{2, 1, 3}, {1, 0, 1}};
 
 TEST(SegmentedAttentionTest, MlaGivesEachSegmentItsOwnCallsBitsAndCache) {
-  mla_rounds(Device::kCpu, kCpuRounds);
+  rounds<Mla>(Device::kCpu, kCpuRounds);
 }
 
 TEST(SegmentedAttentionTest, KdaGivesEachSegmentItsOwnCallsBitsAndState) {
-  kda_rounds(Device::kCpu, kCpuRounds);
+  rounds<Kda>(Device::kCpu, kCpuRounds);
 }
 
 TEST(SegmentedAttentionTest, SharedCachesAndBadBoundsAreRefusedBeforeAnyWrite) {
@@ -172,12 +171,12 @@ TEST(SegmentedAttentionTest, SharedCachesAndBadBoundsAreRefusedBeforeAnyWrite) {
 
 TEST(CudaSegmentedAttentionTest, MlaGivesEachSegmentItsOwnCallsBitsAndCache) {
   SPLITCHECK_REQUIRE_GPU();
-  mla_rounds(Device::kCuda, kGpuRounds);
+  rounds<Mla>(Device::kCuda, kGpuRounds);
 }
 
 TEST(CudaSegmentedAttentionTest, KdaGivesEachSegmentItsOwnCallsBitsAndState) {
   SPLITCHECK_REQUIRE_GPU();
-  kda_rounds(Device::kCuda, kGpuRounds);
+  rounds<Kda>(Device::kCuda, kGpuRounds);
 }
 
 // More segments than one launch takes (16): the launches after the first keep their rows
@@ -187,8 +186,8 @@ TEST(CudaSegmentedAttentionTest, MoreSegmentsThanALaunchTakesKeepTheirOwnBits) {
   std::vector<int64_t> first(19, 0), second(19, 0);
   first[0] = 1, first[9] = 1, first[17] = 1, first[18] = 2;
   second[16] = 2, second[18] = 1;
-  mla_rounds(Device::kCuda, {first, second});
-  kda_rounds(Device::kCuda, {first, second});
+  rounds<Mla>(Device::kCuda, {first, second});
+  rounds<Kda>(Device::kCuda, {first, second});
 }
 
 }  // namespace

@@ -49,6 +49,20 @@ bool same(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && std::memcmp(a.bytes(), b.bytes(), a.nbytes()) == 0;
 }
 
+// The batch's dispatch events of segment i against its own call's, one by one.
+void expect_same_events(const DispatchTrace& batch, const DispatchTrace& alone, size_t i) {
+  ASSERT_EQ(batch.events.size(), alone.events.size()) << "segment " << i;
+  for (size_t k = 0; k < alone.events.size(); ++k) {
+    const DispatchEvent& a = alone.events[k];
+    const DispatchEvent& b = batch.events[k];
+    EXPECT_EQ(b.forward, a.forward) << "segment " << i << ", event " << k;
+    EXPECT_EQ(b.layer, a.layer) << "segment " << i << ", event " << k;
+    EXPECT_EQ(b.site, a.site) << "segment " << i << ", event " << k;
+    EXPECT_EQ(b.aux, a.aux) << "segment " << i << ", event " << k;
+    EXPECT_EQ(b.kernel, a.kernel) << "segment " << i << ", event " << k;
+  }
+}
+
 class BatchRowsTest : public ::testing::TestWithParam<std::tuple<int, std::vector<int64_t>>> {
  protected:
   static void SetUpTestSuite() {
@@ -105,15 +119,7 @@ TEST_P(BatchRowsTest, EverySegmentEqualsItsLayerAlone) {
       EXPECT_EQ(b.path, a.path);
       EXPECT_TRUE(same(b.tensor, a.tensor)) << a.path;
     }
-    ASSERT_EQ(batch_traces[i].events.size(), alone_traces[i].events.size());
-    for (size_t k = 0; k < alone_traces[i].events.size(); ++k) {
-      const DispatchEvent& a = alone_traces[i].events[k];
-      const DispatchEvent& b = batch_traces[i].events[k];
-      EXPECT_EQ(b.forward, a.forward);
-      EXPECT_EQ(b.layer, a.layer);
-      EXPECT_EQ(b.site, a.site);
-      EXPECT_EQ(b.kernel, a.kernel);
-    }
+    expect_same_events(batch_traces[i], alone_traces[i], i);
   }
 }
 
@@ -163,15 +169,7 @@ TEST_P(BatchEndsTest, TapsAndHeadEqualEachSegmentsOwn) {
     EXPECT_TRUE(same(heads[i].logits, own.logits)) << "segment " << i;
     EXPECT_TRUE(same(heads[i].next_tokens, own.next_tokens)) << "segment " << i;
     EXPECT_TRUE(same(rows.segment(i).prefix, alone[i].prefix)) << "segment " << i;
-    ASSERT_EQ(batch_traces[i].events.size(), alone_traces[i].events.size());
-    for (size_t e = 0; e < alone_traces[i].events.size(); ++e) {
-      const DispatchEvent& a = alone_traces[i].events[e];
-      const DispatchEvent& b = batch_traces[i].events[e];
-      EXPECT_EQ(b.forward, a.forward);
-      EXPECT_EQ(b.site, a.site);
-      EXPECT_EQ(b.aux, a.aux);
-      EXPECT_EQ(b.kernel, a.kernel);
-    }
+    expect_same_events(batch_traces[i], alone_traces[i], i);
   }
 }
 
