@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/elementwise.h"
 #include "kernels/tensor_copy.h"
 #include "reference/draft_ops.h"
 
@@ -16,14 +17,6 @@ using draft::rows_tensor;
 
 constexpr float kFcGain = 0.05f;
 constexpr float kWriteGain = 0.05f;
-
-// a + b, rounded once to bf16.
-Tensor add_bf16(const Tensor& a, const Tensor& b) {
-  Tensor out = Tensor::zeros(DType::kBF16, a.shape());
-  for (int64_t i = 0; i < a.numel(); ++i)
-    out.data<bf16>()[i] = to_bf16(to_f32(a.data<bf16>()[i]) + to_f32(b.data<bf16>()[i]));
-  return out;
-}
 
 float lin_scale(int64_t fan_in, float gain) {
   return gain * std::sqrt(3.0f / static_cast<float>(fan_in));
