@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #ifdef SPLITCHECK_HAVE_CUDA
 #include "kernels/cuda/runtime.h"
@@ -40,6 +41,19 @@ void copy_tensor_runs(Tensor& dst, size_t dst_offset, size_t dst_pitch, const Te
   }
 #endif
   for (size_t i = 0; i < runs; ++i) std::memcpy(to + i * dst_pitch, from + i * src_pitch, width);
+}
+
+void copy_tensor(Tensor& dst, const Tensor& src) {
+  if (dst.nbytes() != src.nbytes())
+    throw std::invalid_argument("copy_tensor: " + std::to_string(src.nbytes()) +
+                                " bytes into a tensor of " + std::to_string(dst.nbytes()));
+  copy_tensor_runs(dst, 0, dst.nbytes(), src, 0, src.nbytes(), src.nbytes(), 1);
+}
+
+Tensor clone_queued(const Tensor& t) {
+  Tensor out = Tensor::zeros(t.dtype(), t.shape(), t.device());
+  copy_tensor(out, t);
+  return out;
 }
 
 }  // namespace splitcheck

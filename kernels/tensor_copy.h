@@ -19,4 +19,11 @@ namespace splitcheck {
 void copy_tensor_runs(Tensor& dst, size_t dst_offset, size_t dst_pitch, const Tensor& src,
                       size_t src_offset, size_t src_pitch, size_t width, size_t runs);
 
+// `dst`'s bytes become `src`'s (equal sizes, else std::invalid_argument), copied as above:
+// between device tensors queued like a kernel, the host not waiting (Tensor::clone waits).
+void copy_tensor(Tensor& dst, const Tensor& src);
+// A copy of `t` where it is, made as copy_tensor makes it: on a device, ready for the
+// calling thread's later kernels as a kernel's output is, without a host wait.
+Tensor clone_queued(const Tensor& t);
+
 }  // namespace splitcheck

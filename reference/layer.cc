@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/elementwise.h"
+#include "kernels/tensor_copy.h"
 
 namespace splitcheck {
 namespace {
@@ -209,7 +210,7 @@ void run_attention_segments(const KernelContext& ctx0, const ModelConfig& c, int
 
 void take_attention(const ModelConfig& c, int l, ResidualState& st, const Tensor& a) {
   if (c.is_block_write_layer(l)) {
-    st.prefix = a.clone();
+    st.prefix = clone_queued(a);
     st.has_delta = false;
   } else {
     st.delta = a;

@@ -474,6 +474,67 @@ TEST(RequestStateTableTest, ARollbackWithoutASnapshotKeepsEveryLayerCache) {
   EXPECT_EQ(table.at(3).positions, 5);
 }
 
+// A rollback returns every KDA state, bit for bit, and every MLA latent count to the
+// snapshot, however the layers' states changed after it (written in place through the
+// layer caches, as the KDA kernels write them), and again on a second rollback; a KDA
+// state not allocated at the snapshot returns to zeros or to unallocated (its next call
+// then starts from zeros).
+TEST(RequestStateTableTest, ARollbackReturnsEveryStateToTheSnapshot) {
+  const ModelConfig c = committed_scenario("serving").model;
+  const int begin = 2, end = 9;  // KDA layers 2, 4, 5, 6, 8; MLA layers 3, 7
+  const int64_t n = int64_t{c.num_attention_heads} * c.head_dim * c.head_dim;
+  auto fill = [&](Tensor& t, float base) {
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = base + static_cast<float>(i % 97);
+  };
+  for (int mode = 0; mode < 3; ++mode) {
+    // Which KDA states are allocated at the snapshot: all, all but layer 8's, none.
+    auto allocated = [&](int l) { return mode == 0 || (mode == 1 && l != 8); };
+    SCOPED_TRACE(fmt::format("mode {}", mode));
+    RequestStateTable table(c, begin, end);
+    RequestState& st = table.at(1);
+    std::vector<Tensor> before(st.caches.size());
+    for (int l = begin; l < end; ++l) {
+      LayerCache& lc = st.caches[static_cast<size_t>(l - begin)];
+      if (c.is_mla_layer(l)) {
+        lc.mla_latent.positions = l;
+      } else if (allocated(l)) {
+        lc.kda_state = zero_kda_state(c, Device::kCpu);
+        fill(lc.kda_state, static_cast<float>(l));
+        before[static_cast<size_t>(l - begin)] = lc.kda_state.clone();
+      }
+    }
+    st.positions = 6;
+    table.snapshot(1);
+    for (int round = 0; round < 2; ++round) {
+      for (int l = begin; l < end; ++l) {
+        LayerCache& lc = st.caches[static_cast<size_t>(l - begin)];
+        if (c.is_mla_layer(l)) {
+          lc.mla_latent.positions = 50 + round;
+        } else {
+          if (lc.kda_state.shape().empty()) lc.kda_state = zero_kda_state(c, Device::kCpu);
+          fill(lc.kda_state, 1000.0f * static_cast<float>(round + 1));
+        }
+      }
+      st.positions = 40;
+      table.apply(StateUpdate{1, StateUpdate::Kind::kRollback});
+      EXPECT_EQ(st.positions, 6);
+      for (int l = begin; l < end; ++l) {
+        const LayerCache& lc = st.caches[static_cast<size_t>(l - begin)];
+        SCOPED_TRACE(fmt::format("round {}, layer {}", round, l));
+        if (c.is_mla_layer(l)) {
+          EXPECT_EQ(lc.mla_latent.positions, l);
+        } else if (allocated(l)) {
+          ASSERT_EQ(lc.kda_state.numel(), n);
+          EXPECT_TRUE(lc.kda_state.bit_equal(before[static_cast<size_t>(l - begin)]));
+        } else {
+          // Unallocated at the snapshot: the layer's next call starts from zeros.
+          EXPECT_TRUE(lc.kda_state.shape().empty() || lc.kda_state.bit_equal(zero_kda_state(c, Device::kCpu)));
+        }
+      }
+    }
+  }
+}
+
 Result<Scenario> serving_with(const nlohmann::json& serving) {
   nlohmann::json j = {{"workload", {{"prompts", 2}}},
                       {"speculative", {{"method", "dspark"}, {"gamma", 7}}},
