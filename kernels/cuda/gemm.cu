@@ -1,6 +1,7 @@
 // Matrix products through cuBLASLt: bf16 inputs, float32 output, CUBLAS_COMPUTE_32F (no
 // TF32, no reduced-precision accumulation), one workspace for the backend's one stream.
-// The algorithm of each shape is chosen once by cuBLASLt's heuristic, then pinned: every
+// The algorithm of each shape is chosen once by cuBLASLt's heuristic, then pinned with the
+// shape's descriptors (made once, so a product's host work is the call alone): every
 // later product of that shape runs the same algorithm, and provenance_json() lists them.
 #include <cublasLt.h>
 
@@ -29,7 +30,11 @@ void lt_check(cublasStatus_t s, const char* what) {
 
 using ShapeKey = std::tuple<int64_t, int64_t, int64_t, bool>;  // m, n, k, b_nk
 
+// A shape's descriptors and its pinned algorithm, made at the shape's first product and
+// kept for the process (a product's host work is then the call alone).
 struct Pinned {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo;
   std::string description;
 };
@@ -79,6 +84,44 @@ std::string describe(const cublasLtMatmulAlgo_t& algo) {
   return buf;
 }
 
+// The descriptors of an m x n x k product and cuBLASLt's heuristic's algorithm for it.
+// Row-major C[m,n] = A[m,k] B is column-major C^T[n,m] = B^T[n,k] A^T[k,m]: cuBLASLt's
+// first operand is B (as stored: [n,k] col-major with ld n, or [k,n] col-major when b_nk,
+// then transposed), its second is A ([k,m] col-major, ld k).
+Pinned pin_shape(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k, bool b_nk) {
+  Pinned p;
+  SPLITCHECK_LT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_first = b_nk ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = CUBLAS_OP_N;
+  SPLITCHECK_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                     &op_first, sizeof(op_first)));
+  SPLITCHECK_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                     &op_second, sizeof(op_second)));
+  if (b_nk) {
+    SPLITCHECK_LT_CHECK(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, k, n, k));
+  } else {
+    SPLITCHECK_LT_CHECK(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, n, k, n));
+  }
+  SPLITCHECK_LT_CHECK(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, k, m, k));
+  SPLITCHECK_LT_CHECK(cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_32F, n, m, n));
+  cublasLtMatmulPreference_t pref = nullptr;
+  SPLITCHECK_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t ws = kWorkspaceBytes;
+  SPLITCHECK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  SPLITCHECK_LT_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &result, &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (found == 0)
+    throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" +
+                             std::to_string(n) + "x" + std::to_string(k) + " product");
+  p.algo = result.algo;
+  p.description = describe(result.algo);
+  return p;
+}
+
 }  // namespace
 
 bool skinny_applies(int64_t m, bool b_nk) {
@@ -121,57 +164,16 @@ void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, 
     return;
   }
   Lt& s = lt();
-  // Row-major C[m,n] = A[m,k] B is column-major C^T[n,m] = B^T[n,k] A^T[k,m]: cuBLASLt's
-  // first operand is B (as stored: [n,k] col-major with ld n, or [k,n] col-major when b_nk,
-  // then transposed), its second is A ([k,m] col-major, ld k).
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  SPLITCHECK_LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t op_first = b_nk ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_second = CUBLAS_OP_N;
-  SPLITCHECK_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
-                                                     sizeof(op_first)));
-  SPLITCHECK_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
-                                                     sizeof(op_second)));
-  if (b_nk) {
-    SPLITCHECK_LT_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, n, k));
-  } else {
-    SPLITCHECK_LT_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, k, n));
-  }
-  SPLITCHECK_LT_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, m, k));
-  SPLITCHECK_LT_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, n));
-
   const ShapeKey key{m, n, k, b_nk};
-  cublasLtMatmulAlgo_t algo;
-  // One product queued at a time (threads share the handle and the pinned algorithms).
+  // One product queued at a time (threads share the handle and the pinned shapes).
   std::lock_guard<std::mutex> lock(s.mu);
-  {
-    auto it = s.algos.find(key);
-    if (it == s.algos.end()) {
-      cublasLtMatmulPreference_t pref = nullptr;
-      SPLITCHECK_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-      const size_t ws = kWorkspaceBytes;
-      SPLITCHECK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      SPLITCHECK_LT_CHECK(
-          cublasLtMatmulAlgoGetHeuristic(s.handle, desc, la, lb, lc, lc, pref, 1, &result, &found));
-      cublasLtMatmulPreferenceDestroy(pref);
-      if (found == 0)
-        throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" +
-                                 std::to_string(n) + "x" + std::to_string(k) + " product");
-      it = s.algos.emplace(key, Pinned{result.algo, describe(result.algo)}).first;
-    }
-    algo = it->second.algo;
-  }
+  auto it = s.algos.find(key);
+  if (it == s.algos.end()) it = s.algos.emplace(key, pin_shape(s.handle, m, n, k, b_nk)).first;
+  const Pinned& p = it->second;
   const float alpha = 1.0f, beta = 0.0f;
-  SPLITCHECK_LT_CHECK(cublasLtMatmul(s.handle, desc, &alpha, b, la, a, lb, &beta, c, lc, c, lc,
-                                     &algo, s.workspace(stream()), kWorkspaceBytes, stream()));
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(desc);
+  SPLITCHECK_LT_CHECK(cublasLtMatmul(s.handle, p.desc, &alpha, b, p.la, a, p.lb, &beta, c, p.lc, c,
+                                     p.lc, &p.algo, s.workspace(stream()), kWorkspaceBytes,
+                                     stream()));
 }
 
 std::string provenance_json() {
