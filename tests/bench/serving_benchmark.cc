@@ -15,17 +15,27 @@
 // keeps two micro-batches in flight, as PP=2 needs, so its 8 requests in flight share a
 // forward 4 at most: bound 3.17x. With shared_forward:1 the same requests run as one
 // micro-batch of up to 64 tokens a step, so all 8 share each forward: bound 5.50x.
+//
+// BM_ServingStepHostAndDevice splits a serving step's time in two, for both runs: the
+// host queueing the step (the engine's submit) and the wait for the device after it. A
+// wait near zero means the device kept up with the host's launches: the step is bound by
+// the host's work per launch, not by the device (on the CPU the wait is zero: the host
+// computes). Its extra waits perturb the timing a little, so it runs apart from the
+// throughput benchmark.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/engine/run.h"
 #include "harness/engine/serving.h"
+#include "kernels/tensor.h"
 #ifdef SPLITCHECK_HAVE_CUDA
 #include "kernels/cuda/runtime.h"
 #endif
@@ -48,13 +58,13 @@ struct Served {
 
 // Wall and process CPU seconds and generated tokens of one serving run, nothing recorded
 // (on a shared machine the CPU time is the steadier of the two).
-Served serve(const Scenario& s, ReferenceEngine& engine, WeightSource& source,
+Served serve(const Scenario& s, Engine& engine, const WeightStore& weights, WeightSource& source,
              const PreparedWorkload& w) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::clock_t c0 = std::clock();
   ServingResult serving;
-  Result<GenerationSummary> g = run_serving_generation(s, engine, engine.weights(), 0, true,
-                                                       source, w, nullptr, nullptr, &serving);
+  Result<GenerationSummary> g = run_serving_generation(s, engine, weights, 0, true, source, w,
+                                                       nullptr, nullptr, &serving);
   Served out;
   out.cpu_seconds = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -67,7 +77,56 @@ Served serve(const Scenario& s, ReferenceEngine& engine, WeightSource& source,
   return out;
 }
 
-void BM_BatchedServingVsOneAtATime(benchmark::State& state) {
+double seconds_between(std::chrono::steady_clock::time_point a,
+                       std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// The engine it wraps, with each step's submit timed apart from the device wait after it
+// (see the file comment). The wait before the submit keeps earlier work (the drafters')
+// out of the step's figures.
+class StepClock : public Engine {
+ public:
+  explicit StepClock(Engine& inner) : inner_(inner) {}
+  Status submit(const BatchRequest& batch, bool record) override {
+    finish_thread_device_work();
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = inner_.submit(batch, record);
+    const auto t1 = std::chrono::steady_clock::now();
+    finish_thread_device_work();
+    if (!batch.segments.empty()) {
+      queue_seconds += seconds_between(t0, t1);
+      wait_seconds += seconds_between(t1, std::chrono::steady_clock::now());
+      ++steps;
+    }
+    return st;
+  }
+  Result<BatchResult> collect(RunRecord* record) override { return inner_.collect(record); }
+  Result<ForwardResult> forward(const ForwardRequest& request, RunRecord* record) override {
+    return inner_.forward(request, record);
+  }
+  void reset_sequence() override { inner_.reset_sequence(); }
+  ComputedCalls computed() override { return inner_.computed(); }
+  void save_state() override { inner_.save_state(); }
+  void restore_state() override { inner_.restore_state(); }
+
+  double queue_seconds = 0, wait_seconds = 0;
+  int64_t steps = 0;
+
+ private:
+  Engine& inner_;
+};
+
+// The committed serving scenario on the CPU or the GPU (state.range(0)), as committed or
+// as one micro-batch (state.range(1)), with the PP=1 engine and its weights; false (and
+// the benchmark skipped, saying why) where the GPU row cannot run.
+struct ServingSetup {
+  Scenario batched;
+  std::unique_ptr<WeightSource> source;
+  PreparedWorkload workload;
+  std::unique_ptr<ReferenceEngine> engine;
+};
+bool set_up(benchmark::State& state, ServingSetup& out) {
   Scenario batched = serving_scenario();
   const bool gpu = state.range(0) == 1;
   if (state.range(1) == 1) {  // every request in flight in every forward
@@ -78,33 +137,45 @@ void BM_BatchedServingVsOneAtATime(benchmark::State& state) {
 #ifdef SPLITCHECK_HAVE_CUDA
     if (const std::string why = cuda::unavailable_reason(); !why.empty()) {
       state.SkipWithError(("the GPU row: " + why).c_str());
-      return;
+      return false;
     }
     batched.backend = "cuda";
 #else
     state.SkipWithError("the GPU row: this build has no CUDA backend");
-    return;
+    return false;
 #endif
   }
-  Scenario alone = batched;
-  alone.serving.max_in_flight = 1;
-  std::unique_ptr<WeightSource> source = scenario_weight_source(batched);
+  out.source = scenario_weight_source(batched);
   Result<PreparedWorkload> w = prepare_workload(batched);
   if (!w.is_ok()) std::abort();
   std::vector<std::string> names;
   for (const TensorSpec& t : model_tensor_specs(batched.model)) names.push_back(t.name);
-  Result<WeightStore> weights = load_weights(*source, names);
+  Result<WeightStore> weights = load_weights(*out.source, names);
   if (!weights.is_ok()) std::abort();
   Result<std::unique_ptr<ReferenceEngine>> engine = ReferenceEngine::create(
       batched.model, std::move(*weights),
       EngineOptions{batched.capture_ids, DumpLevel::kSummary, batched.speculative.method, false});
   if (!engine.is_ok()) std::abort();
+  out.batched = std::move(batched);
+  out.workload = std::move(*w);
+  out.engine = std::move(*engine);
+  return true;
+}
+
+void BM_BatchedServingVsOneAtATime(benchmark::State& state) {
+  ServingSetup setup;
+  if (!set_up(state, setup)) return;
+  const Scenario& batched = setup.batched;
+  const bool gpu = state.range(0) == 1;
+  Scenario alone = batched;
+  alone.serving.max_in_flight = 1;
+  ReferenceEngine& engine = *setup.engine;
   std::vector<double> ratios, cpu_ratios, batched_tps, alone_tps, batched_wall_tps,
       alone_wall_tps;
   int64_t batched_forwards = 0, alone_forwards = 0;
   for (auto _ : state) {
-    const Served b = serve(batched, **engine, *source, *w);
-    const Served a = serve(alone, **engine, *source, *w);
+    const Served b = serve(batched, engine, engine.weights(), *setup.source, setup.workload);
+    const Served a = serve(alone, engine, engine.weights(), *setup.source, setup.workload);
     if (b.tokens != a.tokens) std::abort();
     batched_forwards = b.forwards;  // the same every iteration: the schedule is fixed
     alone_forwards = a.forwards;
@@ -138,6 +209,29 @@ BENCHMARK(BM_BatchedServingVsOneAtATime)
     ->ArgsProduct({{0, 1}, {0, 1}})
     ->Unit(benchmark::kSecond)
     ->Iterations(3);
+
+void BM_ServingStepHostAndDevice(benchmark::State& state) {
+  ServingSetup setup;
+  if (!set_up(state, setup)) return;
+  Scenario alone = setup.batched;
+  alone.serving.max_in_flight = 1;
+  ReferenceEngine& engine = *setup.engine;
+  for (auto _ : state) {
+    for (const auto& [s, name] : {std::pair{&setup.batched, "batched"}, {&alone, "one_at_a_time"}}) {
+      StepClock clock(engine);
+      serve(*s, clock, engine.weights(), *setup.source, setup.workload);
+      const double steps = static_cast<double>(std::max<int64_t>(1, clock.steps));
+      state.counters[std::string(name) + "_queue_ms_per_step"] = clock.queue_seconds * 1e3 / steps;
+      state.counters[std::string(name) + "_wait_ms_per_step"] = clock.wait_seconds * 1e3 / steps;
+      state.counters[std::string(name) + "_steps"] = steps;
+    }
+  }
+}
+BENCHMARK(BM_ServingStepHostAndDevice)
+    ->ArgNames({"gpu", "shared_forward"})
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1);
 
 }  // namespace
 }  // namespace splitcheck
