@@ -29,7 +29,11 @@ Tensor latents_on_host(const LatentCache& cache, int64_t r) {
 }
 
 void check_segments(std::span<const int64_t> begin, std::span<const void* const> owners,
-                    int64_t rows) {
+                    const Tensor& x, const Tensor& out) {
+  const int64_t rows = x.dim(0);
+  if (out.dim(0) != rows)
+    throw std::invalid_argument("segmented attention: x has " + std::to_string(rows) +
+                                " rows, out " + std::to_string(out.dim(0)));
   bool ordered = !owners.empty() && begin.size() == owners.size() + 1 && begin.front() == 0 &&
                  begin.back() == rows;
   for (size_t i = 0; ordered && i + 1 < begin.size(); ++i) ordered = begin[i] <= begin[i + 1];
@@ -51,11 +55,8 @@ template <typename Args, typename Own>
 void each_segment(const Args& args, std::span<Own* const> table, Own* Args::*own,
                   void (*call)(Args&)) {
   const std::span<const int64_t> begin = args.begin;
-  if (args.out->dim(0) != args.x->dim(0))
-    throw std::invalid_argument("segmented attention: x has " + std::to_string(args.x->dim(0)) +
-                                " rows, out " + std::to_string(args.out->dim(0)));
   const std::vector<const void*> owners(table.begin(), table.end());
-  check_segments(begin, owners, args.x->dim(0));
+  check_segments(begin, owners, *args.x, *args.out);
   for (size_t i = 0; i < table.size(); ++i) {
     Tensor x = args.x->rows(begin[i], begin[i + 1]), out = args.out->rows(begin[i], begin[i + 1]);
     Args one = args;

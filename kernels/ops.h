@@ -116,10 +116,11 @@ struct KdaArgs {
   std::span<Tensor* const> states = {};
 };
 
-// Throws std::invalid_argument unless `begin` rises from 0 to `rows` in owners.size()
-// segments and the owners (the segments' caches or states) are distinct and not null.
+// Throws std::invalid_argument unless x and out have the same rows, `begin` rises from 0
+// to that row count in owners.size() segments, and the owners (the segments' caches or
+// states) are distinct and not null.
 void check_segments(std::span<const int64_t> begin, std::span<const void* const> owners,
-                    int64_t rows);
+                    const Tensor& x, const Tensor& out);
 
 // Runs `call` once per segment of a segmented MLA or KDA call, on views of the segment's
 // rows and its own cache or state (the CPU's way, and any backend's for a call it does

@@ -384,10 +384,8 @@ struct SegmentTable {
 template <typename Args, typename Own>
 SegmentTable<Own> segment_table(const Args& a, std::span<Own* const> table, Own* one) {
   if (a.begin.empty()) return {{0, a.x->dim(0)}, {one}};
-  if (a.out->dim(0) != a.x->dim(0))
-    throw std::invalid_argument("segmented attention: x and out differ in rows");
   const std::vector<const void*> owners(table.begin(), table.end());
-  check_segments(a.begin, owners, a.x->dim(0));
+  check_segments(a.begin, owners, *a.x, *a.out);
   return {{a.begin.begin(), a.begin.end()}, {table.begin(), table.end()}};
 }
 

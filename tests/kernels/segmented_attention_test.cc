@@ -139,9 +139,10 @@ TEST(SegmentedAttentionTest, SharedCachesAndBadBoundsAreRefusedBeforeAnyWrite) {
   const Tensor x = random_bf16({4, kH}, 7, 1.0f);
   Tensor out = Tensor::zeros(DType::kBF16, {4, kH});
   LatentCache c0, c1;
+  Tensor short_out = Tensor::zeros(DType::kBF16, {3, kH});
   auto refused = [&](std::vector<int64_t> begin, std::vector<LatentCache*> caches,
-                     const std::string& why) {
-    MlaArgs a = mla.args(&x, nullptr, &out);
+                     const std::string& why, Tensor* into = nullptr) {
+    MlaArgs a = mla.args(&x, nullptr, into != nullptr ? into : &out);
     a.begin = begin;
     a.caches = caches;
     try {
@@ -157,6 +158,7 @@ TEST(SegmentedAttentionTest, SharedCachesAndBadBoundsAreRefusedBeforeAnyWrite) {
   refused({0, 2, 3}, {&c0, &c1}, "rise from 0 to the row count");
   refused({0, 3, 2, 4}, {&c0, &c1, nullptr}, "rise from 0");
   refused({0, 4}, {&c0, &c1}, "2 segments, 2 bounds");
+  refused({0, 2, 4}, {&c0, &c1}, "x has 4 rows, out 3", &short_out);
 
   const Kda kda(Device::kCpu);
   Tensor s = Tensor::zeros(DType::kF32, {int64_t{kHeads} * kHd * kHd});
