@@ -16,44 +16,10 @@ RequestState& RequestStateTable::at(int32_t request) {
   return st;
 }
 
-namespace {
-
-// Moves the request's allocated KDA states into one tensor, each layer's state becoming a
-// view of its row (a state not allocated yet starts there as the zeros a first call
-// would make). Nothing when they already are, or when none is allocated.
-void gather_kda_states(const ModelConfig& c, int begin, RequestState& st) {
-  if (!st.kda_states.shape().empty()) return;
-  std::vector<LayerCache*> kda;
-  const Tensor* allocated = nullptr;
-  for (size_t i = 0; i < st.caches.size(); ++i) {
-    if (c.is_mla_layer(begin + static_cast<int>(i))) continue;
-    kda.push_back(&st.caches[i]);
-    if (allocated == nullptr && !st.caches[i].kda_state.shape().empty())
-      allocated = &st.caches[i].kda_state;
-  }
-  if (allocated == nullptr) return;
-  const int64_t n = allocated->numel();
-  Tensor all = Tensor::zeros(DType::kF32, {static_cast<int64_t>(kda.size()), n},
-                             allocated->device());
-  for (size_t j = 0; j < kda.size(); ++j) {
-    Tensor row = all.rows(static_cast<int64_t>(j), static_cast<int64_t>(j) + 1).reshaped({n});
-    if (!kda[j]->kda_state.shape().empty()) copy_tensor(row, kda[j]->kda_state);
-    kda[j]->kda_state = row;
-  }
-  st.kda_states = std::move(all);
-}
-
-}  // namespace
-
 void RequestStateTable::snapshot(int32_t request) {
   RequestState& st = at(request);
-  gather_kda_states(config_, begin_, st);
-  RequestState::Snapshot& s = st.snapshot;
-  s.taken = true;
-  s.kda_states = st.kda_states.shape().empty() ? Tensor() : clone_queued(st.kda_states);
-  s.latents.clear();
-  for (const LayerCache& lc : st.caches) s.latents.push_back(lc.mla_latent.positions);
-  s.positions = st.positions;
+  st.snapshot.take(config_, begin_, st.caches);
+  st.snapshot_positions = st.positions;
 }
 
 void RequestStateTable::apply(const StateUpdate& u) {
@@ -66,18 +32,7 @@ void RequestStateTable::apply(const StateUpdate& u) {
   // another request's slot, as batch.stale_microbatch_state does) keeps its caches as they
   // are: the request then computes from the wrong state and diverges, and the table never
   // holds fewer layer caches than its layer range.
-  const RequestState::Snapshot& s = st.snapshot;
-  if (!s.taken) return;
-  if (s.kda_states.shape().empty()) {
-    // No KDA state was allocated at the snapshot: every one returns to unallocated.
-    for (size_t i = 0; i < st.caches.size(); ++i)
-      if (!config_.is_mla_layer(begin_ + static_cast<int>(i))) st.caches[i].kda_state = Tensor();
-    st.kda_states = Tensor();
-  } else {
-    copy_tensor(st.kda_states, s.kda_states);
-  }
-  for (size_t i = 0; i < st.caches.size(); ++i) st.caches[i].mla_latent.positions = s.latents[i];
-  st.positions = s.positions;
+  if (st.snapshot.restore(config_, begin_, st.caches)) st.positions = st.snapshot_positions;
 }
 
 ResidualState BatchRows::segment(size_t i) const {

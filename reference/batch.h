@@ -16,6 +16,7 @@
 #include <map>
 #include <vector>
 
+#include "reference/cache_snapshot.h"
 #include "reference/config.h"
 #include "reference/layer.h"
 
@@ -50,31 +51,13 @@ struct BatchRequest {
   std::vector<StateUpdate> updates;
 };
 
-// One request's caches over a range of layers, the positions they hold, and what a
-// rollback returns to.
+// One request's caches over a range of layers, the positions they hold, and the
+// snapshot taken before its last verify block with the positions then.
 struct RequestState {
   std::vector<LayerCache> caches;
   int64_t positions = 0;
-  // Every KDA layer's state in one tensor [KDA layers, heads*hd*hd], each layer's
-  // kda_state a view of its row: formed at the request's first snapshot, so that a
-  // snapshot and a rollback are one copy each, whatever the layer count.
-  Tensor kda_states;
-  // Taken before the request's last verify block: a copy of kda_states (empty when no
-  // KDA state was allocated yet), each layer's MLA latent count (the latents after it are
-  // rewritten by the next appends, so they need no copy), and the positions.
-  struct Snapshot {
-    bool taken = false;
-    Tensor kda_states;
-    std::vector<int64_t> latents;
-    int64_t positions = 0;
-  } snapshot;
-
-  RequestState() = default;
-  // Not copyable: the layers' states are views of kda_states.
-  RequestState(const RequestState&) = delete;
-  RequestState& operator=(const RequestState&) = delete;
-  RequestState(RequestState&&) = default;
-  RequestState& operator=(RequestState&&) = default;
+  CacheSnapshot snapshot;
+  int64_t snapshot_positions = 0;
 };
 
 // Per-request state of an engine or a stage over layers [begin, end).

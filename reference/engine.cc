@@ -121,14 +121,15 @@ Result<std::unique_ptr<ReferenceEngine>> ReferenceEngine::create(const ModelConf
 }
 
 void ReferenceEngine::reset_sequence() {
+  snapshot_ = CacheSnapshot();
   caches_.clear();
   for (int l = 0; l < config_.num_hidden_layers; ++l)
     caches_.push_back(empty_layer_cache(config_, l));
 }
 
-void ReferenceEngine::save_state() { snapshot_ = caches_; }
+void ReferenceEngine::save_state() { snapshot_.take(config_, 0, caches_); }
 
-void ReferenceEngine::restore_state() { caches_ = snapshot_; }
+void ReferenceEngine::restore_state() { snapshot_.restore(config_, 0, caches_); }
 
 Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRecord* record) {
   const ModelConfig& c = config_;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "reference/batch.h"
+#include "reference/cache_snapshot.h"
 #include "reference/layer.h"
 
 namespace splitcheck {
@@ -122,7 +123,7 @@ class ReferenceEngine : public Engine {
   EngineOptions options_;
   std::vector<LayerWeights> layers_;
   std::vector<LayerCache> caches_;
-  std::vector<LayerCache> snapshot_;
+  CacheSnapshot snapshot_;
   ComputedCalls computed_;
 };
 

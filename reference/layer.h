@@ -38,7 +38,8 @@ Result<LayerWeights> bind_layer(const ModelConfig& config, const WeightStore& st
 
 // Per-layer cache, where the layer's weights are (device memory for a CUDA layer): MLA
 // latents (bf16, positions x r) or the KDA state (float32 [heads*hd*hd], allocated by the
-// layer's first call). A copy is deep (a snapshot for a rollback); a move is not.
+// layer's first call). A copy is deep; a move is not. (A rollback point is a
+// CacheSnapshot, reference/cache_snapshot.h, which copies less.)
 struct LayerCache {
   LatentCache mla_latent;
   Tensor kda_state;

@@ -289,6 +289,7 @@ size_t one_device_weight_bytes(const std::vector<StageConfig>& stages) {
 }
 
 void Stage::init_caches() {
+  snapshot_ = CacheSnapshot();
   caches_.clear();
   for (int l = range_.begin; l < range_.end; ++l)
     caches_.push_back(empty_layer_cache(cfg_.model, l));
@@ -296,9 +297,9 @@ void Stage::init_caches() {
 
 void Stage::reset_sequence() { init_caches(); }
 
-void Stage::save_state() { snapshot_ = caches_; }
+void Stage::save_state() { snapshot_.take(cfg_.model, range_.begin, caches_); }
 
-void Stage::restore_state() { caches_ = snapshot_; }
+void Stage::restore_state() { snapshot_.restore(cfg_.model, range_.begin, caches_); }
 
 void Stage::record_caches(int32_t forward, RunRecord& record) const {
   for (int l = range_.begin; l < range_.end; ++l)

@@ -10,6 +10,7 @@
 #include "harness/engine/handoff.h"
 #include "harness/engine/partition.h"
 #include "harness/verdict/faults.h"
+#include "reference/cache_snapshot.h"
 #include "reference/engine.h"
 #include "reference/weight_source.h"
 
@@ -185,7 +186,8 @@ class Stage {
   StageRange range_;
   WeightStore weights_;
   std::vector<LayerWeights> layers_;  // index l - range_.begin
-  std::vector<LayerCache> caches_, snapshot_;
+  std::vector<LayerCache> caches_;
+  CacheSnapshot snapshot_;
   Tensor boundary_norm_, boundary_proj_;  // layer end's AttnRes vectors, for the boundary tap
   Tensor rebound_;  // fault weights.rebound_after_load: the copy the first layer re-binds to
   StageHoldings holdings_;

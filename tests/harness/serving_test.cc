@@ -496,6 +496,7 @@ TEST(RequestStateTableTest, ARollbackReturnsEveryStateToTheSnapshot) {
     for (int l = begin; l < end; ++l) {
       LayerCache& lc = st.caches[static_cast<size_t>(l - begin)];
       if (c.is_mla_layer(l)) {
+        reserve_latents(lc.mla_latent, 64, c.kv_lora_rank, Device::kCpu);
         lc.mla_latent.positions = l;
       } else if (allocated(l)) {
         lc.kda_state = zero_kda_state(c, Device::kCpu);
