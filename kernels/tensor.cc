@@ -144,6 +144,14 @@ void finish_thread_device_work() {
 #endif
 }
 
+double thread_device_wait_seconds() {
+#ifdef SPLITCHECK_HAVE_CUDA
+  return cuda::host_wait_seconds();
+#else
+  return 0.0;
+#endif
+}
+
 DeviceWorkMark mark_thread_device_work() {
 #ifdef SPLITCHECK_HAVE_CUDA
   return {cuda::mark_stream()};

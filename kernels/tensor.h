@@ -110,6 +110,12 @@ class Tensor {
 // that queued none, and in a build without CUDA.
 void finish_thread_device_work();
 
+// Seconds the calling thread has waited for its device work so far: at every host read of
+// a device result (a copy to the host, a kernel call with host outputs) and every wait
+// above. Zero in a build without CUDA, where nothing waits. The difference over a stretch
+// of work splits its wall time into the host's own work and its waits for the device.
+double thread_device_wait_seconds();
+
 // A point in the device work the calling thread has queued so far (on the CUDA backend, an
 // event on its stream). Another thread hands over by queue_after_device_work(mark) rather
 // than by finishing: its later device work runs after the mark's, and no host waits. Empty

@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cuda_profiler_api.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -65,6 +66,17 @@ bool queue_after_stream(cudaStream_t earlier, cudaStream_t later) {
 thread_local cudaStream_t t_stream = nullptr;
 // Its second stream, for work that overlaps its own (SideWork), taken at first use.
 thread_local cudaStream_t t_side = nullptr;
+
+// Seconds this thread has waited for its stream (host_wait_seconds).
+thread_local double t_waited = 0.0;
+
+// Waits for the thread's stream, counting the time in t_waited.
+void wait_for_stream() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const cudaError_t e = cudaStreamSynchronize(stream());
+  t_waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check(e, "cudaStreamSynchronize(stream())");
+}
 
 // Drains the thread's streams and gives them back to the pool when the thread ends.
 struct GiveBack {
@@ -158,8 +170,10 @@ void queue_after(const std::shared_ptr<void>& mark) {
 
 void finish() {
   SPLITCHECK_CUDA_CHECK(cudaGetLastError());
-  SPLITCHECK_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  wait_for_stream();
 }
+
+double host_wait_seconds() { return t_waited; }
 
 namespace {
 
@@ -224,7 +238,7 @@ DeviceMemory device_memory() {
 void copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   SPLITCHECK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
-  SPLITCHECK_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  wait_for_stream();
 }
 
 void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
@@ -232,7 +246,7 @@ void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, siz
   if (width == 0 || runs == 0) return;
   SPLITCHECK_CUDA_CHECK(
       cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, runs, cudaMemcpyDefault, stream()));
-  SPLITCHECK_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  wait_for_stream();
 }
 
 void copy_2d_queued(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,

@@ -40,6 +40,9 @@ void copy_2d_queued(void* dst, size_t dst_pitch, const void* src, size_t src_pit
 // stream, NCCL's or another thread's, reads what it wrote). Throws std::runtime_error on a
 // CUDA error.
 void synchronize();
+// Seconds the calling thread has spent waiting for its stream so far (every wait of this
+// backend: finish(), synchronize(), copy(), copy_2d(), a kernel call's host outputs).
+double host_wait_seconds();
 // synchronize() for a thread that has queued device work; a no-op for one that has not
 // (it creates no stream and needs no device).
 void synchronize_thread();

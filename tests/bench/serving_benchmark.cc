@@ -16,12 +16,13 @@
 // forward 4 at most: bound 3.17x. With shared_forward:1 the same requests run as one
 // micro-batch of up to 64 tokens a step, so all 8 share each forward: bound 5.50x.
 //
-// BM_ServingStepHostAndDevice splits a serving step's time in two, for both runs: the
-// host queueing the step (the engine's submit) and the wait for the device after it. A
-// wait near zero means the device kept up with the host's launches: the step is bound by
-// the host's work per launch, not by the device (on the CPU the wait is zero: the host
-// computes). Its extra waits perturb the timing a little, so it runs apart from the
-// throughput benchmark.
+// BM_ServingStepHostAndDevice splits a serving step's time (the engine's submit, then the
+// wait for the device after it) in three, for both runs: the host's own work, its waits
+// for the device inside the step (a forward reads its next tokens on the host, so its
+// head waits for every kernel queued before it), and the wait after the step. The host
+// bounds a step whose waits are near zero; a step that waits is bound by the device for
+// that long (on the CPU the waits are zero: the host computes). Its extra waits perturb
+// the timing a little, so it runs apart from the throughput benchmark.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -82,21 +83,24 @@ double seconds_between(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The engine it wraps, with each step's submit timed apart from the device wait after it
-// (see the file comment). The wait before the submit keeps earlier work (the drafters')
-// out of the step's figures.
+// The engine it wraps, with each step's submit split into the host's work and its waits
+// for the device, timed apart from the wait after it (see the file comment). The wait
+// before the submit keeps earlier work (the drafters') out of the step's figures.
 class StepClock : public Engine {
  public:
   explicit StepClock(Engine& inner) : inner_(inner) {}
   Status submit(const BatchRequest& batch, bool record) override {
     finish_thread_device_work();
+    const double waited0 = thread_device_wait_seconds();
     const auto t0 = std::chrono::steady_clock::now();
     Status st = inner_.submit(batch, record);
     const auto t1 = std::chrono::steady_clock::now();
+    const double inside = thread_device_wait_seconds() - waited0;
     finish_thread_device_work();
     if (!batch.segments.empty()) {
-      queue_seconds += seconds_between(t0, t1);
-      wait_seconds += seconds_between(t1, std::chrono::steady_clock::now());
+      host_seconds += seconds_between(t0, t1) - inside;
+      wait_inside_seconds += inside;
+      wait_after_seconds += seconds_between(t1, std::chrono::steady_clock::now());
       ++steps;
     }
     return st;
@@ -110,7 +114,7 @@ class StepClock : public Engine {
   void save_state() override { inner_.save_state(); }
   void restore_state() override { inner_.restore_state(); }
 
-  double queue_seconds = 0, wait_seconds = 0;
+  double host_seconds = 0, wait_inside_seconds = 0, wait_after_seconds = 0;
   int64_t steps = 0;
 
  private:
@@ -221,8 +225,10 @@ void BM_ServingStepHostAndDevice(benchmark::State& state) {
       StepClock clock(engine);
       serve(*s, clock, engine.weights(), *setup.source, setup.workload);
       const double steps = static_cast<double>(std::max<int64_t>(1, clock.steps));
-      state.counters[std::string(name) + "_queue_ms_per_step"] = clock.queue_seconds * 1e3 / steps;
-      state.counters[std::string(name) + "_wait_ms_per_step"] = clock.wait_seconds * 1e3 / steps;
+      const std::string n = name;
+      state.counters[n + "_host_ms_per_step"] = clock.host_seconds * 1e3 / steps;
+      state.counters[n + "_wait_inside_ms_per_step"] = clock.wait_inside_seconds * 1e3 / steps;
+      state.counters[n + "_wait_after_ms_per_step"] = clock.wait_after_seconds * 1e3 / steps;
       state.counters[std::string(name) + "_steps"] = steps;
     }
   }

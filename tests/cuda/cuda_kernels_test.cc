@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -266,6 +267,25 @@ TEST(CudaOpsTest, EmbedRmsNormHeadAndArgmaxMatchTheCpu) {
   run_variant("argmax", "lowest_index", &ab);
   EXPECT_TRUE(k_cpu.bit_equal(k_gpu.to(Device::kCpu)));
   EXPECT_EQ(k_gpu.to(Device::kCpu).data<int32_t>()[3], 10);
+}
+
+// A thread's waits for the device are counted where the host reads a result, not where
+// it queues work (serving_benchmark splits a step's time by them), and per thread.
+TEST(CudaRuntimeTest, AHostReadCountsAsAWaitAndQueuedWorkDoesNot) {
+  SPLITCHECK_REQUIRE_GPU();
+  Tensor x = on_gpu(random_bf16({64, 512}, 21, 1.0f));
+  Tensor w = on_gpu(random_bf16({512, 512}, 22, 1.0f / 16.0f));
+  Tensor out = Tensor::zeros(DType::kBF16, {64, 512}, Device::kCuda);
+  finish_thread_device_work();
+  const double before = thread_device_wait_seconds();
+  LinearArgs a{&x, &w, &out};
+  for (int i = 0; i < 8; ++i) run_variant("linear", "matmul", &a);
+  EXPECT_EQ(thread_device_wait_seconds(), before) << "queueing device work waited";
+  const Tensor host = out.to(Device::kCpu);
+  EXPECT_GT(thread_device_wait_seconds(), before) << "a copy to the host was not counted";
+  double other = -1.0;
+  std::thread([&] { other = thread_device_wait_seconds(); }).join();
+  EXPECT_EQ(other, 0.0) << "another thread's count includes this thread's waits";
 }
 
 TEST(CudaOpsTest, LinearDenseMlpAndMoeAreCloseToTheCpu) {
