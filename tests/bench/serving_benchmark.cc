@@ -27,6 +27,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <set>
@@ -83,13 +85,51 @@ double seconds_between(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
+// SPLITCHECK_SERVING_PROFILE=RUN:STEP (RUN batched or one_at_a_time): that run's step
+// STEP (counting the steps that carry a segment from 0) inside a profiler region, as
+// k3_forward_benchmark's K3_FORWARD_PROFILE (run under `ncu --profile-from-start off` for
+// each kernel's device time in that step).
+struct ProfiledStep {
+  std::string run;
+  int64_t step = -1;
+};
+ProfiledStep profiled_step() {
+  ProfiledStep p;
+  const char* v = std::getenv("SPLITCHECK_SERVING_PROFILE");
+  if (v == nullptr) return p;
+  const std::string s = v;
+  const size_t colon = s.find(':');
+  if (colon == std::string::npos) return p;
+  p.run = s.substr(0, colon);
+  p.step = std::atoll(s.c_str() + colon + 1);
+  return p;
+}
+
+// Marks the start (on) or the end of a profiler region where the build has a device.
+void profile([[maybe_unused]] bool on) {
+#ifdef SPLITCHECK_HAVE_CUDA
+  cuda::profile_region(on);
+#endif
+}
+
 // The engine it wraps, with each step's submit split into the host's work and its waits
 // for the device, timed apart from the wait after it (see the file comment). The wait
 // before the submit keeps earlier work (the drafters') out of the step's figures.
 class StepClock : public Engine {
  public:
-  explicit StepClock(Engine& inner) : inner_(inner) {}
+  StepClock(Engine& inner, const std::string& run) : inner_(inner) {
+    const ProfiledStep p = profiled_step();
+    if (p.run == run) profiled_ = p.step;
+  }
   Status submit(const BatchRequest& batch, bool record) override {
+    const bool profiled = !batch.segments.empty() && steps == profiled_;
+    if (profiled) {
+      int64_t rows = 0;
+      for (const Segment& seg : batch.segments) rows += static_cast<int64_t>(seg.ids.size());
+      std::fprintf(stderr, "profiled step %lld: %zu segments, %lld rows\n",
+                   static_cast<long long>(steps), batch.segments.size(), static_cast<long long>(rows));
+      profile(true);
+    }
     finish_thread_device_work();
     const double waited0 = thread_device_wait_seconds();
     const auto t0 = std::chrono::steady_clock::now();
@@ -103,6 +143,7 @@ class StepClock : public Engine {
       wait_after_seconds += seconds_between(t1, std::chrono::steady_clock::now());
       ++steps;
     }
+    if (profiled) profile(false);
     return st;
   }
   Result<BatchResult> collect(RunRecord* record) override { return inner_.collect(record); }
@@ -119,6 +160,7 @@ class StepClock : public Engine {
 
  private:
   Engine& inner_;
+  int64_t profiled_ = -1;
 };
 
 // The committed serving scenario on the CPU or the GPU (state.range(0)), as committed or
@@ -222,7 +264,7 @@ void BM_ServingStepHostAndDevice(benchmark::State& state) {
   ReferenceEngine& engine = *setup.engine;
   for (auto _ : state) {
     for (const auto& [s, name] : {std::pair{&setup.batched, "batched"}, {&alone, "one_at_a_time"}}) {
-      StepClock clock(engine);
+      StepClock clock(engine, name);
       serve(*s, clock, engine.weights(), *setup.source, setup.workload);
       const double steps = static_cast<double>(std::max<int64_t>(1, clock.steps));
       const std::string n = name;
