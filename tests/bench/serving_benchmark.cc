@@ -273,7 +273,7 @@ void BM_ServingStepHostAndDevice(benchmark::State& state) {
       state.counters[n + "_host_ms_per_step"] = clock.host_seconds * 1e3 / steps;
       state.counters[n + "_wait_inside_ms_per_step"] = clock.wait_inside_seconds * 1e3 / steps;
       state.counters[n + "_wait_after_ms_per_step"] = clock.wait_after_seconds * 1e3 / steps;
-      state.counters[std::string(name) + "_steps"] = steps;
+      state.counters[n + "_steps"] = steps;
     }
   }
 }
