@@ -8,6 +8,7 @@
 // attention or recurrence launch over all segments, each block reading its segment's
 // offsets and cache or state from a table passed as a kernel parameter.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -16,6 +17,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/kda.h"
 #include "kernels/cuda/runtime.h"
 
 namespace splitcheck::cuda {
@@ -312,6 +314,22 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
   }
 }
 
+std::atomic<bool> g_kda_generic{false};
+
+using KdaKernel = void (*)(const float*, const float*, const float*, const float*, const float*,
+                           const float*, const uint16_t*, const KdaSegments, int, int, float,
+                           float*, float*, uint16_t*);
+
+// The instance for head size hd: the state column in registers at 64 and 128 (k3-tiny's
+// and k3-shape's head sizes), else in global memory.
+KdaKernel kda_instance(int hd) {
+  if (!g_kda_generic.load(std::memory_order_relaxed)) {
+    if (hd == 64) return kda_kernel<64>;
+    if (hd == 128) return kda_kernel<128>;
+  }
+  return kda_kernel<0>;
+}
+
 // x [rows, in] bf16 times W [in, out] -> bf16 [rows, out], rounded once.
 void project_bf16(Staging& s, const uint16_t* x, int64_t rows, int64_t in, const Tensor* w,
                   uint16_t* out) {
@@ -390,6 +408,9 @@ SegmentTable<Own> segment_table(const Args& a, std::span<Own* const> table, Own*
 }
 
 }  // namespace
+
+bool kda_head_size_compiled(int hd) { return hd == 64 || hd == 128; }
+void kda_force_generic_for_test(bool on) { g_kda_generic.store(on, std::memory_order_relaxed); }
 
 void mla_attention(MlaArgs& a) {
   Staging s;
@@ -473,7 +494,7 @@ void kda_attention(KdaArgs& a) {
   if (t_count > 0) {
     float* qk_norm = s.scratch<float>(2 * t_count * a.heads);
     float* o_raw = s.scratch<float>(t_count * qd);
-    const auto launch = hd == 128 ? kda_kernel<128> : kda_kernel<0>;
+    const auto launch = kda_instance(hd);
     const size_t smem = kda_shared_floats(hd) * sizeof(float);
     // One block per (head, segment), kMaxSegments segments a launch.
     for (size_t i = 0; i < segs.owners.size();) {

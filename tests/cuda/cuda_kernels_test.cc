@@ -17,6 +17,7 @@
 #include "kernels/ops.h"
 #include "tests/cuda/gpu_test_support.h"
 #ifdef SPLITCHECK_HAVE_CUDA
+#include "kernels/cuda/kda.h"
 #include "kernels/cuda/skinny.h"
 #endif
 
@@ -552,6 +553,70 @@ TEST(CudaOpsTest, MlaKdaAndDenseAttentionAreCloseToTheCpuAndKeepTheirCaches) {
   run_variant("dense_attention", "softmax", &a);
   run_variant("dense_attention", "softmax", &b);
   EXPECT_LE(difference(o_cpu, o_gpu).max_rel, kClose);
+}
+
+#ifdef SPLITCHECK_HAVE_CUDA
+// Whether two tensors hold the same bytes (float32 -0 and +0 differ here).
+bool same_bytes(const Tensor& a0, const Tensor& b0) {
+  const Tensor a = a0.to(Device::kCpu), b = b0.to(Device::kCpu);
+  return a.nbytes() == b.nbytes() && std::equal(a.bytes(), a.bytes() + a.nbytes(), b.bytes());
+}
+
+// A segmented KDA call (5 and 3 tokens, each segment with its own nonzero state) at head
+// size hd, on the GPU; returns the output and the two states after the call.
+std::vector<Tensor> kda_on_gpu(int hd) {
+  const int64_t h = 128;
+  const int heads = 2;
+  const int64_t qd = heads * hd;
+  std::vector<Tensor> w;
+  uint64_t seed = 100 + static_cast<uint64_t>(hd);
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{h, qd},
+                         {h, qd},
+                         {h, qd},
+                         {h, heads},
+                         {h, qd},
+                         {h, qd},
+                         {qd, h}})
+    w.push_back(on_gpu(random_bf16({in, out}, seed++, 1.0f / std::sqrt(static_cast<float>(in)))));
+  w.push_back(on_gpu(random_bf16({hd}, seed++, 0.1f, 1.0f)));
+  Tensor x = on_gpu(random_bf16({8, h}, seed++, 1.0f));
+  Tensor out = Tensor::zeros(DType::kBF16, {8, h}, Device::kCuda);
+  // Float32 states from bf16 values: the recurrence starts from a state it did not write.
+  Tensor s0 = random_bf16({int64_t{heads} * hd * hd}, seed++, 0.5f);
+  Tensor s1 = random_bf16({int64_t{heads} * hd * hd}, seed++, 0.5f);
+  auto as_f32 = [](const Tensor& t) {
+    Tensor f = Tensor::zeros(DType::kF32, t.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) f.data<float>()[i] = to_f32(t.data<bf16>()[i]);
+    return on_gpu(f);
+  };
+  Tensor st0 = as_f32(s0), st1 = as_f32(s1);
+  const std::vector<int64_t> begin = {0, 5, 8};
+  Tensor* states[] = {&st0, &st1};
+  KdaArgs a{&x,    &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[7], &w[6],
+            heads, hd,    1e-6f, nullptr, &out, begin, states};
+  run_variant("kda", "recurrent", &a);
+  return {out, st0, st1};
+}
+#endif
+
+// KDA's recurrence keeps the state column in registers at head sizes 64 and 128, and in
+// global memory otherwise: the same operations in the same order, so both instances give
+// every output and state the same bits.
+TEST(CudaOpsTest, KdaHeadSizeInstancesGiveTheGenericInstancesBits) {
+  SPLITCHECK_REQUIRE_GPU();
+#ifdef SPLITCHECK_HAVE_CUDA
+  for (int hd : {64, 128}) {
+    ASSERT_TRUE(cuda::kda_head_size_compiled(hd)) << hd;
+    const std::vector<Tensor> fast = kda_on_gpu(hd);
+    cuda::kda_force_generic_for_test(true);
+    const std::vector<Tensor> generic = kda_on_gpu(hd);
+    cuda::kda_force_generic_for_test(false);
+    for (size_t i = 0; i < fast.size(); ++i)
+      EXPECT_TRUE(same_bytes(fast[i], generic[i])) << "head size " << hd << ", tensor " << i;
+    EXPECT_GT(difference(fast[0], Tensor::zeros(DType::kBF16, fast[0].shape())).differing, 0);
+  }
+  EXPECT_FALSE(cuda::kda_head_size_compiled(96));
+#endif
 }
 
 }  // namespace
