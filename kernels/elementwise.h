@@ -12,4 +12,8 @@ namespace splitcheck {
 // dtypes, shapes or devices differ.
 Tensor add_bf16(const Tensor& a, const Tensor& b);
 
+// a + b element by element in float32 (one rounding, the float sum's), a and b float32 of
+// one shape on one device, into a new tensor there; computed and refused as add_bf16.
+Tensor add_f32(const Tensor& a, const Tensor& b);
+
 }  // namespace splitcheck

@@ -1,10 +1,12 @@
-// Small helpers the drafters share: kernel calls that return fresh tensors, and the
-// row-append cache they keep their keys and values in.
+// Small helpers the drafters share: kernel calls that return fresh tensors where their
+// input is (so a drafter whose activations live on the device queues its kernels without
+// a host wait), and the row-append caches they keep their keys and values in.
 #pragma once
 
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/tensor_copy.h"
 
 namespace splitcheck::draft {
 
@@ -20,17 +22,34 @@ inline void append_rows(std::vector<bf16>& cache, const Tensor& t) {
   cache.insert(cache.end(), t.data<bf16>(), t.data<bf16>() + t.numel());
 }
 
-// bf16(x W) through the registry's linear kernel.
+// `t` on `device`: itself when it is there already, else a copy.
+inline Tensor on_device(const Tensor& t, Device device) {
+  return t.device() == device ? t : t.to(device);
+}
+
+// A [n + m, h] tensor on fresh's device: the n rows of `cache` (empty: none), then the m
+// rows of `fresh`.
+inline Tensor with_rows(const Tensor& cache, const Tensor& fresh) {
+  if (cache.empty() || cache.dim(0) == 0) return fresh;
+  const int64_t n = cache.dim(0), m = fresh.dim(0);
+  Tensor out = Tensor::zeros(fresh.dtype(), {n + m, fresh.dim(1)}, fresh.device());
+  copy_tensor_runs(out, 0, cache.nbytes(), cache, 0, cache.nbytes(), cache.nbytes(), 1);
+  copy_tensor_runs(out, cache.nbytes(), fresh.nbytes(), fresh, 0, fresh.nbytes(), fresh.nbytes(),
+                   1);
+  return out;
+}
+
+// bf16(x W) through the registry's linear kernel, on x's device.
 inline Tensor apply_linear(const KernelContext& ctx, const Tensor& x, const Tensor& w) {
-  Tensor out = Tensor::zeros(DType::kBF16, {x.dim(0), w.dim(1)});
+  Tensor out = Tensor::zeros(DType::kBF16, {x.dim(0), w.dim(1)}, x.device());
   LinearArgs a{&x, &w, &out};
   linear(ctx, a);
   return out;
 }
 
-// rmsnorm(x, w) through the registry's rms_norm kernel.
+// rmsnorm(x, w) through the registry's rms_norm kernel, on x's device.
 inline Tensor apply_norm(const KernelContext& ctx, const Tensor& x, const Tensor& w, float eps) {
-  Tensor out = Tensor::zeros(DType::kBF16, x.shape());
+  Tensor out = Tensor::zeros(DType::kBF16, x.shape(), x.device());
   RmsNormArgs a{&x, &w, eps, &out};
   rms_norm(ctx, a);
   return out;

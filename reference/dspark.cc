@@ -4,16 +4,18 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/elementwise.h"
 #include "kernels/tensor_copy.h"
 #include "reference/draft_ops.h"
+#include "reference/speculative.h"
 
 namespace splitcheck {
 namespace {
 
-using draft::append_rows;
 using draft::apply_linear;
 using draft::apply_norm;
-using draft::rows_tensor;
+using draft::on_device;
+using draft::with_rows;
 
 }  // namespace
 
@@ -74,23 +76,24 @@ std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, cons
                                  const std::vector<bool>& departs) {
   const int64_t gamma = u.dim(0), v = u.dim(1), r = w1.dim(1);
   const KernelContext dctx = ctx.at(-1, Site::kDraft);
+  // Where U is: on a device, each step's scores stay there and only its token is read.
+  const Device dev = u.device();
   std::vector<int32_t> x;
   int32_t prev = anchor;
-  Tensor row = Tensor::zeros(DType::kBF16, {1, r});
-  Tensor bias = Tensor::zeros(DType::kF32, {1, v});
-  Tensor tok = Tensor::zeros(DType::kI32, {1});
+  Tensor row = Tensor::zeros(DType::kBF16, {1, r}, dev);
+  Tensor bias = Tensor::zeros(DType::kF32, {1, v}, dev);
+  Tensor tok = Tensor::zeros(DType::kI32, {1}, dev);
   for (int64_t k = 0; k < gamma; ++k) {
     const size_t width = static_cast<size_t>(r) * sizeof(bf16);
     copy_tensor_runs(row, 0, width, w1, static_cast<size_t>(prev) * width, width, width, 1);
     LmHeadArgs la{&row, &w2, &bias};
     lm_head(dctx, la);
-    float* b = bias.data<float>();
-    for (int64_t i = 0; i < v; ++i) b[i] = u.data<float>()[k * v + i] + b[i];
-    ArgmaxArgs aa{&bias, &tok};
+    const Tensor scores = add_f32(u.rows(k, k + 1), bias);
+    ArgmaxArgs aa{&scores, &tok};
     argmax(dctx, aa);
-    prev = tok.data<int32_t>()[0];
+    prev = tok.on_host().data<int32_t>()[0];
     if (static_cast<size_t>(k) < departs.size() && departs[static_cast<size_t>(k)])
-      prev = second_choice(b, v, prev);
+      prev = second_choice(scores.on_host().data<float>(), v, prev);
     x.push_back(prev);
   }
   return x;
@@ -177,8 +180,8 @@ void DsparkDrafter::reset(int64_t request) {
   request_ = request;
   position_ = 0;
   for (Layer& l : layers_) {
-    l.cache_k.clear();
-    l.cache_v.clear();
+    l.cache_k = Tensor();
+    l.cache_v = Tensor();
   }
 }
 
@@ -189,28 +192,26 @@ Status DsparkDrafter::observe(const std::vector<int32_t>& ids, const Tensor& tap
                           std::to_string(ids.size()) + " positions and " + std::to_string(n_taps_) +
                           " taps");
   position_ += static_cast<int64_t>(ids.size());
-  for (size_t i = 0; const std::vector<bf16>& r : context_rows(taps)) append_rows_to(i++, r);
+  for (size_t i = 0; const Tensor& r : context_rows(taps)) append_rows_to(i++, r);
   return Status::ok();
 }
 
-std::vector<std::vector<bf16>> DsparkDrafter::context_rows(const Tensor& taps) const {
+std::vector<Tensor> DsparkDrafter::context_rows(const Tensor& taps) const {
   const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
-  // Context projection, then write_context_kv for each draft layer: K rows, V rows.
-  const Tensor c =
-      apply_norm(ctx, apply_linear(ctx, taps, ctx_proj_), *ctx_norm_, config_.rms_norm_eps);
-  std::vector<std::vector<bf16>> rows;
-  for (const Layer& l : layers_) {
-    for (const Tensor* w : {l.k, l.v}) {
-      const Tensor t = apply_linear(ctx, c, *w);
-      rows.emplace_back(t.data<bf16>(), t.data<bf16>() + t.numel());
-    }
-  }
+  // Context projection (on the host, where ctx_proj_ is assembled), then
+  // write_context_kv for each draft layer where its weights are: K rows, V rows.
+  const Tensor projected = apply_linear(ctx, taps.on_host(), ctx_proj_);
+  const Tensor c = apply_norm(ctx, on_device(projected, ctx_norm_->device()), *ctx_norm_,
+                              config_.rms_norm_eps);
+  std::vector<Tensor> rows;
+  for (const Layer& l : layers_)
+    for (const Tensor* w : {l.k, l.v}) rows.push_back(apply_linear(ctx, c, *w));
   return rows;
 }
 
-void DsparkDrafter::append_rows_to(size_t i, const std::vector<bf16>& rows) {
-  std::vector<bf16>& cache = i % 2 == 0 ? layers_[i / 2].cache_k : layers_[i / 2].cache_v;
-  cache.insert(cache.end(), rows.begin(), rows.end());
+void DsparkDrafter::append_rows_to(size_t i, const Tensor& rows) {
+  Tensor& cache = i % 2 == 0 ? layers_[i / 2].cache_k : layers_[i / 2].cache_v;
+  cache = with_rows(cache, rows);
 }
 
 Result<std::vector<int32_t>> DsparkDrafter::propose(int32_t anchor, int gamma) {
@@ -219,7 +220,10 @@ Result<std::vector<int32_t>> DsparkDrafter::propose(int32_t anchor, int gamma) {
   const int64_t h = config_.hidden_size;
   const int64_t rows = gamma + 1;
   const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
-  Tensor x = Tensor::zeros(DType::kBF16, {rows, h});
+  // The block lives where the drafter's weights are: on a device, its kernels queue
+  // without a host wait until the Markov head reads its tokens.
+  const Device dev = mask_->device();
+  Tensor x = Tensor::zeros(DType::kBF16, {rows, h}, dev);
   const size_t row = static_cast<size_t>(h) * sizeof(bf16);
   copy_tensor_runs(x, 0, row, *embed_, static_cast<size_t>(anchor) * row, row, row, 1);
   for (int64_t r = 1; r < rows; ++r)
@@ -229,19 +233,15 @@ Result<std::vector<int32_t>> DsparkDrafter::propose(int32_t anchor, int gamma) {
   for (Layer& l : layers_) {
     const Tensor n = apply_norm(ctx, x, *l.input_norm, config_.rms_norm_eps);
     const Tensor q = apply_linear(ctx, n, *l.q);
-    std::vector<bf16> k = l.cache_k, v = l.cache_v;
-    append_rows(k, apply_linear(ctx, n, *l.k));
-    append_rows(v, apply_linear(ctx, n, *l.v));
-    const Tensor kt = rows_tensor(k, h), vt = rows_tensor(v, h);
-    Tensor o = Tensor::zeros(DType::kBF16, {rows, h});
+    const Tensor kt = with_rows(l.cache_k, apply_linear(ctx, n, *l.k));
+    const Tensor vt = with_rows(l.cache_v, apply_linear(ctx, n, *l.v));
+    Tensor o = Tensor::zeros(DType::kBF16, {rows, h}, dev);
     DenseAttentionArgs a{&q, &kt, &vt, heads, head_dim, &o};
     dense_attention(ctx, a);
-    const Tensor delta = apply_linear(ctx, o, *l.o);
-    for (int64_t i = 0; i < rows * h; ++i)
-      x.data<bf16>()[i] = to_bf16(to_f32(x.data<bf16>()[i]) + to_f32(delta.data<bf16>()[i]));
+    x = add_bf16(x, apply_linear(ctx, o, *l.o));
   }
   const Tensor hf = apply_norm(ctx, x.rows(1, rows), *norm_, config_.rms_norm_eps);
-  Tensor u = Tensor::zeros(DType::kF32, {gamma, config_.vocab_size});
+  Tensor u = Tensor::zeros(DType::kF32, {gamma, config_.vocab_size}, dev);
   LmHeadArgs la{&hf, lm_head_, &u};
   lm_head(ctx, la);
   std::vector<bool> departs(static_cast<size_t>(gamma));

@@ -104,10 +104,11 @@ class DsparkDrafter : public Drafter {
 
  private:
   DsparkDrafter() = default;
-  // The rows observe() appends for `taps`: per draft layer its K rows, then its V rows.
-  std::vector<std::vector<bf16>> context_rows(const Tensor& taps) const;
+  // The rows observe() appends for `taps`: per draft layer its K rows, then its V rows,
+  // where the drafter's weights are.
+  std::vector<Tensor> context_rows(const Tensor& taps) const;
   // Appends block i of context_rows() to its cache (even i: layer i/2's K, odd: its V).
-  void append_rows_to(size_t i, const std::vector<bf16>& rows);
+  void append_rows_to(size_t i, const Tensor& rows);
   ModelConfig config_;
   Departure departure_;
   int64_t request_ = 0;
@@ -119,7 +120,7 @@ class DsparkDrafter : public Drafter {
                *w2_ = nullptr;
   struct Layer {
     const Tensor *input_norm, *q, *k, *v, *o;
-    std::vector<bf16> cache_k, cache_v;  // [n, H] each
+    Tensor cache_k, cache_v;  // [n, H] each, where the weights are (none before a row)
   };
   std::vector<Layer> layers_;
   int n_taps_ = 0;

@@ -371,6 +371,11 @@ __global__ void add_bf16_kernel(const uint16_t* a, const uint16_t* b, uint16_t* 
   if (i < n) out[i] = f_to_bf(__fadd_rn(bf_to_f(a[i]), bf_to_f(b[i])));
 }
 
+__global__ void add_f32_kernel(const float* a, const float* b, float* out, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = __fadd_rn(a[i], b[i]);
+}
+
 __global__ void widen_kernel(const uint16_t* in, float* out, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = bf_to_f(in[i]);
@@ -418,6 +423,11 @@ void round_to_bf16(const float* in, uint16_t* out, int64_t n) {
 void add_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n) {
   if (n == 0) return;
   add_bf16_kernel<<<blocks_for(n, 256), 256, 0, stream()>>>(a, b, out, n);
+}
+
+void add_f32(const float* a, const float* b, float* out, int64_t n) {
+  if (n == 0) return;
+  add_f32_kernel<<<blocks_for(n, 256), 256, 0, stream()>>>(a, b, out, n);
 }
 
 void widen_bf16(const uint16_t* in, float* out, int64_t n) {

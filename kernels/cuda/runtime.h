@@ -80,10 +80,13 @@ DeviceInfo device_info();
 // pinned for the life of the process), as a JSON object text.
 std::string provenance_json();
 
-// out[i] = bf16(scale * u_i (+ 1 when one_plus)) for i in [0, n), u_i the uniform draw of
-// reference/weights.cc keyed by `key` (splitmix64(seed ^ fnv1a(name))). `out` is device memory.
 // out[i] = bf16(a[i] + b[i]) for n device bf16 values, queued on the thread's stream.
 void add_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n);
+// out[i] = a[i] + b[i] for n device float32 values (round to nearest), queued likewise.
+void add_f32(const float* a, const float* b, float* out, int64_t n);
+
+// out[i] = bf16(scale * u_i (+ 1 when one_plus)) for i in [0, n), u_i the uniform draw of
+// reference/weights.cc keyed by `key` (splitmix64(seed ^ fnv1a(name))). `out` is device memory.
 void fill_uniform_bf16(uint64_t key, float scale, bool one_plus, int64_t n, void* out);
 
 // lm_head's successor tie on the device: out[succ[t]][i] = bf16(scale * u_r(succ[t]*h + i) +
