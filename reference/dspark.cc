@@ -201,8 +201,8 @@ std::vector<Tensor> DsparkDrafter::context_rows(const Tensor& taps) const {
   // Context projection (on the host, where ctx_proj_ is assembled), then
   // write_context_kv for each draft layer where its weights are: K rows, V rows.
   const Tensor projected = apply_linear(ctx, taps.on_host(), ctx_proj_);
-  const Tensor c =
-      apply_norm(ctx, on_device(projected, ctx_norm_->device()), *ctx_norm_, config_.rms_norm_eps);
+  const Tensor c = apply_norm(ctx, on_device(projected, ctx_norm_->device()), *ctx_norm_,
+                              config_.rms_norm_eps);
   std::vector<Tensor> rows;
   for (const Layer& l : layers_)
     for (const Tensor* w : {l.k, l.v}) rows.push_back(apply_linear(ctx, c, *w));

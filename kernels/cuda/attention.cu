@@ -1,13 +1,12 @@
 // MLA-lite, KDA-lite (SPEC 2.4) and the drafters' dense attention on the GPU, with the
 // CPU's rounding points (kernels/cpu/attention.cc). Projections through gemm()
 // (skinny_gemm or cuBLASLt). Softmax attention: one block per (query, head), scores in
-// shared memory, max and sum by one thread in ascending position. KDA: one thread per value
-// channel (a head's channels in one block, or split over several at the compiled head
-// sizes), the state updated token by token, the norms computed across tokens; every sum
-// in the CPU's order. A segmented call (a batched forward's requests, MlaArgs::begin) runs
-// each product once over every segment's rows and one attention or recurrence launch over
-// all segments, each block reading its segment's offsets and cache or state from a table
-// passed as a kernel parameter.
+// shared memory, max and sum by one thread in ascending position. KDA: one block per head,
+// one thread per value channel, the state updated token by token, the norms computed
+// across tokens; every sum in the CPU's order. A segmented call (a batched forward's
+// requests, MlaArgs::begin) runs each product once over every segment's rows and one
+// attention or recurrence launch over all segments, each block reading its segment's
+// offsets and cache or state from a table passed as a kernel parameter.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -149,7 +148,7 @@ struct StateColumn<0> {
   __device__ float& at(float* s, int i, int hd, int j) { return s[i * hd + j]; }
 };
 
-// Tokens a KDA block sums at once, each by one of its threads in the CPU's sequential
+// Tokens a KDA block sums at once, each by one of its hd threads in the CPU's sequential
 // order: at most 16, and at most 2048 / hd rows of q and k in shared memory.
 __host__ __device__ constexpr int kda_batch(int hd) {
   const int fit = 2048 / hd < 1 ? 1 : 2048 / hd;
@@ -162,68 +161,52 @@ __host__ __device__ constexpr int kda_batch(int hd) {
 // banks (at hd, a multiple of 32, the 16 reads of one step fall in one bank).
 __host__ __device__ constexpr int kda_row_stride(int hd) { return hd + 1; }
 
-// Value channels per recurrence block: the instances with the state column in registers
-// split a head's HD channels over HD / 32 blocks of 32 threads (more blocks in flight for
-// the sequential token loop); the generic instance keeps one block of hd threads.
-constexpr int kKdaColumns = 32;
-constexpr int kda_groups(int hd_compiled) {
-  return hd_compiled > 0 ? hd_compiled / kKdaColumns : 1;
-}
-
-// Dynamic shared floats of a KDA recurrence block: a token's rows qv, kv, beta * kv and
-// alpha [2 buffers][kKdaTokenRows][hd], then the staged rows of the norm phase.
+// Dynamic shared floats of a KDA block: a token's rows qv, kv, beta * kv and alpha
+// [2 buffers][kKdaTokenRows][hd], then the staged rows.
 constexpr int kKdaTokenRows = 4;
 constexpr size_t kda_shared_floats(int hd) {
   return static_cast<size_t>(2 * kKdaTokenRows) * hd +
          static_cast<size_t>(2 * kda_batch(hd)) * kda_row_stride(hd);
 }
-// Dynamic shared floats of an output block: its staged rows.
-constexpr size_t kda_out_shared_floats(int hd) {
-  return static_cast<size_t>(kda_batch(hd)) * kda_row_stride(hd);
-}
 
+// KDA-lite's recurrence for one head per block, thread j owning value channel j. What
+// does not depend on the state runs across tokens: the norms of q and k before the
+// recurrence, the output's norm and gate after it, kda_batch(hd) tokens at a time with
+// each sum in the CPU's order by one thread. Only the state update goes token by token.
 // Segments of a KDA launch: rows [begin[i], begin[i+1]) update state[i] (the call's row
-// indices).
+// indices), one block per (head, segment).
 struct KdaSegments {
   int count = 0;
   int64_t begin[kMaxSegments + 1];
   float* state[kMaxSegments];
 };
 
-// KDA-lite's recurrence, one block per (head, segment, group of value channels): blockIdx
-// x, y, z; each thread owns one value channel j. What does not depend on the state runs
-// across tokens: the norms of q and k before the recurrence (each group of a head
-// computes them, into its own slice of qk_norm), kda_batch(hd) tokens at a time with each
-// sum in the CPU's order by one thread. Only the state update goes token by token. A
-// channel's update reads the token's whole rows and its own state column alone, so
-// splitting the channels over blocks changes no operation and no order. The output's norm
-// and gate follow in kda_out_kernel.
 template <int HD>
 __global__ void kda_kernel(const float* q, const float* k, const float* v, const float* b,
-                           const float* al, const KdaSegments segs, int heads, int hd_arg,
-                           float eps, float* qk_norm, float* o_raw) {
+                           const float* al, const float* g, const uint16_t* o_norm,
+                           const KdaSegments segs, int heads, int hd_arg, float eps,
+                           float* qk_norm, float* o_raw, uint16_t* og) {
   extern __shared__ float sh[];  // kda_shared_floats(hd): qv, kv, bkv, alpha, rows [batch][2][rs]
   const int hd = HD > 0 ? HD : hd_arg;
-  const int cols = static_cast<int>(blockDim.x);  // value channels of this block
-  constexpr int kEach = HD > 0 ? HD / kKdaColumns : 1;  // row elements each thread stages
   const int batch = kda_batch(hd), rs = kda_row_stride(hd);
   float* rows = sh + 2 * kKdaTokenRows * hd;
+  __shared__ float o_scale[16];
   const int head = blockIdx.x;
-  const int tid = threadIdx.x;
-  const int j = static_cast<int>(blockIdx.z) * cols + tid;
+  const int j = threadIdx.x;
   const int64_t qd = static_cast<int64_t>(heads) * hd;
   // This block's segment: its rows of every per-token array, and its state.
   const int64_t first = segs.begin[blockIdx.y];
   const int64_t t_count = segs.begin[blockIdx.y + 1] - first;
-  const int64_t launch_rows = segs.begin[segs.count] - segs.begin[0];
   float* state = segs.state[blockIdx.y];
   q += first * qd;
   k += first * qd;
   v += first * qd;
   al += first * qd;
+  g += first * qd;
   o_raw += first * qd;
+  og += first * qd;
   b += first * heads;
-  qk_norm += (blockIdx.z * launch_rows + (first - segs.begin[0])) * heads * 2;
+  qk_norm += first * heads * 2;
 
   // The q and k norms of every token: `batch` tokens' rows into shared memory, then
   // thread i sums token t0 + i (ascending channels).
@@ -231,20 +214,18 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
     const int nb = t_count - t0 < batch ? static_cast<int>(t_count - t0) : batch;
     for (int i = 0; i < nb; ++i) {
       const int64_t base = (t0 + i) * qd + head * hd;
-      for (int c = tid; c < hd; c += cols) {
-        rows[(2 * i) * rs + c] = q[base + c];
-        rows[(2 * i + 1) * rs + c] = k[base + c];
-      }
+      rows[(2 * i) * rs + j] = q[base + j];
+      rows[(2 * i + 1) * rs + j] = k[base + j];
     }
     __syncthreads();
-    if (tid < nb) {
-      const float* qr = rows + (2 * tid) * rs;
+    if (j < nb) {
+      const float* qr = rows + (2 * j) * rs;
       const float* kr = qr + rs;
       float ssq = 0.0f, ssk = 0.0f;
       for (int i = 0; i < hd; ++i) ssq += qr[i] * qr[i];
       for (int i = 0; i < hd; ++i) ssk += kr[i] * kr[i];
-      qk_norm[((t0 + tid) * heads + head) * 2] = drsqrt(ssq + eps);
-      qk_norm[((t0 + tid) * heads + head) * 2 + 1] = drsqrt(ssk + eps);
+      qk_norm[((t0 + j) * heads + head) * 2] = drsqrt(ssq + eps);
+      qk_norm[((t0 + j) * heads + head) * 2 + 1] = drsqrt(ssk + eps);
     }
     __syncthreads();
   }
@@ -252,47 +233,33 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
   float* s = state + static_cast<int64_t>(head) * hd * hd;  // [d_k][d_v]
   StateColumn<HD> col;
   col.load(s, hd, j);
-  // Token t + 1's inputs load while token t updates the state: this thread's kEach
-  // elements of the q, k and alpha rows (elements tid, tid + cols, ...), its channel of v.
+  // Token t + 1's inputs load while token t updates the state.
   struct Inputs {
-    float q[kEach], k[kEach], al[kEach];
-    float v, b, q_norm, k_norm;
+    float q, k, al, v, b, q_norm, k_norm;
   } next{};
   auto fetch = [&](int64_t t) {
     const int64_t base = t * qd + head * hd;
-#pragma unroll
-    for (int e = 0; e < kEach; ++e) {
-      next.q[e] = q[base + e * cols + tid];
-      next.k[e] = k[base + e * cols + tid];
-      next.al[e] = al[base + e * cols + tid];
-    }
-    next.v = v[base + j];
-    next.b = b[t * heads + head];
-    next.q_norm = qk_norm[(t * heads + head) * 2];
-    next.k_norm = qk_norm[(t * heads + head) * 2 + 1];
+    next = {q[base + j], k[base + j], al[base + j], v[base + j], b[t * heads + head],
+            qk_norm[(t * heads + head) * 2], qk_norm[(t * heads + head) * 2 + 1]};
   };
   if (t_count > 0) fetch(0);
   for (int64_t t = 0; t < t_count; ++t) {
     const Inputs in = next;
     if (t + 1 < t_count) fetch(t + 1);
     // Two buffers: a thread fills token t + 1's while others may still read token t's.
-    // beta * kv[i] is the same product in every thread: it is formed once per element
-    // (which also keeps the state column in registers without spills).
+    // beta * kv[i] is the same product in every thread: thread i forms it once (which also
+    // keeps the state column in registers without spills: 182 registers, not 255).
     float* qv = sh + (t & 1) * kKdaTokenRows * hd;
     float* kv = qv + hd;
     float* bkv = qv + 2 * hd;
     float* alpha = qv + 3 * hd;
     const int64_t base = t * qd + head * hd;
     const float beta = dsigmoid(in.b);
-#pragma unroll
-    for (int e = 0; e < kEach; ++e) {
-      const int c = e * cols + tid;
-      qv[c] = in.q[e] * in.q_norm;
-      const float kc = in.k[e] * in.k_norm;
-      kv[c] = kc;
-      bkv[c] = beta * kc;
-      alpha[c] = 1.0f / (1.0f + dexp(in.al[e]));
-    }
+    qv[j] = in.q * in.q_norm;
+    const float kj = in.k * in.k_norm;
+    kv[j] = kj;
+    bkv[j] = beta * kj;
+    alpha[j] = 1.0f / (1.0f + dexp(in.al));
     __syncthreads();
     // Two passes over the state column (the CPU's order per element): decay each row and
     // add its term to u, then update each row and add its term to o.
@@ -325,24 +292,9 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
     o_raw[base + j] = oj;
   }
   col.store(s, hd, j);
-}
+  __syncthreads();
 
-// bf16(rmsnorm(o) * sigmoid(g)), one block per (head, segment) of hd threads, thread j
-// channel j: `batch` tokens at a time, each row's sum by one thread in ascending channels.
-__global__ void kda_out_kernel(const float* o_raw, const float* g, const uint16_t* o_norm,
-                               const KdaSegments segs, int heads, int hd, float eps,
-                               uint16_t* og) {
-  extern __shared__ float rows[];  // kda_out_shared_floats(hd)
-  __shared__ float o_scale[16];
-  const int batch = kda_batch(hd), rs = kda_row_stride(hd);
-  const int head = blockIdx.x;
-  const int j = threadIdx.x;
-  const int64_t qd = static_cast<int64_t>(heads) * hd;
-  const int64_t first = segs.begin[blockIdx.y];
-  const int64_t t_count = segs.begin[blockIdx.y + 1] - first;
-  o_raw += first * qd;
-  g += first * qd;
-  og += first * qd;
+  // bf16(rmsnorm(o) * sigmoid(g)), `batch` tokens at a time.
   for (int64_t t0 = 0; t0 < t_count; t0 += batch) {
     const int nb = t_count - t0 < batch ? static_cast<int>(t_count - t0) : batch;
     for (int i = 0; i < nb; ++i) rows[i * rs + j] = o_raw[(t0 + i) * qd + head * hd + j];
@@ -365,20 +317,17 @@ __global__ void kda_out_kernel(const float* o_raw, const float* g, const uint16_
 std::atomic<bool> g_kda_generic{false};
 
 using KdaKernel = void (*)(const float*, const float*, const float*, const float*, const float*,
-                           const KdaSegments, int, int, float, float*, float*);
+                           const float*, const uint16_t*, const KdaSegments, int, int, float,
+                           float*, float*, uint16_t*);
 
-// The recurrence for head size hd and its channel groups per head: the state column in
-// registers at 64 and 128 (k3-tiny's and k3-shape's head sizes), else in global memory.
-struct KdaInstance {
-  KdaKernel kernel;
-  int groups;
-};
-KdaInstance kda_instance(int hd) {
+// The instance for head size hd: the state column in registers at 64 and 128 (k3-tiny's
+// and k3-shape's head sizes), else in global memory.
+KdaKernel kda_instance(int hd) {
   if (!g_kda_generic.load(std::memory_order_relaxed)) {
-    if (hd == 64) return {kda_kernel<64>, kda_groups(64)};
-    if (hd == 128) return {kda_kernel<128>, kda_groups(128)};
+    if (hd == 64) return kda_kernel<64>;
+    if (hd == 128) return kda_kernel<128>;
   }
-  return {kda_kernel<0>, kda_groups(0)};
+  return kda_kernel<0>;
 }
 
 // x [rows, in] bf16 times W [in, out] -> bf16 [rows, out], rounded once.
@@ -543,14 +492,11 @@ void kda_attention(KdaArgs& a) {
   beta_logits.join();
   uint16_t* og = s.scratch<uint16_t>(t_count * qd);
   if (t_count > 0) {
-    const KdaInstance kda = kda_instance(hd);
-    float* qk_norm = s.scratch<float>(2 * t_count * a.heads * kda.groups);
+    float* qk_norm = s.scratch<float>(2 * t_count * a.heads);
     float* o_raw = s.scratch<float>(t_count * qd);
+    const auto launch = kda_instance(hd);
     const size_t smem = kda_shared_floats(hd) * sizeof(float);
-    const size_t out_smem = kda_out_shared_floats(hd) * sizeof(float);
-    const auto* o_norm = as<uint16_t>(s.in(a.o_norm));
-    // One block per (head, segment, channel group), kMaxSegments segments a launch, then
-    // one output block per (head, segment).
+    // One block per (head, segment), kMaxSegments segments a launch.
     for (size_t i = 0; i < segs.owners.size();) {
       KdaSegments table;
       table.begin[0] = segs.begin[i];
@@ -558,14 +504,10 @@ void kda_attention(KdaArgs& a) {
         table.state[table.count] = static_cast<float*>(s.inout(segs.owners[i]));
         table.begin[++table.count] = segs.begin[i + 1];
       }
-      // A launch's q and k norms: one slice per group, of the launch's rows.
-      float* norms = qk_norm + 2 * table.begin[0] * a.heads * kda.groups;
-      const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(table.count));
-      kda.kernel<<<dim3(grid.x, grid.y, static_cast<unsigned>(kda.groups)),
-                   static_cast<unsigned>(hd / kda.groups), smem, stream()>>>(
-          q, k, v, b, al, table, a.heads, hd, a.eps, norms, o_raw);
-      kda_out_kernel<<<grid, static_cast<unsigned>(hd), out_smem, stream()>>>(
-          o_raw, g, o_norm, table, a.heads, hd, a.eps, og);
+      launch<<<dim3(static_cast<unsigned>(a.heads), static_cast<unsigned>(table.count)),
+               static_cast<unsigned>(hd), smem, stream()>>>(q, k, v, b, al, g,
+                                                            as<uint16_t>(s.in(a.o_norm)), table,
+                                                            a.heads, hd, a.eps, qk_norm, o_raw, og);
     }
   }
   project_bf16(s, og, t_count, qd, a.w_o, static_cast<uint16_t*>(s.inout(a.out)));

@@ -1,7 +1,6 @@
 // KDA's recurrence on the GPU keeps a thread's state column in registers at the head
-// sizes compiled for it, with a head's value channels split over blocks of 32, and in
-// global memory (the generic instance, one block per head) at any other. Both run the same
-// operations in the same order for every channel, so they give the same bits; the test
+// sizes compiled for it, and in global memory (the generic instance) at any other. The
+// two run the same operations in the same order, so they give the same bits; the test
 // hook below forces the generic instance so that a test can show it.
 #pragma once
 

@@ -392,8 +392,7 @@ TEST(CudaOpsTest, AFewRowsProductAndTheMoeGiveARowTheBitsItHasAlone) {
   for (int e = 0; e < n_exp; ++e) router.data<bf16>()[e * n_exp + e] = diagonal.data<bf16>()[e];
   dev.push_back(on_gpu(router));
   std::vector<SwiGluWeights> experts, shared;
-  for (int e = 0; e < n_exp; ++e)
-    experts.push_back({&dev[3 * e], &dev[3 * e + 1], &dev[3 * e + 2]});
+  for (int e = 0; e < n_exp; ++e) experts.push_back({&dev[3 * e], &dev[3 * e + 1], &dev[3 * e + 2]});
   shared.push_back({&dev[3 * n_exp], &dev[3 * n_exp + 1], &dev[3 * n_exp + 2]});
   // 11 tokens with the shared expert (a block an expert, up to 4 rows a pass); 40 without
   // it (8 rows a pass; the shared expert of more than 8 tokens takes cuBLASLt, whose bits
@@ -528,9 +527,9 @@ TEST(CudaOpsTest, MlaKdaAndDenseAttentionAreCloseToTheCpuAndKeepTheirCaches) {
   for (int64_t t : {6, 1}) {
     Tensor x = random_bf16({t, h}, 40 + t, 1.0f), x_g = on_gpu(x);
     Tensor o_cpu = Tensor::zeros(DType::kBF16, {t, h}), o_gpu = zeros_like(o_cpu, Device::kCuda);
-    KdaArgs a{&x,    &k[0], &k[1], &k[2], &k[3], &k[4],     &k[5],
+    KdaArgs a{&x,    &k[0], &k[1], &k[2], &k[3], &k[4],   &k[5],
               &k[7], &k[6], heads, hd,    1e-6f, &st_cpu_t, &o_cpu};
-    KdaArgs b{&x_g,   &kg[0], &kg[1], &kg[2], &kg[3], &kg[4],    &kg[5],
+    KdaArgs b{&x_g,   &kg[0], &kg[1], &kg[2], &kg[3], &kg[4],  &kg[5],
               &kg[7], &kg[6], heads,  hd,     1e-6f,  &st_gpu_t, &o_gpu};
     run_variant("kda", "recurrent", &a);
     run_variant("kda", "recurrent", &b);
@@ -563,9 +562,9 @@ bool same_bytes(const Tensor& a0, const Tensor& b0) {
   return a.nbytes() == b.nbytes() && std::equal(a.bytes(), a.bytes() + a.nbytes(), b.bytes());
 }
 
-// A segmented KDA call at head size hd, segment i of lengths[i] tokens with its own
-// nonzero state, on the GPU; returns the output, then the states after the call.
-std::vector<Tensor> kda_on_gpu(int hd, const std::vector<int64_t>& lengths) {
+// A segmented KDA call (5 and 3 tokens, each segment with its own nonzero state) at head
+// size hd, on the GPU; returns the output and the two states after the call.
+std::vector<Tensor> kda_on_gpu(int hd) {
   const int64_t h = 128;
   const int heads = 2;
   const int64_t qd = heads * hd;
@@ -580,50 +579,42 @@ std::vector<Tensor> kda_on_gpu(int hd, const std::vector<int64_t>& lengths) {
                          {qd, h}})
     w.push_back(on_gpu(random_bf16({in, out}, seed++, 1.0f / std::sqrt(static_cast<float>(in)))));
   w.push_back(on_gpu(random_bf16({hd}, seed++, 0.1f, 1.0f)));
-  std::vector<int64_t> begin = {0};
-  for (int64_t n : lengths) begin.push_back(begin.back() + n);
-  const int64_t rows = begin.back();
-  Tensor x = on_gpu(random_bf16({rows, h}, seed++, 1.0f));
-  Tensor out = Tensor::zeros(DType::kBF16, {rows, h}, Device::kCuda);
+  Tensor x = on_gpu(random_bf16({8, h}, seed++, 1.0f));
+  Tensor out = Tensor::zeros(DType::kBF16, {8, h}, Device::kCuda);
   // Float32 states from bf16 values: the recurrence starts from a state it did not write.
-  std::vector<Tensor> states;
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    const Tensor s16 = random_bf16({int64_t{heads} * hd * hd}, seed++, 0.5f);
-    Tensor f = Tensor::zeros(DType::kF32, s16.shape());
-    for (int64_t e = 0; e < f.numel(); ++e) f.data<float>()[e] = to_f32(s16.data<bf16>()[e]);
-    states.push_back(on_gpu(f));
-  }
-  std::vector<Tensor*> owners;
-  for (Tensor& t : states) owners.push_back(&t);
-  KdaArgs a{&x,    &w[0], &w[1], &w[2], &w[3],   &w[4], &w[5], &w[7],
-            &w[6], heads, hd,    1e-6f, nullptr, &out,  begin, owners};
+  Tensor s0 = random_bf16({int64_t{heads} * hd * hd}, seed++, 0.5f);
+  Tensor s1 = random_bf16({int64_t{heads} * hd * hd}, seed++, 0.5f);
+  auto as_f32 = [](const Tensor& t) {
+    Tensor f = Tensor::zeros(DType::kF32, t.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) f.data<float>()[i] = to_f32(t.data<bf16>()[i]);
+    return on_gpu(f);
+  };
+  Tensor st0 = as_f32(s0), st1 = as_f32(s1);
+  const std::vector<int64_t> begin = {0, 5, 8};
+  Tensor* states[] = {&st0, &st1};
+  KdaArgs a{&x,    &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[7], &w[6],
+            heads, hd,    1e-6f, nullptr, &out, begin, states};
   run_variant("kda", "recurrent", &a);
-  states.insert(states.begin(), out);
-  return states;
+  return {out, st0, st1};
 }
 #endif
 
-// KDA's recurrence keeps the state column in registers at head sizes 64 and 128, with a
-// head's channels split over blocks, and in global memory in one block otherwise: the
-// same operations in the same order, so both instances give every output and state the
-// same bits, in one launch (2 segments) and in two (18 segments: 16 a launch).
+// KDA's recurrence keeps the state column in registers at head sizes 64 and 128, and in
+// global memory otherwise: the same operations in the same order, so both instances give
+// every output and state the same bits.
 TEST(CudaOpsTest, KdaHeadSizeInstancesGiveTheGenericInstancesBits) {
   SPLITCHECK_REQUIRE_GPU();
 #ifdef SPLITCHECK_HAVE_CUDA
-  std::vector<int64_t> many;
-  for (int i = 0; i < 18; ++i) many.push_back(1 + i % 3);
-  for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{5, 3}, many})
-    for (int hd : {64, 128}) {
-      ASSERT_TRUE(cuda::kda_head_size_compiled(hd)) << hd;
-      const std::vector<Tensor> fast = kda_on_gpu(hd, lengths);
-      cuda::kda_force_generic_for_test(true);
-      const std::vector<Tensor> generic = kda_on_gpu(hd, lengths);
-      cuda::kda_force_generic_for_test(false);
-      for (size_t i = 0; i < fast.size(); ++i)
-        EXPECT_TRUE(same_bytes(fast[i], generic[i]))
-            << "head size " << hd << ", " << lengths.size() << " segments, tensor " << i;
-      EXPECT_GT(difference(fast[0], Tensor::zeros(DType::kBF16, fast[0].shape())).differing, 0);
-    }
+  for (int hd : {64, 128}) {
+    ASSERT_TRUE(cuda::kda_head_size_compiled(hd)) << hd;
+    const std::vector<Tensor> fast = kda_on_gpu(hd);
+    cuda::kda_force_generic_for_test(true);
+    const std::vector<Tensor> generic = kda_on_gpu(hd);
+    cuda::kda_force_generic_for_test(false);
+    for (size_t i = 0; i < fast.size(); ++i)
+      EXPECT_TRUE(same_bytes(fast[i], generic[i])) << "head size " << hd << ", tensor " << i;
+    EXPECT_GT(difference(fast[0], Tensor::zeros(DType::kBF16, fast[0].shape())).differing, 0);
+  }
   EXPECT_FALSE(cuda::kda_head_size_compiled(96));
 #endif
 }

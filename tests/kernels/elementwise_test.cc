@@ -1,13 +1,12 @@
 // add_bf16 and add_f32 (kernels/elementwise.h): the sum with one rounding, the same bits
 // on the CPU and on a GPU, on sums that round up, down and to even, and a refusal of
 // operands that differ.
-#include "kernels/elementwise.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <stdexcept>
 
+#include "kernels/elementwise.h"
 #include "tests/cuda/gpu_test_support.h"
 
 namespace splitcheck {
@@ -35,8 +34,8 @@ TEST(AddBf16Test, RoundsTheFloatSumOnce) {
     ASSERT_EQ(sum.data<bf16>()[i].bits,
               to_bf16(to_f32(a.data<bf16>()[i]) + to_f32(b.data<bf16>()[i])).bits)
         << "element " << i;
-  EXPECT_EQ(to_f32(sum.data<bf16>()[0]), 1.0f);              // a tie, to even
-  EXPECT_EQ(to_f32(sum.data<bf16>()[1]), 1.0f + 0x1.0p-6f);  // above the tie, up
+  EXPECT_EQ(to_f32(sum.data<bf16>()[0]), 1.0f);                 // a tie, to even
+  EXPECT_EQ(to_f32(sum.data<bf16>()[1]), 1.0f + 0x1.0p-6f);     // above the tie, up
   EXPECT_TRUE(std::isinf(to_f32(sum.data<bf16>()[2])));
 }
 
