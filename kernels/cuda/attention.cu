@@ -316,9 +316,7 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
 
 std::atomic<bool> g_kda_generic{false};
 
-using KdaKernel = void (*)(const float*, const float*, const float*, const float*, const float*,
-                           const float*, const uint16_t*, const KdaSegments, int, int, float,
-                           float*, float*, uint16_t*);
+using KdaKernel = decltype(&kda_kernel<0>);
 
 // The instance for head size hd: the state column in registers at 64 and 128 (k3-tiny's
 // and k3-shape's head sizes), else in global memory.

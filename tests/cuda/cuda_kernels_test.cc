@@ -556,12 +556,6 @@ TEST(CudaOpsTest, MlaKdaAndDenseAttentionAreCloseToTheCpuAndKeepTheirCaches) {
 }
 
 #ifdef SPLITCHECK_HAVE_CUDA
-// Whether two tensors hold the same bytes (float32 -0 and +0 differ here).
-bool same_bytes(const Tensor& a0, const Tensor& b0) {
-  const Tensor a = a0.to(Device::kCpu), b = b0.to(Device::kCpu);
-  return a.nbytes() == b.nbytes() && std::equal(a.bytes(), a.bytes() + a.nbytes(), b.bytes());
-}
-
 // A segmented KDA call (5 and 3 tokens, each segment with its own nonzero state) at head
 // size hd, on the GPU; returns the output and the two states after the call.
 std::vector<Tensor> kda_on_gpu(int hd) {
@@ -612,7 +606,7 @@ TEST(CudaOpsTest, KdaHeadSizeInstancesGiveTheGenericInstancesBits) {
     const std::vector<Tensor> generic = kda_on_gpu(hd);
     cuda::kda_force_generic_for_test(false);
     for (size_t i = 0; i < fast.size(); ++i)
-      EXPECT_TRUE(same_bytes(fast[i], generic[i])) << "head size " << hd << ", tensor " << i;
+      EXPECT_TRUE(fast[i].bit_equal(generic[i])) << "head size " << hd << ", tensor " << i;
     EXPECT_GT(difference(fast[0], Tensor::zeros(DType::kBF16, fast[0].shape())).differing, 0);
   }
   EXPECT_FALSE(cuda::kda_head_size_compiled(96));
