@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cuda/tc.h"
 #include "kernels/tensor.h"
 
 namespace splitcheck::cuda {
@@ -206,7 +207,8 @@ void rms_rows(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t h, flo
 // C[m, n] (float32, row-major) = A[m, k] (bf16, row-major) times B, where B is bf16
 // [k, n] row-major, or [n, k] row-major when b_nk. Through cuBLASLt: float32 compute, no
 // TF32, the algorithm chosen once per shape and pinned (gemm.cu).
-// A product of at most kSkinnyMaxRows rows with B [k, n] takes skinny_gemm instead.
+// A product of at most kSkinnyMaxRows rows with B [k, n] takes skinny_gemm instead, one of
+// at most kTcMaxRows tc_multi_gemm.
 void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, int64_t k,
           bool b_nk);
 // gemm(), rounded once to bf16 into `out` [m, n].
@@ -263,5 +265,16 @@ void routed_gemm(const SkinnyOperand& a, const SkinnyRows& rows, int64_t max_row
 // Whether gemm() takes skinny_gemm for m rows of a B stored [k, n] (false when
 // SPLITCHECK_CUDA_SKINNY=0, for measuring cuBLASLt in its place).
 bool skinny_applies(int64_t m, bool b_nk);
+
+// Products of kSkinnyMaxRows + 1 to kTcMaxRows rows with B [k, n] take the tensor-core
+// kernel, tc_multi_gemm (tc.h).
+// Whether gemm() takes tc_multi_gemm for m rows of a B stored [k, n] (false when
+// SPLITCHECK_CUDA_TC=0 or SPLITCHECK_CUDA_SKINNY=0: cuBLASLt in its place).
+bool tc_applies(int64_t m, bool b_nk);
+
+// A stream's column-tile counters of the skinny and tensor-core products: zero between
+// products (the last block of each tile re-arms its counter).
+constexpr int64_t kTileCounters = int64_t{1} << 16;
+unsigned* tile_counters(cudaStream_t s);
 
 }  // namespace splitcheck::cuda

@@ -1,4 +1,5 @@
-// Matrix products through cuBLASLt: bf16 inputs, float32 output, CUBLAS_COMPUTE_32F (no
+// Matrix products: skinny_gemm up to kSkinnyMaxRows rows, tc_multi_gemm up to kTcMaxRows,
+// else cuBLASLt: bf16 inputs, float32 output, CUBLAS_COMPUTE_32F (no
 // TF32, no reduced-precision accumulation), one workspace for the backend's one stream.
 // The algorithm of each shape is chosen once by cuBLASLt's heuristic, then pinned with the
 // shape's descriptors (made once, so a product's host work is the call alone): every
@@ -122,14 +123,24 @@ Pinned pin_shape(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k, bool 
   return p;
 }
 
+// A knob that is on unless its variable is "0".
+bool knob_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != "0";
+}
+
 }  // namespace
 
 bool skinny_applies(int64_t m, bool b_nk) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("SPLITCHECK_CUDA_SKINNY");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool enabled = knob_on("SPLITCHECK_CUDA_SKINNY");
   return enabled && !b_nk && m <= kSkinnyMaxRows;
+}
+
+static_assert(kTcMaxWeights >= kMultiMax, "multi_gemm hands tc_multi_gemm up to kMultiMax weights");
+
+bool tc_applies(int64_t m, bool b_nk) {
+  static const bool enabled = knob_on("SPLITCHECK_CUDA_SKINNY") && knob_on("SPLITCHECK_CUDA_TC");
+  return enabled && !b_nk && m > kSkinnyMaxRows && m <= kTcMaxRows;
 }
 
 void gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, int64_t n,
@@ -137,6 +148,10 @@ void gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, i
   if (m == 0 || n == 0) return;
   if (skinny_applies(m, false)) {
     skinny_gemm(a, b, nullptr, out, m, n, k);
+    return;
+  }
+  if (tc_applies(m, false)) {
+    tc_multi_gemm(a, std::span(&b, 1), nullptr, out, m, n, k);
     return;
   }
   float* acc = nullptr;
@@ -149,8 +164,13 @@ void gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, i
 
 void multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c, int64_t m,
                 int64_t n, int64_t k) {
+  if (m == 0 || n == 0) return;
   if (skinny_applies(m, false)) {
     skinny_multi_gemm(a, bs, c, nullptr, m, n, k);
+    return;
+  }
+  if (tc_applies(m, false)) {
+    tc_multi_gemm(a, bs, c, nullptr, m, n, k);
     return;
   }
   for (size_t i = 0; i < bs.size(); ++i) gemm(a, bs[i], c + i * m * n, m, n, k, false);
@@ -161,6 +181,10 @@ void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, 
   if (m == 0 || n == 0) return;
   if (skinny_applies(m, b_nk)) {
     skinny_gemm(a, b, c, nullptr, m, n, k);
+    return;
+  }
+  if (tc_applies(m, b_nk)) {
+    tc_multi_gemm(a, std::span(&b, 1), c, nullptr, m, n, k);
     return;
   }
   Lt& s = lt();

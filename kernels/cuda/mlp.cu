@@ -1,5 +1,5 @@
 // The drafters' linear layer, dense SwiGLU and MoE (SPEC 2.5) on the GPU. Matrix products
-// through gemm() (skinny_gemm for a few rows, else cuBLASLt); routing by a warp a token.
+// through gemm() (skinny_gemm for a few rows, tc_multi_gemm up to 64, else cuBLASLt); routing by a warp a token.
 // A few tokens' experts run in two routed launches with the picks read on the device (no
 // host wait); more are grouped by expert as on the CPU after one wait for the picks.
 #include <algorithm>
@@ -111,11 +111,11 @@ void swiglu(Staging& s, const uint16_t* x, int64_t rows, int64_t h, const SwiGlu
             float* out) {
   if (rows == 0) return;
   const int64_t inter = w.gate->dim(1);
-  float* gate = s.scratch<float>(rows * inter);
-  float* up = s.scratch<float>(rows * inter);
+  float* gate = s.scratch<float>(2 * rows * inter);  // gate, then up: one launch for both
+  float* up = gate + rows * inter;
   uint16_t* hidden = s.scratch<uint16_t>(rows * inter);
-  gemm(x, as<uint16_t>(s.in(w.gate)), gate, rows, inter, h, false);
-  gemm(x, as<uint16_t>(s.in(w.up)), up, rows, inter, h, false);
+  const uint16_t* gate_up[2] = {as<uint16_t>(s.in(w.gate)), as<uint16_t>(s.in(w.up))};
+  multi_gemm(x, gate_up, gate, rows, inter, h);
   swiglu_hidden_kernel<<<blocks_for(rows * inter, 256), 256, 0, stream()>>>(gate, up, rows * inter,
                                                                             hidden);
   gemm(hidden, as<uint16_t>(s.in(w.down)), out, rows, h, inter, false);

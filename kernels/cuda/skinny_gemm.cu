@@ -371,20 +371,6 @@ __global__ void __launch_bounds__(kThreads, MAXM == 1 ? 4 : (MAXM == 2 ? 3 : 2))
   }
 }
 
-// Zeroed tile counters of a stream's products (each product leaves them zero again).
-constexpr int64_t kCounters = int64_t{1} << 16;
-unsigned* counters_for(cudaStream_t s) {
-  static std::mutex mu;
-  static std::map<cudaStream_t, unsigned*> all;
-  std::lock_guard<std::mutex> lock(mu);
-  unsigned*& c = all[s];
-  if (c == nullptr) {
-    SPLITCHECK_CUDA_CHECK(cudaMalloc(&c, kCounters * sizeof(unsigned)));
-    SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(c, 0, kCounters * sizeof(unsigned), s));
-  }
-  return c;
-}
-
 // One grouped launch: C [out_rows, n] (float and/or bf16). `max_rows`: the most rows any
 // weight takes; `pass_rows`: the rows a block takes at a time (the template's MAXM: 1, 2,
 // 4 or 8), more passing MAXM at a time.
@@ -407,7 +393,7 @@ void grouped(const SkinnyOperand& a, const Weights<G>& weights, int groups, cons
   const int64_t kc = chunk_rows(n, k);
   const int64_t chunks = (k + kc - 1) / kc;
   const int64_t tiles = (n + 255) / 256;
-  if (tiles * groups > kCounters) throw std::logic_error("a skinny product of too many tiles");
+  if (tiles * groups > kTileCounters) throw std::logic_error("a skinny product of too many tiles");
   float* partial = nullptr;
   SPLITCHECK_CUDA_CHECK(cudaMallocAsync(
       &partial, static_cast<size_t>(chunks * out_rows * n) * sizeof(float), stream()));
@@ -415,7 +401,7 @@ void grouped(const SkinnyOperand& a, const Weights<G>& weights, int groups, cons
   for (const uint16_t* w : weights.w) vec = vec && reinterpret_cast<uintptr_t>(w) % 16 == 0;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks),
                   static_cast<unsigned>(groups));
-  unsigned* counters = counters_for(stream());
+  unsigned* counters = tile_counters(stream());
   auto go = [&](auto kernel) {
     kernel<<<grid, kThreads, 0, stream()>>>(a, weights, map, out_rows, partial, counters, c, c_bf16,
                                             n, k, kc, chunks, vec);
@@ -428,6 +414,18 @@ void grouped(const SkinnyOperand& a, const Weights<G>& weights, int groups, cons
 }
 
 }  // namespace
+
+unsigned* tile_counters(cudaStream_t s) {
+  static std::mutex mu;
+  static std::map<cudaStream_t, unsigned*> all;
+  std::lock_guard<std::mutex> lock(mu);
+  unsigned*& c = all[s];
+  if (c == nullptr) {
+    SPLITCHECK_CUDA_CHECK(cudaMalloc(&c, kTileCounters * sizeof(unsigned)));
+    SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(c, 0, kTileCounters * sizeof(unsigned), s));
+  }
+  return c;
+}
 
 int64_t skinny_chunk_rows(int64_t n, int64_t k) { return chunk_rows(n, k); }
 

@@ -1,0 +1,29 @@
+// The tensor-core kernel's fixed summing order (kernels/cuda/tc_gemm.cu), for its tests:
+// k is cut into chunks of tc_chunk_rows(n, k) rows (the last may be shorter); in a chunk a
+// float accumulator takes one mma.m16n8k16 (bf16 in, float32 accumulate) per 16 rows of
+// k, ascending from zero; the chunk sums are added in chunk order. Each row's bits depend
+// on its own inputs and (k, n) alone: never on the row count, the rows beside it, or how
+// many weights share the launch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace splitcheck::cuda {
+
+// Products of 9 to kTcMaxRows rows with B [k, n] take this kernel (gemm(), gemm_bf16(),
+// multi_gemm()): each weight read once, the chunk sums and the bf16 rounding in the same
+// launch.
+inline constexpr int64_t kTcMaxRows = 64;
+inline constexpr int kTcMaxWeights = 8;
+// C [G, m, n] = A [m, k] times each of the G <= kTcMaxWeights weights bs (bf16 [k, n], device
+// memory), float32 into `c` and/or rounded to bf16 into `c_bf16` (either may be null), in
+// one launch queued on the thread's stream; 1 <= m <= kTcMaxRows.
+void tc_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
+                   uint16_t* c_bf16, int64_t m, int64_t n, int64_t k);
+
+inline constexpr int kTcTile = 128;  // columns a block
+inline constexpr int kTcStep = 32;   // rows of k a pipeline stage
+int64_t tc_chunk_rows(int64_t n, int64_t k);
+
+}  // namespace splitcheck::cuda

@@ -1,0 +1,312 @@
+// Products of 9 to 64 rows (a batched serving step, a 16-token prefill) by bf16 weights
+// [k, n], on the tensor cores: each weight read once, in one launch for up to kTcMaxWeights
+// weights that share the rows (grid z), the chunk sums added by the last block of each
+// column tile, the bf16 rounding (where asked) in the same launch.
+//
+// A block takes 128 columns of one weight and one chunk of k (kc rows, fixed by (k, n)):
+// stages of 32 rows of the weight and of the rows of A are copied into shared memory
+// (cp.async, four stages in flight), and each warp multiplies its 32 columns by every row
+// with mma.m16n8k16 (bf16 in, float32 accumulate), 16 rows of k a step, ascending. Each
+// (row, column) has its own accumulator, and an mma's output row depends on its own row
+// of A alone, so a row's bits depend on its inputs and (k, n) only: the same in a product
+// of 9 rows as of 64, beside any other rows, alone or with other weights in the launch.
+// The summing order inside one mma is the tensor core's; tc.h states the rest.
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/tc.h"
+
+namespace splitcheck::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTile = kTcTile;       // a warp's 32 columns: 4 mma n-tiles
+constexpr int kStep = kTcStep;       // two mma k-steps a stage
+constexpr int kStages = 4;
+constexpr int kBStride = kTile + 8;  // a shared row of B, padded: ldmatrix's 8 rows hit 8 bank groups
+constexpr int kAStride = kStep + 8;  // the same for A
+constexpr int64_t kMaxChunks = 32;
+constexpr int64_t kBlocksPerWeight = 528;  // four a multiprocessor of an H200
+
+template <int MT>
+__host__ __device__ constexpr int stage_elems() {
+  return kStep * kBStride + MT * 16 * kAStride;
+}
+template <int MT>
+__host__ __device__ constexpr int smem_bytes() {
+  return kStages * stage_elems<MT>() * static_cast<int>(sizeof(uint16_t));
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global -> shared, queued; zeros where !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const uint16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const uint16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+// d += A (16 x 16, row-major fragment) B (16 x 8, column fragment), float32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+struct TcArgs {
+  const uint16_t* a = nullptr;
+  const uint16_t* w[kTcMaxWeights] = {};
+  float* c = nullptr;
+  uint16_t* c_bf16 = nullptr;
+  float* partial = nullptr;  // [chunks, G * m, n] where chunks > 1
+  unsigned* counters = nullptr;
+  int64_t m = 0, n = 0, k = 0, kc = 0, chunks = 0;
+  bool vec_a = false, vec_b = false;  // 16-byte loads (rows whole 16-byte pieces, aligned)
+};
+
+// Stage s of a block's chunk [k0, k1): B rows k0 + 32 s ... by the tile's columns, and the
+// same k of every row of A (MT * 16 rows, zeros past m), zeros past k1 and n.
+template <int MT>
+__device__ __forceinline__ void load_stage(const TcArgs& p, const uint16_t* __restrict__ b,
+                                           int64_t k0, int64_t k1, int64_t col0, int s,
+                                           uint16_t* stage) {
+  const int64_t r0 = k0 + int64_t{s} * kStep;
+  uint16_t* bs = stage;
+  uint16_t* as = stage + kStep * kBStride;
+  constexpr int kBPieces = kTile / 8;
+  for (int i = threadIdx.x; i < kStep * kBPieces; i += kThreads) {
+    const int row = i / kBPieces, piece = i % kBPieces;
+    const int64_t kk = r0 + row, col = col0 + piece * 8;
+    uint16_t* dst = bs + row * kBStride + piece * 8;
+    if (p.vec_b) {
+      const bool ok = kk < k1 && col < p.n;
+      cp_async16(dst, ok ? b + kk * p.n + col : b, ok);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) dst[j] = kk < k1 && col + j < p.n ? b[kk * p.n + col + j] : 0;
+    }
+  }
+  constexpr int kAPieces = kStep / 8;
+  for (int i = threadIdx.x; i < MT * 16 * kAPieces; i += kThreads) {
+    const int row = i / kAPieces, piece = i % kAPieces;
+    const int64_t kk = r0 + piece * 8;
+    uint16_t* dst = as + row * kAStride + piece * 8;
+    if (p.vec_a) {
+      const bool ok = row < p.m && kk < k1;
+      cp_async16(dst, ok ? p.a + row * p.k + kk : p.a, ok);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) dst[j] = row < p.m && kk + j < k1 ? p.a[row * p.k + kk + j] : 0;
+    }
+  }
+}
+
+// One (column tile, chunk, weight g) a block; rows g * m + r of C. MT: 16-row tiles of A.
+template <int MT>
+__global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
+  extern __shared__ __align__(16) uint16_t smem[];
+  __shared__ bool last;
+  const int g = static_cast<int>(blockIdx.z);
+  const int64_t tile = blockIdx.x, chunk = blockIdx.y;
+  const uint16_t* __restrict__ b = p.w[g];
+  const int64_t k0 = chunk * p.kc, k1 = k0 + p.kc < p.k ? k0 + p.kc : p.k;
+  const int steps = static_cast<int>((k1 - k0 + kStep - 1) / kStep);
+  const int64_t col0 = tile * kTile;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  auto stage = [&](int s) { return smem + (s % kStages) * stage_elems<MT>(); };
+
+  float acc[MT][4][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) load_stage<MT>(p, b, k0, k1, col0, s, stage(s));
+    cp_commit();
+  }
+  for (int s = 0; s < steps; ++s) {
+    cp_wait<kStages - 2>();
+    __syncthreads();  // stage s is in; every warp is done with stage s - 1, reloaded next
+    if (s + kStages - 1 < steps) load_stage<MT>(p, b, k0, k1, col0, s + kStages - 1, stage(s + kStages - 1));
+    cp_commit();
+    const uint16_t* bs = stage(s);
+    const uint16_t* as = bs + kStep * kBStride;
+#pragma unroll
+    for (int kk = 0; kk < kStep; kk += 16) {
+      uint32_t af[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        ldsm_x4(af[mt], as + (mt * 16 + lane % 16) * kAStride + kk + (lane / 16) * 8);
+      uint32_t bf[4][2];
+#pragma unroll
+      for (int pr = 0; pr < 2; ++pr) {
+        uint32_t r[4];
+        ldsm_x4_trans(r, bs + (kk + lane % 16) * kBStride + warp * 32 + pr * 16 + (lane / 16) * 8);
+        bf[2 * pr][0] = r[0];
+        bf[2 * pr][1] = r[1];
+        bf[2 * pr + 1][0] = r[2];
+        bf[2 * pr + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) mma_bf16(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+    }
+  }
+  cp_wait<0>();
+
+  // The accumulators: c0, c1 at row lane / 4, columns 2 (lane % 4) and + 1; c2, c3 eight
+  // rows down. One chunk: straight into C; else into the chunk's partial sums.
+  const bool direct = p.chunks == 1;
+  const int64_t stride = int64_t{gridDim.z} * p.m * p.n;  // one chunk's partial sums
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t r = mt * 16 + lane / 4 + (e / 2) * 8;
+        const int64_t col = col0 + warp * 32 + nt * 8 + 2 * (lane % 4) + e % 2;
+        if (r >= p.m || col >= p.n) continue;
+        const int64_t at = (g * p.m + r) * p.n + col;
+        const float v = acc[mt][nt][e];
+        if (!direct) {
+          p.partial[chunk * stride + at] = v;
+          continue;
+        }
+        if (p.c != nullptr) p.c[at] = v;
+        if (p.c_bf16 != nullptr) p.c_bf16[at] = f_to_bf(v);
+      }
+  if (direct) return;
+
+  // The last block of this (tile, g) to finish adds the chunk sums in chunk order and
+  // re-arms the counter (zero again for the next product on this stream).
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* counter = p.counters + static_cast<int64_t>(g) * gridDim.x + tile;
+    last = atomicAdd(counter, 1u) == static_cast<unsigned>(p.chunks - 1);
+    if (last) *counter = 0u;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  constexpr int kBatch = 8;  // chunk partials in flight a thread
+  for (int i = static_cast<int>(threadIdx.x); i < p.m * kTile; i += kThreads) {
+    const int64_t r = i / kTile, col = col0 + i % kTile;
+    if (col >= p.n) continue;
+    const int64_t at = (g * p.m + r) * p.n + col;
+    float sum = __ldcg(p.partial + at);
+    for (int64_t ch = 1; ch < p.chunks; ch += kBatch) {
+      float v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) v[j] = ch + j < p.chunks ? __ldcg(p.partial + (ch + j) * stride + at) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (ch + j < p.chunks) sum = __fadd_rn(sum, v[j]);
+    }
+    if (p.c != nullptr) p.c[at] = sum;
+    if (p.c_bf16 != nullptr) p.c_bf16[at] = f_to_bf(sum);
+  }
+}
+
+template <int MT>
+void launch(const TcArgs& args, dim3 grid) {
+  static const bool sized = [] {  // more than the default 48 KiB of shared memory at MT 4
+    SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(
+        tc_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<MT>()));
+    return true;
+  }();
+  (void)sized;
+  tc_kernel<MT><<<grid, kThreads, smem_bytes<MT>(), stream()>>>(args);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+// Chunks for about kBlocksPerWeight blocks of a weight (at most kMaxChunks, whose sums are
+// added in sequence), each a whole number of stages.
+int64_t tc_chunk_rows(int64_t n, int64_t k) {
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  const int64_t chunks = std::clamp<int64_t>((kBlocksPerWeight + tiles - 1) / tiles, 1, kMaxChunks);
+  const int64_t kc = ((k + chunks - 1) / chunks + kStep - 1) / kStep * kStep;
+  return std::max<int64_t>(kc, 2 * kStep);
+}
+
+void tc_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
+                   uint16_t* c_bf16, int64_t m, int64_t n, int64_t k) {
+  if (m < 1 || m > kTcMaxRows || bs.empty() || bs.size() > static_cast<size_t>(kTcMaxWeights))
+    throw std::logic_error("tc_multi_gemm: 1 to " + std::to_string(kTcMaxRows) + " rows and 1 to " +
+                           std::to_string(kTcMaxWeights) + " weights, got " + std::to_string(m) +
+                           " rows and " + std::to_string(bs.size()) + " weights");
+  const auto groups = static_cast<int64_t>(bs.size());
+  if (n == 0) return;
+  if (k == 0) {  // every sum is empty
+    if (c != nullptr)
+      SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(c, 0, groups * m * n * sizeof(float), stream()));
+    if (c_bf16 != nullptr)
+      SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(c_bf16, 0, groups * m * n * sizeof(uint16_t), stream()));
+    return;
+  }
+  TcArgs args;
+  args.a = a;
+  args.c = c;
+  args.c_bf16 = c_bf16;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.kc = tc_chunk_rows(n, k);
+  args.chunks = (k + args.kc - 1) / args.kc;
+  args.vec_a = k % 8 == 0 && aligned16(a);
+  args.vec_b = n % 8 == 0;
+  for (size_t i = 0; i < bs.size(); ++i) {
+    args.w[i] = bs[i];
+    args.vec_b = args.vec_b && aligned16(bs[i]);
+  }
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  if (tiles * groups > kTileCounters) throw std::logic_error("a tensor-core product of too many tiles");
+  if (args.chunks > 1) {
+    args.counters = tile_counters(stream());
+    SPLITCHECK_CUDA_CHECK(cudaMallocAsync(
+        &args.partial, static_cast<size_t>(args.chunks * groups * m * n) * sizeof(float), stream()));
+  }
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(args.chunks),
+                  static_cast<unsigned>(groups));
+  if (m <= 16) launch<1>(args, grid);
+  else if (m <= 32) launch<2>(args, grid);
+  else if (m <= 48) launch<3>(args, grid);
+  else launch<4>(args, grid);
+  SPLITCHECK_CUDA_CHECK(cudaGetLastError());
+  if (args.partial != nullptr) SPLITCHECK_CUDA_CHECK(cudaFreeAsync(args.partial, stream()));
+}
+
+}  // namespace splitcheck::cuda
