@@ -31,6 +31,7 @@ constexpr int kStages = 4;
 constexpr int kBStride = kTile + 8;  // a shared row of B, padded: ldmatrix's 8 rows hit 8 bank groups
 constexpr int kAStride = kStep + 8;  // the same for A
 constexpr int64_t kMaxChunks = 32;
+constexpr int64_t kMinChunk = 256;
 constexpr int64_t kBlocksPerWeight = 528;  // four a multiprocessor of an H200
 
 template <int MT>
@@ -240,9 +241,15 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
 
 template <int MT>
 void launch(const TcArgs& args, dim3 grid) {
-  static const bool sized = [] {  // more than the default 48 KiB of shared memory at MT 4
+  // More than the default 48 KiB of shared memory at MT 4, and as much of each
+  // multiprocessor's L1 as shared memory as it gives, so that as many blocks (and their
+  // stages in flight) fit as the registers allow.
+  static const bool sized = [] {
     SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(
         tc_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<MT>()));
+    SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(tc_kernel<MT>,
+                                               cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               cudaSharedmemCarveoutMaxShared));
     return true;
   }();
   (void)sized;
@@ -254,12 +261,13 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 // Chunks for about kBlocksPerWeight blocks of a weight (at most kMaxChunks, whose sums are
-// added in sequence), each a whole number of stages.
+// added in sequence), each a whole number of stages and at least kMinChunk rows (a weight
+// of at most kMinChunk rows is one chunk: its sums go straight to C).
 int64_t tc_chunk_rows(int64_t n, int64_t k) {
   const int64_t tiles = (n + kTile - 1) / kTile;
   const int64_t chunks = std::clamp<int64_t>((kBlocksPerWeight + tiles - 1) / tiles, 1, kMaxChunks);
   const int64_t kc = ((k + chunks - 1) / chunks + kStep - 1) / kStep * kStep;
-  return std::max<int64_t>(kc, 2 * kStep);
+  return std::max<int64_t>(kc, kMinChunk);
 }
 
 void tc_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
