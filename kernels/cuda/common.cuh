@@ -266,11 +266,10 @@ void routed_gemm(const SkinnyOperand& a, const SkinnyRows& rows, int64_t max_row
 // SPLITCHECK_CUDA_SKINNY=0, for measuring cuBLASLt in its place).
 bool skinny_applies(int64_t m, bool b_nk);
 
-// Products of kSkinnyMaxRows + 1 to kTcMaxRows rows with B [k, n] take the tensor-core
-// kernel, tc_multi_gemm (tc.h).
-// Whether gemm() takes tc_multi_gemm for m rows of a B stored [k, n] (false when
-// SPLITCHECK_CUDA_TC=0 or SPLITCHECK_CUDA_SKINNY=0: cuBLASLt in its place).
-bool tc_applies(int64_t m, bool b_nk);
+// Products of kSkinnyMaxRows + 1 to kTcMaxRows rows with B [k, n] of at most kTcMaxDepth
+// rows take the tensor-core kernel, tc_multi_gemm (tc.h). Whether gemm() takes it (false
+// when SPLITCHECK_CUDA_TC=0 or SPLITCHECK_CUDA_SKINNY=0: cuBLASLt in its place).
+bool tc_applies(int64_t m, int64_t k, bool b_nk);
 
 // A stream's column-tile counters of the skinny and tensor-core products: zero between
 // products (the last block of each tile re-arms its counter).

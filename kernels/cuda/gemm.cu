@@ -1,5 +1,5 @@
-// Matrix products: skinny_gemm up to kSkinnyMaxRows rows, tc_multi_gemm up to kTcMaxRows,
-// else cuBLASLt: bf16 inputs, float32 output, CUBLAS_COMPUTE_32F (no
+// Matrix products: skinny_gemm up to kSkinnyMaxRows rows, tc_multi_gemm up to kTcMaxRows
+// rows of a weight at most kTcMaxDepth deep, else cuBLASLt: bf16 inputs, float32 output, CUBLAS_COMPUTE_32F (no
 // TF32, no reduced-precision accumulation), one workspace for the backend's one stream.
 // The algorithm of each shape is chosen once by cuBLASLt's heuristic, then pinned with the
 // shape's descriptors (made once, so a product's host work is the call alone): every
@@ -138,9 +138,9 @@ bool skinny_applies(int64_t m, bool b_nk) {
 
 static_assert(kTcMaxWeights >= kMultiMax, "multi_gemm hands tc_multi_gemm up to kMultiMax weights");
 
-bool tc_applies(int64_t m, bool b_nk) {
+bool tc_applies(int64_t m, int64_t k, bool b_nk) {
   static const bool enabled = knob_on("SPLITCHECK_CUDA_SKINNY") && knob_on("SPLITCHECK_CUDA_TC");
-  return enabled && !b_nk && m > kSkinnyMaxRows && m <= kTcMaxRows;
+  return enabled && !b_nk && m > kSkinnyMaxRows && m <= kTcMaxRows && k <= kTcMaxDepth;
 }
 
 void gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, int64_t n,
@@ -150,7 +150,7 @@ void gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, i
     skinny_gemm(a, b, nullptr, out, m, n, k);
     return;
   }
-  if (tc_applies(m, false)) {
+  if (tc_applies(m, k, false)) {
     tc_multi_gemm(a, std::span(&b, 1), nullptr, out, m, n, k);
     return;
   }
@@ -169,7 +169,7 @@ void multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c
     skinny_multi_gemm(a, bs, c, nullptr, m, n, k);
     return;
   }
-  if (tc_applies(m, false)) {
+  if (tc_applies(m, k, false)) {
     tc_multi_gemm(a, bs, c, nullptr, m, n, k);
     return;
   }
@@ -183,7 +183,7 @@ void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, 
     skinny_gemm(a, b, c, nullptr, m, n, k);
     return;
   }
-  if (tc_applies(m, b_nk)) {
+  if (tc_applies(m, k, b_nk)) {
     tc_multi_gemm(a, std::span(&b, 1), c, nullptr, m, n, k);
     return;
   }

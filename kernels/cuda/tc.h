@@ -11,10 +11,12 @@
 
 namespace splitcheck::cuda {
 
-// Products of 9 to kTcMaxRows rows with B [k, n] take this kernel (gemm(), gemm_bf16(),
-// multi_gemm()): each weight read once, the chunk sums and the bf16 rounding in the same
-// launch.
+// Products of 9 to kTcMaxRows rows with B [k, n] of at most kTcMaxDepth rows (one chunk,
+// whose sums go straight to C) take this kernel in gemm(), gemm_bf16() and multi_gemm():
+// each weight read once, the bf16 rounding in the same launch, one launch for every weight
+// of a multi_gemm. Deeper weights take cuBLASLt, measured faster there (docs/cuda.md).
 inline constexpr int64_t kTcMaxRows = 64;
+inline constexpr int64_t kTcMaxDepth = 256;
 inline constexpr int kTcMaxWeights = 8;
 // C [G, m, n] = A [m, k] times each of the G <= kTcMaxWeights weights bs (bf16 [k, n], device
 // memory), float32 into `c` and/or rounded to bf16 into `c_bf16` (either may be null), in

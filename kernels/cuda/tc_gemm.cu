@@ -1,4 +1,4 @@
-// Products of 9 to 64 rows (a batched serving step, a 16-token prefill) by bf16 weights
+// Products of 9 to 64 rows (a batched serving step, a prompt's prefill) by bf16 weights
 // [k, n], on the tensor cores: each weight read once, in one launch for up to kTcMaxWeights
 // weights that share the rows (grid z), the chunk sums added by the last block of each
 // column tile, the bf16 rounding (where asked) in the same launch.
@@ -31,7 +31,7 @@ constexpr int kStages = 4;
 constexpr int kBStride = kTile + 8;  // a shared row of B, padded: ldmatrix's 8 rows hit 8 bank groups
 constexpr int kAStride = kStep + 8;  // the same for A
 constexpr int64_t kMaxChunks = 32;
-constexpr int64_t kMinChunk = 256;
+constexpr int64_t kMinChunk = kTcMaxDepth;  // gemm()'s products are one chunk each
 constexpr int64_t kBlocksPerWeight = 528;  // four a multiprocessor of an H200
 
 template <int MT>

@@ -395,8 +395,9 @@ TEST(CudaOpsTest, AFewRowsProductAndTheMoeGiveARowTheBitsItHasAlone) {
   for (int e = 0; e < n_exp; ++e) experts.push_back({&dev[3 * e], &dev[3 * e + 1], &dev[3 * e + 2]});
   shared.push_back({&dev[3 * n_exp], &dev[3 * n_exp + 1], &dev[3 * n_exp + 2]});
   // 11 tokens with the shared expert (a block an expert, up to 4 rows a pass); 40 without
-  // it (8 rows a pass; the shared expert of more than 8 tokens takes cuBLASLt, whose bits
-  // may depend on the row count, as the router's product would with another router);
+  // it (8 rows a pass; the shared expert of more than 8 tokens takes the tensor-core
+  // kernel or cuBLASLt, whose bits may differ from a row's alone, as the router's product
+  // would with another router);
   // each token alone takes a block a row.
   const std::vector<SwiGluWeights> none;
   for (auto [tokens, with_shared] : {std::pair<int64_t, bool>{t, true}, {40, false}}) {

@@ -129,7 +129,7 @@ TEST(CudaTcGemmTest, EachWeightOfALaunchHasItsOwnProductsBitsAndBf16IsTheRounded
 
 TEST(CudaTcGemmTest, TheRegistrysProductsOfNineTo64RowsTakeIt) {
   SPLITCHECK_REQUIRE_GPU();
-  const int64_t k = 512, n = 384;
+  const int64_t k = cuda::kTcMaxDepth, n = 384;
   const Tensor w = weight(k, n, 100);
   for (int64_t m : {9, 24, 64}) {
     const Tensor x = random_bf16({m, k}, 101 + m, 1.0f).to(Device::kCuda);
