@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -139,8 +140,15 @@ bool skinny_applies(int64_t m, bool b_nk) {
 static_assert(kTcMaxWeights >= kMultiMax, "multi_gemm hands tc_multi_gemm up to kMultiMax weights");
 
 bool tc_applies(int64_t m, int64_t k, bool b_nk) {
-  static const bool enabled = knob_on("SPLITCHECK_CUDA_SKINNY") && knob_on("SPLITCHECK_CUDA_TC");
-  return enabled && !b_nk && m > kSkinnyMaxRows && m <= kTcMaxRows && k <= kTcMaxDepth;
+  // SPLITCHECK_CUDA_TC: "0" none, "all" weights of any depth (to measure the kernel where
+  // cuBLASLt is faster), else up to kTcMaxDepth.
+  static const int64_t max_depth = [] {
+    if (!knob_on("SPLITCHECK_CUDA_SKINNY") || !knob_on("SPLITCHECK_CUDA_TC")) return int64_t{-1};
+    const char* v = std::getenv("SPLITCHECK_CUDA_TC");
+    return v != nullptr && std::string(v) == "all" ? std::numeric_limits<int64_t>::max()
+                                                   : kTcMaxDepth;
+  }();
+  return !b_nk && m > kSkinnyMaxRows && m <= kTcMaxRows && k <= max_depth;
 }
 
 void gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, int64_t n,

@@ -220,7 +220,41 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
   __syncthreads();
   if (!last) return;
   __threadfence();
-  constexpr int kBatch = 8;  // chunk partials in flight a thread
+  // Four columns a thread where rows are whole 16-byte groups (the partials are then
+  // aligned), kBatch chunks' loads in flight; each output's sum still in chunk order.
+  constexpr int kBatch = 8;
+  if (p.n % 4 == 0) {
+    constexpr int kQuads = kTile / 4;
+    for (int i = static_cast<int>(threadIdx.x); i < p.m * kQuads; i += kThreads) {
+      const int64_t r = i / kQuads, col = col0 + (i % kQuads) * 4;
+      if (col >= p.n) continue;
+      const int64_t at = (g * p.m + r) * p.n + col;
+      float4 sum = __ldcg(reinterpret_cast<const float4*>(p.partial + at));
+      for (int64_t ch = 1; ch < p.chunks; ch += kBatch) {
+        float4 v[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+          v[j] = ch + j < p.chunks
+                     ? __ldcg(reinterpret_cast<const float4*>(p.partial + (ch + j) * stride + at))
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+          if (ch + j < p.chunks) {
+            sum.x = __fadd_rn(sum.x, v[j].x);
+            sum.y = __fadd_rn(sum.y, v[j].y);
+            sum.z = __fadd_rn(sum.z, v[j].z);
+            sum.w = __fadd_rn(sum.w, v[j].w);
+          }
+      }
+      const float out[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (p.c != nullptr) p.c[at + e] = out[e];
+        if (p.c_bf16 != nullptr) p.c_bf16[at + e] = f_to_bf(out[e]);
+      }
+    }
+    return;
+  }
   for (int i = static_cast<int>(threadIdx.x); i < p.m * kTile; i += kThreads) {
     const int64_t r = i / kTile, col = col0 + i % kTile;
     if (col >= p.n) continue;
