@@ -1,6 +1,6 @@
 // MLA-lite, KDA-lite (SPEC 2.4) and the drafters' dense attention on the GPU, with the
-// CPU's rounding points (kernels/cpu/attention.cc). Projections through gemm()
-// (skinny_gemm or cuBLASLt). Softmax attention: one block per (query, head), scores in
+// CPU's rounding points (kernels/cpu/attention.cc). Projections through gemm() (skinny_gemm,
+// tc_multi_gemm or cuBLASLt). Softmax attention: one block per (query, head), scores in
 // shared memory, max and sum by one thread in ascending position. KDA: one block per head,
 // one thread per value channel, the state updated token by token, the norms computed
 // across tokens; every sum in the CPU's order. A segmented call (a batched forward's

@@ -1,6 +1,6 @@
 // Matrix products: skinny_gemm up to kSkinnyMaxRows rows, tc_multi_gemm up to kTcMaxRows
-// rows of a weight at most kTcMaxDepth deep, else cuBLASLt: bf16 inputs, float32 output, CUBLAS_COMPUTE_32F (no
-// TF32, no reduced-precision accumulation), one workspace for the backend's one stream.
+// rows of a weight at most kTcMaxDepth deep, else cuBLASLt: bf16 inputs, float32 output,
+// CUBLAS_COMPUTE_32F (no TF32, no reduced-precision accumulation), one workspace a stream.
 // The algorithm of each shape is chosen once by cuBLASLt's heuristic, then pinned with the
 // shape's descriptors (made once, so a product's host work is the call alone): every
 // later product of that shape runs the same algorithm, and provenance_json() lists them.

@@ -1,5 +1,6 @@
 // The drafters' linear layer, dense SwiGLU and MoE (SPEC 2.5) on the GPU. Matrix products
-// through gemm() (skinny_gemm for a few rows, tc_multi_gemm up to 64, else cuBLASLt); routing by a warp a token.
+// through gemm() (skinny_gemm for a few rows, tc_multi_gemm up to 64 rows of a shallow
+// weight, else cuBLASLt); routing by a warp a token.
 // A few tokens' experts run in two routed launches with the picks read on the device (no
 // host wait); more are grouped by expert as on the CPU after one wait for the picks.
 #include <algorithm>
@@ -233,7 +234,7 @@ void moe(MoeArgs& a) {
   const auto* x = as<uint16_t>(s.in(a.x));
   // Up to kRoutedMaxRows tokens of at most 128 experts (a routed launch's table holds a
   // gate and an up weight of each) are routed on the device; more are grouped by expert on
-  // the host after one wait for the picks (products of more rows take cuBLASLt). The
+  // the host after one wait for the picks (their products through gemm()). The
   // shared experts join the routed launches where gemm() would give them the same bits.
   const auto fits = [&](int64_t experts) { return 2 * experts <= std::ssize(WeightTable{}.w); };
   const bool on_device = r.slots > 0 && t_count <= kRoutedMaxRows && skinny_applies(1, false) &&

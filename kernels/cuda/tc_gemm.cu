@@ -13,6 +13,7 @@
 // The summing order inside one mma is the tensor core's; tc.h states the rest.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -25,14 +26,15 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kTile = kTcTile;       // a warp's 32 columns: 4 mma n-tiles
-constexpr int kStep = kTcStep;       // two mma k-steps a stage
+constexpr int kTile = kTcTile;  // a warp's 32 columns: 4 mma n-tiles
+constexpr int kStep = kTcStep;  // two mma k-steps a stage
 constexpr int kStages = 4;
-constexpr int kBStride = kTile + 8;  // a shared row of B, padded: ldmatrix's 8 rows hit 8 bank groups
+constexpr int kBStride =
+    kTile + 8;  // a shared row of B, padded: ldmatrix's 8 rows hit 8 bank groups
 constexpr int kAStride = kStep + 8;  // the same for A
 constexpr int64_t kMaxChunks = 32;
 constexpr int64_t kMinChunk = kTcMaxDepth;  // gemm()'s products are one chunk each
-constexpr int64_t kBlocksPerWeight = 528;  // four a multiprocessor of an H200
+constexpr int64_t kBlocksPerWeight = 528;   // four a multiprocessor of an H200
 
 template <int MT>
 __host__ __device__ constexpr int stage_elems() {
@@ -52,7 +54,9 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
                "r"(valid ? 16 : 0)
                : "memory");
 }
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 template <int N>
 __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -156,7 +160,8 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
   for (int s = 0; s < steps; ++s) {
     cp_wait<kStages - 2>();
     __syncthreads();  // stage s is in; every warp is done with stage s - 1, reloaded next
-    if (s + kStages - 1 < steps) load_stage<MT>(p, b, k0, k1, col0, s + kStages - 1, stage(s + kStages - 1));
+    if (s + kStages - 1 < steps)
+      load_stage<MT>(p, b, k0, k1, col0, s + kStages - 1, stage(s + kStages - 1));
     cp_commit();
     const uint16_t* bs = stage(s);
     const uint16_t* as = bs + kStep * kBStride;
@@ -263,7 +268,8 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
     for (int64_t ch = 1; ch < p.chunks; ch += kBatch) {
       float v[kBatch];
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) v[j] = ch + j < p.chunks ? __ldcg(p.partial + (ch + j) * stride + at) : 0.0f;
+      for (int j = 0; j < kBatch; ++j)
+        v[j] = ch + j < p.chunks ? __ldcg(p.partial + (ch + j) * stride + at) : 0.0f;
 #pragma unroll
       for (int j = 0; j < kBatch; ++j)
         if (ch + j < p.chunks) sum = __fadd_rn(sum, v[j]);
@@ -316,37 +322,44 @@ void tc_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float
     if (c != nullptr)
       SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(c, 0, groups * m * n * sizeof(float), stream()));
     if (c_bf16 != nullptr)
-      SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(c_bf16, 0, groups * m * n * sizeof(uint16_t), stream()));
+      SPLITCHECK_CUDA_CHECK(
+          cudaMemsetAsync(c_bf16, 0, groups * m * n * sizeof(uint16_t), stream()));
     return;
   }
-  TcArgs args;
-  args.a = a;
-  args.c = c;
-  args.c_bf16 = c_bf16;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.kc = tc_chunk_rows(n, k);
-  args.chunks = (k + args.kc - 1) / args.kc;
-  args.vec_a = k % 8 == 0 && aligned16(a);
-  args.vec_b = n % 8 == 0;
+  const int64_t kc = tc_chunk_rows(n, k);
+  TcArgs args{.a = a,
+              .c = c,
+              .c_bf16 = c_bf16,
+              .m = m,
+              .n = n,
+              .k = k,
+              .kc = kc,
+              .chunks = (k + kc - 1) / kc,
+              .vec_a = k % 8 == 0 && aligned16(a),
+              .vec_b = n % 8 == 0};
   for (size_t i = 0; i < bs.size(); ++i) {
     args.w[i] = bs[i];
     args.vec_b = args.vec_b && aligned16(bs[i]);
   }
   const int64_t tiles = (n + kTile - 1) / kTile;
-  if (tiles * groups > kTileCounters) throw std::logic_error("a tensor-core product of too many tiles");
+  if (tiles * groups > kTileCounters)
+    throw std::logic_error("a tensor-core product of too many tiles");
   if (args.chunks > 1) {
     args.counters = tile_counters(stream());
     SPLITCHECK_CUDA_CHECK(cudaMallocAsync(
-        &args.partial, static_cast<size_t>(args.chunks * groups * m * n) * sizeof(float), stream()));
+        &args.partial, static_cast<size_t>(args.chunks * groups * m * n) * sizeof(float),
+        stream()));
   }
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(args.chunks),
                   static_cast<unsigned>(groups));
-  if (m <= 16) launch<1>(args, grid);
-  else if (m <= 32) launch<2>(args, grid);
-  else if (m <= 48) launch<3>(args, grid);
-  else launch<4>(args, grid);
+  if (m <= 16)
+    launch<1>(args, grid);
+  else if (m <= 32)
+    launch<2>(args, grid);
+  else if (m <= 48)
+    launch<3>(args, grid);
+  else
+    launch<4>(args, grid);
   SPLITCHECK_CUDA_CHECK(cudaGetLastError());
   if (args.partial != nullptr) SPLITCHECK_CUDA_CHECK(cudaFreeAsync(args.partial, stream()));
 }

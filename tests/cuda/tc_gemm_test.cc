@@ -94,8 +94,8 @@ TEST(CudaTcGemmTest, ARowHasTheSameBitsWhateverRowsShareItsProduct) {
     const Tensor w = weight(k, n, 80 + n);
     const Tensor x = random_bf16({64, k}, 81 + k, 1.0f).to(Device::kCuda);
     const Tensor all = product(x, 0, 64, {&w}, DType::kF32);
-    for (auto [begin, m] : {std::pair<int64_t, int64_t>{0, 9}, {5, 16}, {3, 17}, {20, 33}, {1, 48},
-                            {7, 57}}) {
+    for (auto [begin, m] :
+         {std::pair<int64_t, int64_t>{0, 9}, {5, 16}, {3, 17}, {20, 33}, {1, 48}, {7, 57}}) {
       const Tensor some = product(x, begin, begin + m, {&w}, DType::kF32);
       EXPECT_EQ(differing_rows(some, all, begin, m), 0)
           << "k " << k << " n " << n << ": rows " << begin << ".." << begin + m - 1
