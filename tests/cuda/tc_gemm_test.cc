@@ -60,6 +60,35 @@ int64_t differing_rows(const Tensor& got, const Tensor& want, int64_t at, int64_
   return differ;
 }
 
+// The chunking (host only, no GPU needed): whole stages, at most 32 chunks, and a weight
+// at most kTcMaxDepth deep (every one gemm() hands the kernel) one chunk, its sums straight
+// into C; deeper weights several, about 528 blocks of a weight where k allows.
+TEST(CudaTcGemmTest, ChunksAreWholeStagesAndAShallowWeightIsOne) {
+  for (int64_t k : {1, 16, 64, 255, 256}) {
+    for (int64_t n : {16, 256, 7168}) EXPECT_GE(cuda::tc_chunk_rows(n, k), k) << k << " x " << n;
+  }
+  for (auto [k, n] : std::vector<std::pair<int64_t, int64_t>>{{257, 16},
+                                                              {512, 7168},
+                                                              {7168, 16},
+                                                              {7168, 512},
+                                                              {7168, 7168},
+                                                              {1000, 333},
+                                                              {16384, 128}}) {
+    const int64_t kc = cuda::tc_chunk_rows(n, k), chunks = (k + kc - 1) / kc;
+    const int64_t tiles = (n + cuda::kTcTile - 1) / cuda::kTcTile;
+    EXPECT_EQ(kc % cuda::kTcStep, 0) << k << " x " << n;
+    EXPECT_GE(kc, cuda::kTcMaxDepth) << k << " x " << n;
+    EXPECT_GE(chunks, 2) << k << " x " << n;
+    EXPECT_LE(chunks, 32) << k << " x " << n;
+    if (k >= 32 * cuda::kTcMaxDepth) {
+      EXPECT_EQ(chunks, 32) << k << " x " << n;
+    }
+    if (tiles >= 56) {
+      EXPECT_LE(tiles * chunks, 2 * 528) << k << " x " << n;
+    }
+  }
+}
+
 TEST(CudaTcGemmTest, IsCloseToTheFloat64Product) {
   SPLITCHECK_REQUIRE_GPU();
   for (auto [k, n] : kShapes) {
