@@ -5,15 +5,15 @@
 //
 // A block takes 128 columns of one weight and one chunk of k (kc rows, fixed by (k, n)):
 // stages of 32 rows of the weight and of the rows of A are copied into shared memory
-// (cp.async, four stages in flight), and each warp multiplies its 32 columns by every row
-// with mma.m16n8k16 (bf16 in, float32 accumulate), 16 rows of k a step, ascending. Each
-// (row, column) has its own accumulator, and an mma's output row depends on its own row
-// of A alone, so a row's bits depend on its inputs and (k, n) only: the same in a product
-// of 9 rows as of 64, beside any other rows, alone or with other weights in the launch.
-// The summing order inside one mma is the tensor core's; tc.h states the rest.
+// (cp.async: four stages, three in flight while one is used), and each warp multiplies
+// its 32 columns by every row with mma.m16n8k16 (bf16 in, float32 accumulate), 16 rows
+// of k a step, ascending. Each (row, column) has its own accumulator, and an mma's output
+// row depends on its own row of A alone, so a row's bits depend on its inputs and (k, n)
+// only: the same in a product of 9 rows as of 64, beside any other rows, alone or with
+// other weights in the launch. The order inside one mma is the tensor core's; tc.h
+// states the rest.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -29,9 +29,9 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kTile = kTcTile;  // a warp's 32 columns: 4 mma n-tiles
 constexpr int kStep = kTcStep;  // two mma k-steps a stage
 constexpr int kStages = 4;
-constexpr int kBStride =
-    kTile + 8;  // a shared row of B, padded: ldmatrix's 8 rows hit 8 bank groups
-constexpr int kAStride = kStep + 8;  // the same for A
+// Shared rows of B and of A, padded so that ldmatrix's 8 rows hit 8 bank groups.
+constexpr int kBStride = kTile + 8;
+constexpr int kAStride = kStep + 8;
 constexpr int64_t kMaxChunks = 32;
 constexpr int64_t kMinChunk = kTcMaxDepth;  // gemm()'s products are one chunk each
 constexpr int64_t kBlocksPerWeight = 528;   // four a multiprocessor of an H200
