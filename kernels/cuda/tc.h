@@ -1,4 +1,4 @@
-// The tensor-core kernel's fixed summing order (kernels/cuda/tc_gemm.cu), for its tests:
+// The tensor-core kernel (kernels/cuda/tc_gemm.cu): its entry point, and its fixed summing order:
 // k is cut into chunks of tc_chunk_rows(n, k) rows (the last may be shorter); in a chunk a
 // float accumulator takes one mma.m16n8k16 (bf16 in, float32 accumulate) per 16 rows of
 // k, ascending from zero; the chunk sums are added in chunk order. Each row's bits depend
