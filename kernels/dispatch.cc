@@ -93,6 +93,8 @@ const KernelRow kRegistry[] = {
     {"dense_attention", "softmax", always, on<DenseAttentionArgs, &DenseAttentionArgs::q>,
      call<DenseAttentionArgs, cpu::dense_attention>,
      SPLITCHECK_CUDA_FN(DenseAttentionArgs, dense_attention)},
+    {"markov_chain", "greedy", always, on<MarkovChainArgs, &MarkovChainArgs::w2>,
+     call<MarkovChainArgs, cpu::markov_chain>, SPLITCHECK_CUDA_FN(MarkovChainArgs, markov_chain)},
     // Test-only (last, so the rows above keep the indices stored in dumps); eligible only
     // while arm_nondeterministic_kernel_for_test(true) holds. CPU only.
     {"rms_norm", "nondeterministic_for_test", nondeterministic_eligible,

@@ -92,6 +92,11 @@ void embed(const KernelContext& ctx, EmbedArgs& args) { run_kernel(ctx, "embed",
 void rms_norm(const KernelContext& ctx, RmsNormArgs& args) { run_kernel(ctx, "rms_norm", &args); }
 void lm_head(const KernelContext& ctx, LmHeadArgs& args) { run_kernel(ctx, "lm_head", &args); }
 void argmax(const KernelContext& ctx, ArgmaxArgs& args) { run_kernel(ctx, "argmax", &args); }
+void markov_chain(const KernelContext& ctx, MarkovChainArgs& args) {
+  if (args.anchor < 0 || args.anchor >= args.w1->dim(0))
+    throw std::out_of_range("markov_chain: the anchor is outside the vocabulary");
+  run_kernel(ctx, "markov_chain", &args);
+}
 void mla_attention(const KernelContext& ctx, MlaArgs& args) { run_kernel(ctx, "mla", &args); }
 void kda_attention(const KernelContext& ctx, KdaArgs& args) { run_kernel(ctx, "kda", &args); }
 void dense_mlp(const KernelContext& ctx, DenseMlpArgs& args) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <span>
+#include <vector>
 
 #include "kernels/dispatch.h"
 #include "kernels/tensor.h"
@@ -171,6 +172,21 @@ struct DenseAttentionArgs {
   Tensor* out = nullptr;
 };
 
+// The DSpark Markov head's chain (SPEC 3.1): x_0 = anchor, then for k = 1..gamma the
+// scores s = U[k-1] + W1[x_{k-1}] · W2ᵀ (float32: the product, then the sum) and x_k =
+// argmax(s), lowest index on ties, NaN never picked; where departs[k-1] is true, x_k is
+// the lowest-index maximum of s other than that argmax (its second choice). U f32
+// [gamma, V], W1/W2 bf16 [V, r]; `departs` empty or gamma long. tokens: the gamma x_k,
+// on the host (one read at the end: the chain itself stays where W2 is).
+struct MarkovChainArgs {
+  const Tensor* u = nullptr;
+  const Tensor* w1 = nullptr;
+  const Tensor* w2 = nullptr;
+  int32_t anchor = 0;
+  const std::vector<bool>* departs = nullptr;
+  std::vector<int32_t>* tokens = nullptr;
+};
+
 // Entry points: dispatch through the registry and record the call in ctx.trace.
 void attn_res(const KernelContext& ctx, AttnResArgs& args);
 void embed(const KernelContext& ctx, EmbedArgs& args);
@@ -183,6 +199,7 @@ void dense_mlp(const KernelContext& ctx, DenseMlpArgs& args);
 void moe(const KernelContext& ctx, MoeArgs& args);
 void linear(const KernelContext& ctx, LinearArgs& args);
 void dense_attention(const KernelContext& ctx, DenseAttentionArgs& args);
+void markov_chain(const KernelContext& ctx, MarkovChainArgs& args);
 
 // SPEC 2.2's eligibility of attn_res.native, and the fallback's source tile width.
 bool attn_res_native_eligible(const AttnResArgs& args);

@@ -74,28 +74,10 @@ Tensor generate_markov_factor(const ModelConfig& c, const TensorSpec& spec) {
 std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, const Tensor& w1,
                                  const Tensor& w2, int32_t anchor,
                                  const std::vector<bool>& departs) {
-  const int64_t gamma = u.dim(0), v = u.dim(1), r = w1.dim(1);
-  const KernelContext dctx = ctx.at(-1, Site::kDraft);
-  // Where U is: on a device, each step's scores stay there and only its token is read.
-  const Device dev = u.device();
+  // One call for the whole chain: on a device it stays there, with one read of its tokens.
   std::vector<int32_t> x;
-  int32_t prev = anchor;
-  Tensor row = Tensor::zeros(DType::kBF16, {1, r}, dev);
-  Tensor bias = Tensor::zeros(DType::kF32, {1, v}, dev);
-  Tensor tok = Tensor::zeros(DType::kI32, {1}, dev);
-  for (int64_t k = 0; k < gamma; ++k) {
-    const size_t width = static_cast<size_t>(r) * sizeof(bf16);
-    copy_tensor_runs(row, 0, width, w1, static_cast<size_t>(prev) * width, width, width, 1);
-    LmHeadArgs la{&row, &w2, &bias};
-    lm_head(dctx, la);
-    const Tensor scores = add_f32(u.rows(k, k + 1), bias);
-    ArgmaxArgs aa{&scores, &tok};
-    argmax(dctx, aa);
-    prev = tok.on_host().data<int32_t>()[0];
-    if (static_cast<size_t>(k) < departs.size() && departs[static_cast<size_t>(k)])
-      prev = second_choice(scores.on_host().data<float>(), v, prev);
-    x.push_back(prev);
-  }
+  MarkovChainArgs a{&u, &w1, &w2, anchor, &departs, &x};
+  markov_chain(ctx.at(-1, Site::kDraft), a);
   return x;
 }
 
@@ -144,7 +126,11 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(const ModelConfig& 
     return config_rejected("dspark drafter: embedding or lm_head not bound");
   auto need = [&](const std::string& name) -> const Tensor* { return own.find(name); };
   const int64_t h = c.hidden_size;
-  d->ctx_proj_ = Tensor::zeros(DType::kBF16, {n_taps * h, h});
+  d->ctx_norm_ = need("drafter.ctx_norm.weight");
+  if (d->ctx_norm_ == nullptr)
+    return invalid_input("dspark drafter: its checkpoint tensors are incomplete");
+  // W_ctx stacked where the drafter's weights are (device memory for a CUDA drafter).
+  d->ctx_proj_ = Tensor::zeros(DType::kBF16, {n_taps * h, h}, d->ctx_norm_->device());
   for (int i = 0; i < n_taps; ++i) {
     const Tensor* t = need("drafter.ctx_proj." + std::to_string(i) + ".weight");
     if (t == nullptr)
@@ -153,7 +139,6 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(const ModelConfig& 
     copy_tensor_runs(d->ctx_proj_, static_cast<size_t>(i) * t->nbytes(), t->nbytes(), *t, 0,
                      t->nbytes(), t->nbytes(), 1);
   }
-  d->ctx_norm_ = need("drafter.ctx_norm.weight");
   d->mask_ = need("drafter.mask_embedding");
   d->norm_ = need("drafter.norm.weight");
   d->w1_ = need("drafter.markov.w1");
@@ -198,11 +183,10 @@ Status DsparkDrafter::observe(const std::vector<int32_t>& ids, const Tensor& tap
 
 std::vector<Tensor> DsparkDrafter::context_rows(const Tensor& taps) const {
   const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
-  // Context projection (on the host, where ctx_proj_ is assembled), then
-  // write_context_kv for each draft layer where its weights are: K rows, V rows.
-  const Tensor projected = apply_linear(ctx, taps.on_host(), ctx_proj_);
-  const Tensor c = apply_norm(ctx, on_device(projected, ctx_norm_->device()), *ctx_norm_,
-                              config_.rms_norm_eps);
+  // Context projection, then write_context_kv for each draft layer: K rows, V rows; all
+  // where the drafter's weights are (on a device, queued without a host wait).
+  const Tensor projected = apply_linear(ctx, on_device(taps, ctx_proj_.device()), ctx_proj_);
+  const Tensor c = apply_norm(ctx, projected, *ctx_norm_, config_.rms_norm_eps);
   std::vector<Tensor> rows;
   for (const Layer& l : layers_)
     for (const Tensor* w : {l.k, l.v}) rows.push_back(apply_linear(ctx, c, *w));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/primitives.h"
 #include "reference/splitmix.h"
 
 namespace splitcheck {
@@ -28,12 +29,7 @@ bool Departure::departs(int64_t request, int64_t position, int k) const {
 }
 
 int32_t second_choice(const float* scores, int64_t n, int32_t best) {
-  int32_t pick = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i == best) continue;
-    if (pick < 0 || scores[i] > scores[pick]) pick = static_cast<int32_t>(i);
-  }
-  return pick < 0 ? best : pick;
+  return static_cast<int32_t>(cpu::second_argmax(scores, n, best));
 }
 
 Result<SpeculativeResult> generate_speculative(Engine& engine, Drafter& drafter,

@@ -217,10 +217,11 @@ for b in json.load(open(sys.argv[1])).get("benchmarks", []):
     if b.get("run_type", "iteration") != "iteration":
         continue
     if "batched_host_ms_per_step" in b:  # BM_ServingStepHostAndDevice
-        print(f"   {shape}, a step's time (the host's work + its waits for the device inside the step + after it):")
+        print(f"   {shape}, a step's time (the host's work + its waits for the device inside the step + after it"
+              " + outside the steps: drafters, scheduler):")
         print("   " + ", ".join(
             f"{label} {b[k + '_host_ms_per_step']:.2f} + {b[k + '_wait_inside_ms_per_step']:.2f} + "
-            f"{b[k + '_wait_after_ms_per_step']:.2f} ms"
+            f"{b[k + '_wait_after_ms_per_step']:.2f} + {b.get(k + '_outside_ms_per_step', float('nan')):.2f} ms"
             for label, k in (("batched", "batched"), ("one at a time", "one_at_a_time")))
               + " (waits near 0: the host bounds the step; else the device, for that long)")
         continue

@@ -1,4 +1,4 @@
-// Embedding gather, RMSNorm, the output head and argmax on the CPU.
+// Embedding gather, RMSNorm, the output head, argmax and the Markov chain on the CPU.
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -46,6 +46,23 @@ void argmax(ArgmaxArgs& a) {
   for (int64_t t = 0; t < t_count; ++t) {
     a.tokens->data<int32_t>()[t] =
         static_cast<int32_t>(cpu::argmax(a.logits->data<float>() + t * v, v));
+  }
+}
+
+void markov_chain(MarkovChainArgs& a) {
+  const int64_t gamma = a.u->dim(0), v = a.u->dim(1), r = a.w1->dim(1);
+  std::vector<float> row(r), bias(v), scores(v);
+  a.tokens->clear();
+  int64_t prev = a.anchor;
+  for (int64_t k = 0; k < gamma; ++k) {
+    widen(a.w1->data<bf16>() + prev * r, r, row.data());
+    matmul_nt(row.data(), 1, r, a.w2->data<bf16>(), v, bias.data());
+    const float* u = a.u->data<float>() + k * v;
+    for (int64_t i = 0; i < v; ++i) scores[i] = u[i] + bias[i];
+    prev = cpu::argmax(scores.data(), v);
+    if (a.departs != nullptr && static_cast<size_t>(k) < a.departs->size() && (*a.departs)[k])
+      prev = second_argmax(scores.data(), v, prev);
+    a.tokens->push_back(static_cast<int32_t>(prev));
   }
 }
 

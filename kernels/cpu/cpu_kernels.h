@@ -17,6 +17,7 @@ void dense_mlp(DenseMlpArgs& args);
 void moe(MoeArgs& args);
 void linear(LinearArgs& args);
 void dense_attention(DenseAttentionArgs& args);
+void markov_chain(MarkovChainArgs& args);
 
 // One SwiGLU expert on rows of x (float32 [T,H]) -> out float32 [T,H], values bf16-exact.
 void swiglu_rows(const float* x, int64_t rows, int64_t h, const SwiGluWeights& w, float* out);

@@ -176,6 +176,15 @@ int64_t argmax(const float* v, int64_t n) {
   return best < 0 ? 0 : best;
 }
 
+int64_t second_argmax(const float* v, int64_t n, int64_t best) {
+  int64_t pick = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i == best || std::isnan(v[i])) continue;
+    if (pick < 0 || v[i] > v[pick]) pick = i;
+  }
+  return pick < 0 ? best : pick;
+}
+
 void widen(const bf16* src, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);
 }

@@ -41,6 +41,10 @@ void softmax(float* s, int64_t n);
 // Index of the largest value, lowest index on ties; NaN never wins over a number.
 int64_t argmax(const float* v, int64_t n);
 
+// Index of the largest value other than v[best], lowest index on ties; NaN never wins;
+// `best` itself when no other value is a number.
+int64_t second_argmax(const float* v, int64_t n, int64_t best);
+
 // Widen n bf16 values to float32.
 void widen(const bf16* src, int64_t n, float* dst);
 

@@ -23,5 +23,6 @@ void dense_mlp(DenseMlpArgs& args);
 void moe(MoeArgs& args);
 void linear(LinearArgs& args);
 void dense_attention(DenseAttentionArgs& args);
+void markov_chain(MarkovChainArgs& args);
 
 }  // namespace splitcheck::cuda

@@ -18,10 +18,12 @@
 // (the accepted drafts, so the schedule, follow the backend's bits: 5.50x on the CPU,
 // 6.15x on an H200).
 //
-// BM_ServingStepHostAndDevice splits a serving step's time (the engine's submit, then the
-// wait for the device after it) in three, for both runs: the host's own work, its waits
-// for the device inside the step (a forward reads its next tokens on the host, so its
-// head waits for every kernel queued before it), and the wait after the step. The host
+// BM_ServingStepHostAndDevice splits a serving run's time per step (the engine's submit,
+// then the wait for the device after it) in four, for both runs: the host's own work, its
+// waits for the device inside the step (a forward reads its next tokens on the host, so
+// its head waits for every kernel queued before it), the wait after the step, and the
+// time outside the steps (the drafters' proposals and observations with their device
+// work, the scheduler, the collection of results). The host
 // bounds a step whose waits are near zero; a step that waits is bound by the device for
 // that long (on the CPU the waits are zero: the host computes). Its extra waits perturb
 // the timing a little, so it runs apart from the throughput benchmark.
@@ -267,9 +269,12 @@ void BM_ServingStepHostAndDevice(benchmark::State& state) {
   for (auto _ : state) {
     for (const auto& [s, name] : {std::pair{&setup.batched, "batched"}, {&alone, "one_at_a_time"}}) {
       StepClock clock(engine, name);
-      serve(*s, clock, engine.weights(), *setup.source, setup.workload);
+      const Served run = serve(*s, clock, engine.weights(), *setup.source, setup.workload);
       const double steps = static_cast<double>(std::max<int64_t>(1, clock.steps));
       const std::string n = name;
+      state.counters[n + "_outside_ms_per_step"] =
+          (run.seconds - clock.host_seconds - clock.wait_inside_seconds - clock.wait_after_seconds) *
+          1e3 / steps;
       state.counters[n + "_host_ms_per_step"] = clock.host_seconds * 1e3 / steps;
       state.counters[n + "_wait_inside_ms_per_step"] = clock.wait_inside_seconds * 1e3 / steps;
       state.counters[n + "_wait_after_ms_per_step"] = clock.wait_after_seconds * 1e3 / steps;
