@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/tc.h"
 #include "kernels/tensor.h"
 
@@ -203,17 +204,6 @@ void widen_bf16(const uint16_t* in, float* out, int64_t n);
 // out[t] = bf16(x[t] * rsqrt(mean(x[t]^2) + eps) * w), rows of length h (basic.cu).
 void rms_rows(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t h, float eps,
               uint16_t* out);
-
-// C[m, n] (float32, row-major) = A[m, k] (bf16, row-major) times B, where B is bf16
-// [k, n] row-major, or [n, k] row-major when b_nk. Through cuBLASLt: float32 compute, no
-// TF32, the algorithm chosen once per shape and pinned (gemm.cu).
-// A product of at most kSkinnyMaxRows rows with B [k, n] takes skinny_gemm instead, one of
-// at most kTcMaxRows tc_multi_gemm.
-void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, int64_t k,
-          bool b_nk);
-// gemm(), rounded once to bf16 into `out` [m, n].
-void gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, int64_t n,
-               int64_t k);
 
 // Products of at most this many rows read the weight at the memory's speed (skinny_gemm.cu;
 // beyond, the multiply-adds on the CUDA cores bound the product and cuBLASLt's tensor-core

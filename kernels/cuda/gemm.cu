@@ -4,6 +4,9 @@
 // The algorithm of each shape is chosen once by cuBLASLt's heuristic, then pinned with the
 // shape's descriptors (made once, so a product's host work is the call alone): every
 // later product of that shape runs the same algorithm, and provenance_json() lists them.
+// gemm_bf16 runs the shape's float32 algorithm with a bf16 output where that algorithm
+// sums in float32 and rounds once (no split-K, or split-K summed in the compute type):
+// the bits of gemm() rounded, without a float32 buffer and a rounding pass.
 #include <cublasLt.h>
 
 #include <cstdio>
@@ -39,7 +42,13 @@ struct Pinned {
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo;
   std::string description;
+  // The bf16 output layout, where the algorithm writes gemm()'s float32 sums rounded once
+  // (made at the shape's first gemm_bf16; nullptr where it does not).
+  cublasLtMatrixLayout_t lc_bf16 = nullptr;
+  bool bf16_checked = false;
 };
+
+Pinned pin_shape(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k, bool b_nk);
 
 struct Lt {
   cublasLtHandle_t handle = nullptr;
@@ -48,6 +57,14 @@ struct Lt {
   // One workspace per stream (threads' streams are pooled, so these are as many as the
   // threads that ran products at once): products on two streams may overlap.
   std::map<cudaStream_t, void*> workspaces;
+
+  // The shape's pinned descriptors and algorithm, made at its first product (mu held).
+  Pinned& pinned(int64_t m, int64_t n, int64_t k, bool b_nk) {
+    const ShapeKey key{m, n, k, b_nk};
+    auto it = algos.find(key);
+    if (it == algos.end()) it = algos.emplace(key, pin_shape(handle, m, n, k, b_nk)).first;
+    return it->second;
+  }
 
   void* workspace(cudaStream_t s) {
     void*& w = workspaces[s];
@@ -124,10 +141,46 @@ Pinned pin_shape(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k, bool 
   return p;
 }
 
+// Pins the bf16 output of p's algorithm where it is gemm()'s sums rounded once: one pass
+// over k, or split-K partials summed in float32 (the compute type) before the rounding,
+// and cuBLASLt takes the algorithm with that output.
+void pin_bf16_output(cublasLtHandle_t handle, Pinned& p, int64_t m, int64_t n) {
+  p.bf16_checked = true;
+  const int splits = algo_attr(p.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  const int scheme = algo_attr(p.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+  if (splits > 1 && scheme != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) return;
+  cublasLtMatrixLayout_t lc = nullptr;
+  if (cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n) != CUBLAS_STATUS_SUCCESS) return;
+  cublasLtMatmulHeuristicResult_t check{};
+  if (cublasLtMatmulAlgoCheck(handle, p.desc, p.la, p.lb, lc, lc, &p.algo, &check) !=
+          CUBLAS_STATUS_SUCCESS ||
+      check.workspaceSize > kWorkspaceBytes) {
+    cublasLtMatrixLayoutDestroy(lc);
+    return;
+  }
+  p.lc_bf16 = lc;
+}
+
 // A knob that is on unless its variable is "0".
 bool knob_on(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr || std::string(v) != "0";
+}
+
+// out = bf16(A B) by the shape's float32 algorithm with a bf16 output, where it has one
+// (pin_bf16_output); false (nothing queued) where it has not.
+bool lt_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, int64_t n,
+             int64_t k) {
+  Lt& s = lt();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Pinned& p = s.pinned(m, n, k, false);
+  if (!p.bf16_checked) pin_bf16_output(s.handle, p, m, n);
+  if (p.lc_bf16 == nullptr) return false;
+  const float alpha = 1.0f, beta = 0.0f;
+  SPLITCHECK_LT_CHECK(cublasLtMatmul(s.handle, p.desc, &alpha, b, p.la, a, p.lb, &beta, out,
+                                     p.lc_bf16, out, p.lc_bf16, &p.algo, s.workspace(stream()),
+                                     kWorkspaceBytes, stream()));
+  return true;
 }
 
 }  // namespace
@@ -162,6 +215,9 @@ void gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t m, i
     tc_multi_gemm(a, std::span(&b, 1), nullptr, out, m, n, k);
     return;
   }
+  // SPLITCHECK_CUDA_LT_BF16=0: every such product through a float32 buffer (for measuring).
+  static const bool epilogue = knob_on("SPLITCHECK_CUDA_LT_BF16");
+  if (epilogue && lt_bf16(a, b, out, m, n, k)) return;
   float* acc = nullptr;
   SPLITCHECK_CUDA_CHECK(
       cudaMallocAsync(&acc, static_cast<size_t>(m * n) * sizeof(float), stream()));
@@ -196,12 +252,9 @@ void gemm(const uint16_t* a, const uint16_t* b, float* c, int64_t m, int64_t n, 
     return;
   }
   Lt& s = lt();
-  const ShapeKey key{m, n, k, b_nk};
   // One product queued at a time (threads share the handle and the pinned shapes).
   std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.algos.find(key);
-  if (it == s.algos.end()) it = s.algos.emplace(key, pin_shape(s.handle, m, n, k, b_nk)).first;
-  const Pinned& p = it->second;
+  const Pinned& p = s.pinned(m, n, k, b_nk);
   const float alpha = 1.0f, beta = 0.0f;
   SPLITCHECK_LT_CHECK(cublasLtMatmul(s.handle, p.desc, &alpha, b, p.la, a, p.lb, &beta, c, p.lc, c,
                                      p.lc, &p.algo, s.workspace(stream()), kWorkspaceBytes,

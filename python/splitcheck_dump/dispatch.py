@@ -44,6 +44,7 @@ KERNELS = (
     ("moe", "grouped"),
     ("linear", "matmul"),
     ("dense_attention", "softmax"),
+    ("markov_chain", "greedy"),
     ("rms_norm", "nondeterministic_for_test"),
 )
 
