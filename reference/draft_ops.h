@@ -1,6 +1,6 @@
 // Small helpers the drafters share: kernel calls that return fresh tensors where their
 // input is (so a drafter whose activations live on the device queues its kernels without
-// a host wait), and the row-append caches they keep their keys and values in.
+// a host wait), and the host row-append caches EAGLE-3-lite keeps its keys and values in.
 #pragma once
 
 #include <vector>
@@ -27,24 +27,19 @@ inline Tensor on_device(const Tensor& t, Device device) {
   return t.device() == device ? t : t.to(device);
 }
 
-// A [n + m, h] tensor on fresh's device: the n rows of `cache` (empty: none), then the m
-// rows of `fresh`.
-inline Tensor with_rows(const Tensor& cache, const Tensor& fresh) {
-  if (cache.empty() || cache.dim(0) == 0) return fresh;
-  const int64_t n = cache.dim(0), m = fresh.dim(0);
-  Tensor out = Tensor::zeros(fresh.dtype(), {n + m, fresh.dim(1)}, fresh.device());
-  copy_tensor_runs(out, 0, cache.nbytes(), cache, 0, cache.nbytes(), cache.nbytes(), 1);
-  copy_tensor_runs(out, cache.nbytes(), fresh.nbytes(), fresh, 0, fresh.nbytes(), fresh.nbytes(),
-                   1);
-  return out;
-}
-
 // bf16(x W) through the registry's linear kernel, on x's device.
 inline Tensor apply_linear(const KernelContext& ctx, const Tensor& x, const Tensor& w) {
   Tensor out = Tensor::zeros(DType::kBF16, {x.dim(0), w.dim(1)}, x.device());
   LinearArgs a{&x, &w, &out};
   linear(ctx, a);
   return out;
+}
+
+// out = bf16(x W) through the registry's linear kernel, written into `out` (a view of
+// rows of a larger tensor, on x's device).
+inline void linear_into(const KernelContext& ctx, const Tensor& x, const Tensor& w, Tensor out) {
+  LinearArgs a{&x, &w, &out};
+  linear(ctx, a);
 }
 
 // rmsnorm(x, w) through the registry's rms_norm kernel, on x's device.

@@ -14,8 +14,8 @@ namespace {
 
 using draft::apply_linear;
 using draft::apply_norm;
+using draft::linear_into;
 using draft::on_device;
-using draft::with_rows;
 
 }  // namespace
 
@@ -165,37 +165,46 @@ void DsparkDrafter::reset(int64_t request) {
   request_ = request;
   position_ = 0;
   for (Layer& l : layers_) {
-    l.cache_k = Tensor();
-    l.cache_v = Tensor();
+    l.keys = Tensor();
+    l.values = Tensor();
+  }
+}
+
+void DsparkDrafter::reserve_rows(int64_t rows) {
+  for (Layer& l : layers_) {
+    for (Tensor* cache : {&l.keys, &l.values}) {
+      const int64_t capacity = cache->empty() ? 0 : cache->dim(0);
+      if (capacity >= rows) continue;
+      Tensor grown = Tensor::zeros(DType::kBF16,
+                                   {std::max({rows, 2 * capacity, int64_t{64}}),
+                                    config_.hidden_size},
+                                   l.k->device());
+      const size_t kept = static_cast<size_t>(position_ * config_.hidden_size) * sizeof(bf16);
+      if (kept > 0) copy_tensor_runs(grown, 0, kept, *cache, 0, kept, kept, 1);
+      *cache = std::move(grown);
+    }
   }
 }
 
 Status DsparkDrafter::observe(const std::vector<int32_t>& ids, const Tensor& taps) {
-  const int64_t h = config_.hidden_size;
-  if (taps.dim(0) != static_cast<int64_t>(ids.size()) || taps.dim(1) != n_taps_ * h)
+  const int64_t h = config_.hidden_size, t = static_cast<int64_t>(ids.size());
+  if (taps.dim(0) != t || taps.dim(1) != n_taps_ * h)
     return internal_error("dspark drafter: taps of shape " + shape_string(taps.shape()) + " for " +
                           std::to_string(ids.size()) + " positions and " + std::to_string(n_taps_) +
                           " taps");
-  position_ += static_cast<int64_t>(ids.size());
-  for (size_t i = 0; const Tensor& r : context_rows(taps)) append_rows_to(i++, r);
-  return Status::ok();
-}
-
-std::vector<Tensor> DsparkDrafter::context_rows(const Tensor& taps) const {
   const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
-  // Context projection, then write_context_kv for each draft layer: K rows, V rows; all
-  // where the drafter's weights are (on a device, queued without a host wait).
+  // Context projection, then write_context_kv: each draft layer's K and V rows of these
+  // positions, written after the observed ones; all where the drafter's weights are (on a
+  // device, queued without a host wait).
   const Tensor projected = apply_linear(ctx, on_device(taps, ctx_proj_.device()), ctx_proj_);
   const Tensor c = apply_norm(ctx, projected, *ctx_norm_, config_.rms_norm_eps);
-  std::vector<Tensor> rows;
-  for (const Layer& l : layers_)
-    for (const Tensor* w : {l.k, l.v}) rows.push_back(apply_linear(ctx, c, *w));
-  return rows;
-}
-
-void DsparkDrafter::append_rows_to(size_t i, const Tensor& rows) {
-  Tensor& cache = i % 2 == 0 ? layers_[i / 2].cache_k : layers_[i / 2].cache_v;
-  cache = with_rows(cache, rows);
+  reserve_rows(position_ + t);
+  for (Layer& l : layers_) {
+    linear_into(ctx, c, *l.k, l.keys.rows(position_, position_ + t));
+    linear_into(ctx, c, *l.v, l.values.rows(position_, position_ + t));
+  }
+  position_ += t;
+  return Status::ok();
 }
 
 Result<std::vector<int32_t>> DsparkDrafter::propose(int32_t anchor, int gamma) {
@@ -207,18 +216,27 @@ Result<std::vector<int32_t>> DsparkDrafter::propose(int32_t anchor, int gamma) {
   // The block lives where the drafter's weights are: on a device, its kernels queue
   // without a host wait until the Markov head reads its tokens.
   const Device dev = mask_->device();
-  Tensor x = Tensor::zeros(DType::kBF16, {rows, h}, dev);
   const size_t row = static_cast<size_t>(h) * sizeof(bf16);
+  if (block_template_.empty() || block_template_.dim(0) != rows) {
+    block_template_ = Tensor::zeros(DType::kBF16, {rows, h}, dev);
+    for (int64_t r = 1; r < rows; ++r)
+      copy_tensor_runs(block_template_, static_cast<size_t>(r) * row, row, *mask_, 0, row, row, 1);
+  }
+  Tensor x = Tensor::zeros(DType::kBF16, {rows, h}, dev);
+  copy_tensor_runs(x, 0, x.nbytes(), block_template_, 0, x.nbytes(), x.nbytes(), 1);
   copy_tensor_runs(x, 0, row, *embed_, static_cast<size_t>(anchor) * row, row, row, 1);
-  for (int64_t r = 1; r < rows; ++r)
-    copy_tensor_runs(x, static_cast<size_t>(r) * row, row, *mask_, 0, row, row, 1);
   const int heads = config_.num_attention_heads;
   const int head_dim = static_cast<int>(h / heads);
+  // The block's keys and values go after the observed rows of each draft cache (the next
+  // observation overwrites them), so the block attends to one run of rows.
+  reserve_rows(position_ + rows);
   for (Layer& l : layers_) {
     const Tensor n = apply_norm(ctx, x, *l.input_norm, config_.rms_norm_eps);
     const Tensor q = apply_linear(ctx, n, *l.q);
-    const Tensor kt = with_rows(l.cache_k, apply_linear(ctx, n, *l.k));
-    const Tensor vt = with_rows(l.cache_v, apply_linear(ctx, n, *l.v));
+    linear_into(ctx, n, *l.k, l.keys.rows(position_, position_ + rows));
+    linear_into(ctx, n, *l.v, l.values.rows(position_, position_ + rows));
+    const Tensor kt = l.keys.rows(0, position_ + rows);
+    const Tensor vt = l.values.rows(0, position_ + rows);
     Tensor o = Tensor::zeros(DType::kBF16, {rows, h}, dev);
     DenseAttentionArgs a{&q, &kt, &vt, heads, head_dim, &o};
     dense_attention(ctx, a);

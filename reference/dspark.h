@@ -104,11 +104,9 @@ class DsparkDrafter : public Drafter {
 
  private:
   DsparkDrafter() = default;
-  // The rows observe() appends for `taps`: per draft layer its K rows, then its V rows,
-  // where the drafter's weights are.
-  std::vector<Tensor> context_rows(const Tensor& taps) const;
-  // Appends block i of context_rows() to its cache (even i: layer i/2's K, odd: its V).
-  void append_rows_to(size_t i, const Tensor& rows);
+  // Grows every draft layer's key and value rows to hold at least `rows`, keeping the
+  // observed ones (capacity doubles, so appends copy nothing most of the time).
+  void reserve_rows(int64_t rows);
   ModelConfig config_;
   Departure departure_;
   int64_t request_ = 0;
@@ -118,9 +116,14 @@ class DsparkDrafter : public Drafter {
   Tensor ctx_proj_;  // [n*H, H]
   const Tensor *ctx_norm_ = nullptr, *mask_ = nullptr, *norm_ = nullptr, *w1_ = nullptr,
                *w2_ = nullptr;
+  // The block pass's input rows but the anchor's: [gamma + 1, H], rows 1..gamma the mask
+  // embedding, where the weights are (made at the first proposal of that gamma).
+  Tensor block_template_;
   struct Layer {
     const Tensor *input_norm, *q, *k, *v, *o;
-    Tensor cache_k, cache_v;  // [n, H] each, where the weights are (none before a row)
+    // The draft cache: [capacity, H] each, where the weights are; rows [0, position_) the
+    // observed positions', rows after them a proposal's block while it runs.
+    Tensor keys, values;
   };
   std::vector<Layer> layers_;
   int n_taps_ = 0;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 
@@ -122,12 +123,18 @@ Result<ServingResult> serve_requests(Engine& engine,
   // nothing but read-only weights): at once on helper threads, each queued after this
   // thread's device work so far, and this thread's later work after theirs. The first
   // failure in the calls' order is returned.
+  // SPLITCHECK_SERVING_DRAFTER_THREADS=0 runs them one after another on this thread (the
+  // same bits; for measuring what the helper threads gain).
+  static const bool drafter_threads = [] {
+    const char* v = std::getenv("SPLITCHECK_SERVING_DRAFTER_THREADS");
+    return v == nullptr || std::string(v) != "0";
+  }();
   auto run_drafters = [&](const std::vector<std::function<Status()>>& calls) -> Status {
     if (calls.empty()) return Status::ok();
     std::vector<Status> status(calls.size(), Status::ok());
     const DeviceWorkMark before = mark_thread_device_work();
     std::vector<DeviceWorkMark> after(calls.size());
-    run_segment_tasks(calls.size(), true, [&](size_t i) {
+    run_segment_tasks(calls.size(), drafter_threads, [&](size_t i) {
       queue_after_device_work(before);
       status[i] = calls[i]();
       after[i] = mark_thread_device_work();
