@@ -186,6 +186,12 @@ void DsparkDrafter::reserve_rows(int64_t rows) {
   }
 }
 
+Tensor DsparkDrafter::observed_rows(int layer, bool values) const {
+  const Layer& l = layers_.at(static_cast<size_t>(layer));
+  const Tensor& cache = values ? l.values : l.keys;
+  return cache.empty() ? Tensor() : cache.rows(0, position_);
+}
+
 Status DsparkDrafter::observe(const std::vector<int32_t>& ids, const Tensor& taps) {
   const int64_t h = config_.hidden_size, t = static_cast<int64_t>(ids.size());
   if (taps.dim(0) != t || taps.dim(1) != n_taps_ * h)

@@ -99,6 +99,8 @@ class DsparkDrafter : public Drafter {
   void reset(int64_t request) override;
   Status observe(const std::vector<int32_t>& ids, const Tensor& taps) override;
   Result<std::vector<int32_t>> propose(int32_t anchor, int gamma) override;
+  // Draft layer `layer`'s keys (or values) of the observed positions, [positions, H].
+  Tensor observed_rows(int layer, bool values) const;
   // The controlled departures (SPEC 3.3); none until set.
   void set_departure(const Departure& departure) { departure_ = departure; }
 

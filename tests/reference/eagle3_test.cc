@@ -1,9 +1,12 @@
 // EAGLE-3-lite (SPEC 3.2): its tensors, and that speculative decoding with it and with
-// DSpark-lite is lossless against plain greedy decoding, rollback included (SPEC 3.3).
+// DSpark-lite is lossless against plain greedy decoding, rollback included (SPEC 3.3); and
+// that DSpark's draft cache (spare rows, growth by doubling) holds what one observation
+// of every position would.
 #include "reference/eagle3.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -150,6 +153,59 @@ TEST_P(Lossless, SpeculativeEmitsTheGreedyTokensAndLeavesTheSameState) {
   ASSERT_EQ(a->logits.nbytes(), b->logits.nbytes());
   EXPECT_EQ(std::memcmp(a->logits.data<float>(), b->logits.data<float>(), a->logits.nbytes()), 0)
       << k.method << ": the engine's state after rollback and replay differs from greedy";
+}
+
+// DSpark's draft cache keeps spare rows: a proposal writes its block after the observed
+// rows (the next observation overwrites them) and the cache grows by doubling, keeping the
+// observed rows. A drafter fed 100 positions in chunks of 1 to 7, proposing after each
+// chunk and growing past 64 rows, ends with the draft cache (every layer's keys and
+// values, bit for bit) and the proposals of one fed them all at once.
+TEST(Dspark, ObservingInChunksWithProposalsBetweenKeepsTheCacheOfObservingAtOnce) {
+  const ModelConfig c = small_config();
+  const std::vector<int> ids = method_default_capture_ids("dspark", 8);
+  const int n_taps = static_cast<int>(ids.size());
+  auto engine = make_engine(c, ids, "dspark");
+  auto drafter = [&](WeightStore& own) {
+    GeneratedWeights source(c);
+    Result<WeightStore> loaded =
+        load_weights(source, names_of(drafter_tensor_specs(c, "dspark", n_taps)));
+    EXPECT_TRUE(loaded.is_ok());
+    own = std::move(*loaded);
+    auto d = DsparkDrafter::create(c, own, share_with_target(engine->weights()), n_taps);
+    EXPECT_TRUE(d.is_ok());
+    return std::move(*d);
+  };
+  WeightStore own_a, own_b;
+  std::unique_ptr<DsparkDrafter> whole = drafter(own_a), chunked = drafter(own_b);
+  whole->reset(0);
+  chunked->reset(0);
+  const int64_t t = 100, width = n_taps * c.hidden_size;
+  Tensor taps = Tensor::zeros(DType::kBF16, {t, width});
+  for (int64_t i = 0; i < taps.numel(); ++i)
+    taps.data<bf16>()[i] = to_bf16(std::sin(0.37f * static_cast<float>(i % 9973)));
+  std::vector<int32_t> positions(static_cast<size_t>(t));
+  std::iota(positions.begin(), positions.end(), 7);
+  ASSERT_TRUE(whole->observe(positions, taps).is_ok());
+  for (int64_t at = 0, size = 1; at < t; at += size, size = size % 7 + 1) {
+    const int64_t end = std::min(t, at + size);
+    ASSERT_TRUE(chunked
+                    ->observe(std::vector<int32_t>(positions.begin() + at, positions.begin() + end),
+                              taps.rows(at, end))
+                    .is_ok());
+    ASSERT_TRUE(chunked->propose(static_cast<int32_t>(at % 50), 7).is_ok());
+  }
+  for (int layer = 0; layer < kDsparkLayers; ++layer) {
+    for (bool values : {false, true}) {
+      const Tensor a = whole->observed_rows(layer, values), b = chunked->observed_rows(layer, values);
+      ASSERT_EQ(a.dim(0), t);
+      EXPECT_TRUE(a.bit_equal(b)) << "layer " << layer << (values ? " values" : " keys");
+    }
+  }
+  for (int32_t anchor : {3, 41, 97}) {
+    Result<std::vector<int32_t>> a = whole->propose(anchor, 7), b = chunked->propose(anchor, 7);
+    ASSERT_TRUE(a.is_ok() && b.is_ok());
+    EXPECT_EQ(*a, *b) << "anchor " << anchor;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, Lossless,
