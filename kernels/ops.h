@@ -185,6 +185,11 @@ struct MarkovChainArgs {
   int32_t anchor = 0;
   const std::vector<bool>* departs = nullptr;
   std::vector<int32_t>* tokens = nullptr;
+  // Whether step k (0-based) departs.
+  bool departs_at(int64_t k) const {
+    return departs != nullptr && static_cast<size_t>(k) < departs->size() &&
+           (*departs)[static_cast<size_t>(k)];
+  }
 };
 
 // Entry points: dispatch through the registry and record the call in ctx.trace.

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "kernels/ops.h"
-#include "kernels/tensor_copy.h"
 
 namespace splitcheck::draft {
 
@@ -27,19 +26,18 @@ inline Tensor on_device(const Tensor& t, Device device) {
   return t.device() == device ? t : t.to(device);
 }
 
-// bf16(x W) through the registry's linear kernel, on x's device.
-inline Tensor apply_linear(const KernelContext& ctx, const Tensor& x, const Tensor& w) {
-  Tensor out = Tensor::zeros(DType::kBF16, {x.dim(0), w.dim(1)}, x.device());
-  LinearArgs a{&x, &w, &out};
-  linear(ctx, a);
-  return out;
-}
-
 // out = bf16(x W) through the registry's linear kernel, written into `out` (a view of
 // rows of a larger tensor, on x's device).
 inline void linear_into(const KernelContext& ctx, const Tensor& x, const Tensor& w, Tensor out) {
   LinearArgs a{&x, &w, &out};
   linear(ctx, a);
+}
+
+// bf16(x W) through the registry's linear kernel, on x's device.
+inline Tensor apply_linear(const KernelContext& ctx, const Tensor& x, const Tensor& w) {
+  Tensor out = Tensor::zeros(DType::kBF16, {x.dim(0), w.dim(1)}, x.device());
+  linear_into(ctx, x, w, out);
+  return out;
 }
 
 // rmsnorm(x, w) through the registry's rms_norm kernel, on x's device.

@@ -60,8 +60,7 @@ void markov_chain(MarkovChainArgs& a) {
     const float* u = a.u->data<float>() + k * v;
     for (int64_t i = 0; i < v; ++i) scores[i] = u[i] + bias[i];
     prev = cpu::argmax(scores.data(), v);
-    if (a.departs != nullptr && static_cast<size_t>(k) < a.departs->size() && (*a.departs)[k])
-      prev = second_argmax(scores.data(), v, prev);
+    if (a.departs_at(k)) prev = second_argmax(scores.data(), v, prev);
     a.tokens->push_back(static_cast<int32_t>(prev));
   }
 }

@@ -53,7 +53,8 @@ __global__ void markov_step_kernel(const float* u, const uint16_t* w1, const uin
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   float dot = 0.0f;
   if (j < v) {
-    for (int64_t d = lane; d < r; d += 32) dot += bf_to_f(w1[prev * r + d]) * bf_to_f(w2[j * r + d]);
+    for (int64_t d = lane; d < r; d += 32)
+      dot += bf_to_f(w1[prev * r + d]) * bf_to_f(w2[j * r + d]);
   }
   for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
   Top2 mine{0.0f, 0.0f, -1, -1};
@@ -114,11 +115,9 @@ void markov_chain(MarkovChainArgs& a) {
   auto* chain = s.scratch<int32_t>(gamma);
   unsigned* counter = tile_counters(stream());
   for (int64_t k = 0; k < gamma; ++k) {
-    const bool departs = a.departs != nullptr && static_cast<size_t>(k) < a.departs->size() &&
-                         (*a.departs)[static_cast<size_t>(k)];
     markov_step_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(
-        u + k * v, w1, w2, v, r, k == 0 ? nullptr : chain + k - 1, a.anchor, departs, partial,
-        counter, chain + k);
+        u + k * v, w1, w2, v, r, k == 0 ? nullptr : chain + k - 1, a.anchor, a.departs_at(k),
+        partial, counter, chain + k);
   }
   s.copy_back(a.tokens->data(), chain, static_cast<size_t>(gamma) * sizeof(int32_t));
   s.done();

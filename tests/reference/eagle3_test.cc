@@ -196,7 +196,8 @@ TEST(Dspark, ObservingInChunksWithProposalsBetweenKeepsTheCacheOfObservingAtOnce
   }
   for (int layer = 0; layer < kDsparkLayers; ++layer) {
     for (bool values : {false, true}) {
-      const Tensor a = whole->observed_rows(layer, values), b = chunked->observed_rows(layer, values);
+      const Tensor a = whole->observed_rows(layer, values);
+      const Tensor b = chunked->observed_rows(layer, values);
       ASSERT_EQ(a.dim(0), t);
       EXPECT_TRUE(a.bit_equal(b)) << "layer " << layer << (values ? " values" : " keys");
     }
