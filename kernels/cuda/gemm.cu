@@ -107,6 +107,22 @@ std::string describe(const cublasLtMatmulAlgo_t& algo) {
 // Row-major C[m,n] = A[m,k] B is column-major C^T[n,m] = B^T[n,k] A^T[k,m]: cuBLASLt's
 // first operand is B (as stored: [n,k] col-major with ld n, or [k,n] col-major when b_nk,
 // then transposed), its second is A ([k,m] col-major, ld k).
+// SPLITCHECK_CUDA_LT_REDUCTION (to measure; another algorithm is other bits): "inplace"
+// lets the heuristic pick only algorithms that split k with their partial sums added in
+// place, in sequence (counters in the workspace), or do not split it; "none" only those
+// that do not split it; unset, any (split-K partials may then be summed by a separate
+// kernel).
+uint32_t reduction_mask() {
+  static const uint32_t mask = [] {
+    const char* v = std::getenv("SPLITCHECK_CUDA_LT_REDUCTION");
+    const std::string s = v != nullptr ? v : "";
+    if (s == "inplace") return static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE);
+    if (s == "none") return static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_NONE);
+    return static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK);
+  }();
+  return mask;
+}
+
 Pinned pin_shape(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k, bool b_nk) {
   Pinned p;
   SPLITCHECK_LT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -128,6 +144,9 @@ Pinned pin_shape(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k, bool 
   const size_t ws = kWorkspaceBytes;
   SPLITCHECK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const uint32_t mask = reduction_mask();
+  SPLITCHECK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof(mask)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   SPLITCHECK_LT_CHECK(
