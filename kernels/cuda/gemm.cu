@@ -103,10 +103,6 @@ std::string describe(const cublasLtMatmulAlgo_t& algo) {
   return buf;
 }
 
-// The descriptors of an m x n x k product and cuBLASLt's heuristic's algorithm for it.
-// Row-major C[m,n] = A[m,k] B is column-major C^T[n,m] = B^T[n,k] A^T[k,m]: cuBLASLt's
-// first operand is B (as stored: [n,k] col-major with ld n, or [k,n] col-major when b_nk,
-// then transposed), its second is A ([k,m] col-major, ld k).
 // SPLITCHECK_CUDA_LT_REDUCTION (to measure; another algorithm is other bits): "inplace"
 // lets the heuristic pick only algorithms that split k with their partial sums added in
 // place, in sequence (counters in the workspace), or do not split it; "none" only those
@@ -123,6 +119,10 @@ uint32_t reduction_mask() {
   return mask;
 }
 
+// The descriptors of an m x n x k product and cuBLASLt's heuristic's algorithm for it.
+// Row-major C[m,n] = A[m,k] B is column-major C^T[n,m] = B^T[n,k] A^T[k,m]: cuBLASLt's
+// first operand is B (as stored: [n,k] col-major with ld n, or [k,n] col-major when b_nk,
+// then transposed), its second is A ([k,m] col-major, ld k).
 Pinned pin_shape(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k, bool b_nk) {
   Pinned p;
   SPLITCHECK_LT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
