@@ -13,8 +13,8 @@ namespace splitcheck {
 void reserve_latents(LatentCache& cache, int64_t need, int64_t r, Device device) {
   const int64_t capacity = cache.rows.shape().size() == 2 ? cache.rows.dim(0) : 0;
   if (need <= capacity && (capacity == 0 || cache.rows.device() == device)) return;
-  Tensor grown = Tensor::zeros(DType::kBF16, {std::max({need, 2 * capacity, int64_t{16}}), r},
-                               device);
+  Tensor grown =
+      Tensor::zeros(DType::kBF16, {std::max({need, 2 * capacity, int64_t{16}}), r}, device);
   const size_t kept = static_cast<size_t>(cache.positions * r) * sizeof(bf16);
   if (kept > 0) copy_tensor_runs(grown, 0, kept, cache.rows, 0, kept, kept, 1);
   cache.rows = std::move(grown);
@@ -93,8 +93,13 @@ void rms_norm(const KernelContext& ctx, RmsNormArgs& args) { run_kernel(ctx, "rm
 void lm_head(const KernelContext& ctx, LmHeadArgs& args) { run_kernel(ctx, "lm_head", &args); }
 void argmax(const KernelContext& ctx, ArgmaxArgs& args) { run_kernel(ctx, "argmax", &args); }
 void markov_chain(const KernelContext& ctx, MarkovChainArgs& args) {
-  if (args.anchor < 0 || args.anchor >= args.w1->dim(0))
-    throw std::out_of_range("markov_chain: the anchor is outside the vocabulary");
+  for (const int32_t anchor : args.anchors)
+    if (anchor < 0 || anchor >= args.w1->dim(0))
+      throw std::out_of_range("markov_chain: an anchor is outside the vocabulary");
+  if (args.chains() > 0 && args.u->dim(0) % args.chains() != 0)
+    throw std::invalid_argument("markov_chain: U's " + std::to_string(args.u->dim(0)) +
+                                " rows do not share out over " + std::to_string(args.chains()) +
+                                " chains");
   run_kernel(ctx, "markov_chain", &args);
 }
 void mla_attention(const KernelContext& ctx, MlaArgs& args) { run_kernel(ctx, "mla", &args); }

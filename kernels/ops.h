@@ -172,23 +172,28 @@ struct DenseAttentionArgs {
   Tensor* out = nullptr;
 };
 
-// The DSpark Markov head's chain (SPEC 3.1): x_0 = anchor, then for k = 1..gamma the
-// scores s = U[k-1] + W1[x_{k-1}] · W2ᵀ (float32: the product, then the sum) and x_k =
-// argmax(s), lowest index on ties, NaN never picked; where departs[k-1] is true, x_k is
+// The DSpark Markov head's chains (SPEC 3.1), any number at once (a step's requests):
+// chain c starts at x_0 = anchors[c], then for k = 1..gamma the scores s = U[c * gamma +
+// k - 1] + W1[x_{k-1}] · W2ᵀ (float32: the product, then the sum) and x_k = argmax(s),
+// lowest index on ties, NaN never picked; where departs[c * gamma + k - 1] is true, x_k is
 // the lowest-index maximum of s other than that argmax (its second choice). U f32
-// [gamma, V], W1/W2 bf16 [V, r]; `departs` empty or gamma long. tokens: the gamma x_k,
-// on the host (one read at the end: the chain itself stays where W2 is).
+// [chains * gamma, V], W1/W2 bf16 [V, r]; `departs` empty or chains * gamma long. tokens:
+// the x_k of chain 0, then chain 1's, ..., on the host (one read at the end: the chains
+// themselves stay where W2 is). Each chain's tokens are those it has computed alone.
 struct MarkovChainArgs {
   const Tensor* u = nullptr;
   const Tensor* w1 = nullptr;
   const Tensor* w2 = nullptr;
-  int32_t anchor = 0;
+  std::span<const int32_t> anchors;
   const std::vector<bool>* departs = nullptr;
   std::vector<int32_t>* tokens = nullptr;
-  // Whether step k (0-based) departs.
-  bool departs_at(int64_t k) const {
-    return departs != nullptr && static_cast<size_t>(k) < departs->size() &&
-           (*departs)[static_cast<size_t>(k)];
+  int64_t chains() const { return static_cast<int64_t>(anchors.size()); }
+  // Steps a chain: U's rows shared out (the entry point refuses a remainder).
+  int64_t gamma() const { return chains() == 0 ? 0 : u->dim(0) / chains(); }
+  // Whether step i (chain i / gamma, 0-based step i % gamma) departs.
+  bool departs_at(int64_t i) const {
+    return departs != nullptr && static_cast<size_t>(i) < departs->size() &&
+           (*departs)[static_cast<size_t>(i)];
   }
 };
 

@@ -72,11 +72,11 @@ Tensor generate_markov_factor(const ModelConfig& c, const TensorSpec& spec) {
 }
 
 std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, const Tensor& w1,
-                                 const Tensor& w2, int32_t anchor,
+                                 const Tensor& w2, std::span<const int32_t> anchors,
                                  const std::vector<bool>& departs) {
-  // One call for the whole chain: on a device it stays there, with one read of its tokens.
+  // One call for every chain: on a device they stay there, with one read of their tokens.
   std::vector<int32_t> x;
-  MarkovChainArgs a{&u, &w1, &w2, anchor, &departs, &x};
+  MarkovChainArgs a{&u, &w1, &w2, anchors, &departs, &x};
   markov_chain(ctx.at(-1, Site::kDraft), a);
   return x;
 }
@@ -175,10 +175,9 @@ void DsparkDrafter::reserve_rows(int64_t rows) {
     for (Tensor* cache : {&l.keys, &l.values}) {
       const int64_t capacity = cache->empty() ? 0 : cache->dim(0);
       if (capacity >= rows) continue;
-      Tensor grown = Tensor::zeros(DType::kBF16,
-                                   {std::max({rows, 2 * capacity, int64_t{64}}),
-                                    config_.hidden_size},
-                                   l.k->device());
+      Tensor grown = Tensor::zeros(
+          DType::kBF16, {std::max({rows, 2 * capacity, int64_t{64}}), config_.hidden_size},
+          l.k->device());
       const size_t kept = static_cast<size_t>(position_ * config_.hidden_size) * sizeof(bf16);
       if (kept > 0) copy_tensor_runs(grown, 0, kept, *cache, 0, kept, kept, 1);
       *cache = std::move(grown);
@@ -192,70 +191,187 @@ Tensor DsparkDrafter::observed_rows(int layer, bool values) const {
   return cache.empty() ? Tensor() : cache.rows(0, position_);
 }
 
-Status DsparkDrafter::observe(const std::vector<int32_t>& ids, const Tensor& taps) {
-  const int64_t h = config_.hidden_size, t = static_cast<int64_t>(ids.size());
-  if (taps.dim(0) != t || taps.dim(1) != n_taps_ * h)
-    return internal_error("dspark drafter: taps of shape " + shape_string(taps.shape()) + " for " +
-                          std::to_string(ids.size()) + " positions and " + std::to_string(n_taps_) +
-                          " taps");
-  const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
-  // Context projection, then write_context_kv: each draft layer's K and V rows of these
-  // positions, written after the observed ones; all where the drafter's weights are (on a
-  // device, queued without a host wait).
-  const Tensor projected = apply_linear(ctx, on_device(taps, ctx_proj_.device()), ctx_proj_);
-  const Tensor c = apply_norm(ctx, projected, *ctx_norm_, config_.rms_norm_eps);
-  reserve_rows(position_ + t);
-  for (Layer& l : layers_) {
-    linear_into(ctx, c, *l.k, l.keys.rows(position_, position_ + t));
-    linear_into(ctx, c, *l.v, l.values.rows(position_, position_ + t));
+std::vector<DsparkDrafter*> DsparkDrafter::same_kind(std::span<Drafter* const> group) const {
+  std::vector<DsparkDrafter*> out;
+  for (Drafter* d : group) {
+    auto* mine = dynamic_cast<DsparkDrafter*>(d);
+    if (mine == nullptr || mine->n_taps_ != n_taps_ || mine->ctx_norm_ != ctx_norm_ ||
+        mine->layers_.front().q != layers_.front().q || mine->embed_ != embed_ ||
+        mine->lm_head_ != lm_head_)
+      return {};
+    out.push_back(mine);
   }
-  position_ += t;
-  return Status::ok();
+  return out;
+}
+
+Status DsparkDrafter::observe(const std::vector<int32_t>& ids, const Tensor& taps) {
+  DsparkDrafter* self = this;
+  const Observation o{&ids, &taps};
+  return observe_together({&self, 1}, {&o, 1});
 }
 
 Result<std::vector<int32_t>> DsparkDrafter::propose(int32_t anchor, int gamma) {
-  if (anchor < 0 || anchor >= embed_->dim(0))
-    return internal_error("dspark drafter: anchor outside the vocabulary");
-  const int64_t h = config_.hidden_size;
-  const int64_t rows = gamma + 1;
+  DsparkDrafter* self = this;
+  std::vector<int32_t> out;
+  RETURN_IF_ERROR(propose_together({&self, 1}, {&anchor, 1}, gamma, {&out, 1}));
+  return out;
+}
+
+Status DsparkDrafter::observe_group(std::span<Drafter* const> group,
+                                    std::span<const Observation> observations) {
+  const std::vector<DsparkDrafter*> mine = same_kind(group);
+  if (mine.empty()) return Drafter::observe_group(group, observations);
+  return observe_together(mine, observations);
+}
+
+Status DsparkDrafter::propose_group(std::span<Drafter* const> group,
+                                    std::span<const int32_t> anchors, int gamma,
+                                    std::span<std::vector<int32_t>> proposals) {
+  const std::vector<DsparkDrafter*> mine = same_kind(group);
+  if (mine.empty()) return Drafter::propose_group(group, anchors, gamma, proposals);
+  return propose_together(mine, anchors, gamma, proposals);
+}
+
+Status DsparkDrafter::observe_together(std::span<DsparkDrafter* const> group,
+                                       std::span<const Observation> observations) {
+  const DsparkDrafter& lead = *group.front();
+  const int64_t h = lead.config_.hidden_size, width = lead.n_taps_ * h;
+  // Where each request's rows start among the group's.
+  std::vector<int64_t> first(group.size() + 1, 0);
+  for (size_t i = 0; i < group.size(); ++i) {
+    const Tensor& taps = *observations[i].taps;
+    const size_t t = observations[i].ids->size();
+    if (taps.dim(0) != static_cast<int64_t>(t) || taps.dim(1) != width)
+      return internal_error("dspark drafter: taps of shape " + shape_string(taps.shape()) +
+                            " for " + std::to_string(t) + " positions and " +
+                            std::to_string(lead.n_taps_) + " taps");
+    first[i + 1] = first[i] + static_cast<int64_t>(t);
+  }
   const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
-  // The block lives where the drafter's weights are: on a device, its kernels queue
-  // without a host wait until the Markov head reads its tokens.
-  const Device dev = mask_->device();
+  const Device dev = lead.ctx_proj_.device();
+  // Every request's taps as one run of rows where the drafter's weights are (a single
+  // request's as they are), then the context projection once over all of them.
+  Tensor taps;
+  if (group.size() == 1) {
+    taps = on_device(*observations.front().taps, dev);
+  } else {
+    taps = Tensor::zeros(DType::kBF16, {first.back(), width}, dev);
+    const size_t row = static_cast<size_t>(width) * sizeof(bf16);
+    for (size_t i = 0; i < group.size(); ++i) {
+      const Tensor& mine = *observations[i].taps;
+      if (mine.nbytes() > 0)
+        copy_tensor_runs(taps, static_cast<size_t>(first[i]) * row, mine.nbytes(), mine, 0,
+                         mine.nbytes(), mine.nbytes(), 1);
+    }
+  }
+  const Tensor projected = apply_linear(ctx, taps, lead.ctx_proj_);
+  const Tensor c = apply_norm(ctx, projected, *lead.ctx_norm_, lead.config_.rms_norm_eps);
+  // write_context_kv: each draft layer's K and V rows of a request's positions, written
+  // after its observed ones (queued without a host wait on a device).
+  for (size_t i = 0; i < group.size(); ++i) {
+    DsparkDrafter& d = *group[i];
+    const int64_t t = first[i + 1] - first[i];
+    const Tensor mine = c.rows(first[i], first[i + 1]);
+    d.reserve_rows(d.position_ + t);
+    for (Layer& l : d.layers_) {
+      linear_into(ctx, mine, *l.k, l.keys.rows(d.position_, d.position_ + t));
+      linear_into(ctx, mine, *l.v, l.values.rows(d.position_, d.position_ + t));
+    }
+    d.position_ += t;
+  }
+  return Status::ok();
+}
+
+Tensor DsparkDrafter::block_template(int gamma, int64_t blocks) {
+  const int64_t rows = gamma + 1, h = config_.hidden_size;
+  if (block_gamma_ != gamma || block_template_.dim(0) < blocks * rows) {
+    block_template_ = Tensor::zeros(DType::kBF16, {blocks * rows, h}, mask_->device());
+    block_gamma_ = gamma;
+    const size_t row = static_cast<size_t>(h) * sizeof(bf16);
+    for (int64_t r = 0; r < blocks * rows; ++r)
+      if (r % rows != 0)
+        copy_tensor_runs(block_template_, static_cast<size_t>(r) * row, row, *mask_, 0, row, row,
+                         1);
+  }
+  return block_template_.rows(0, blocks * rows);
+}
+
+Status DsparkDrafter::propose_together(std::span<DsparkDrafter* const> group,
+                                       std::span<const int32_t> anchors, int gamma,
+                                       std::span<std::vector<int32_t>> proposals) {
+  DsparkDrafter& lead = *group.front();
+  const ModelConfig& config = lead.config_;
+  const int64_t h = config.hidden_size, rows = gamma + 1;
+  const int64_t blocks = static_cast<int64_t>(group.size());
+  if (gamma <= 0) {
+    for (std::vector<int32_t>& p : proposals) p.clear();
+    return Status::ok();
+  }
+  Tensor ids = Tensor::zeros(DType::kI32, {blocks});
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int32_t anchor = anchors[static_cast<size_t>(b)];
+    if (anchor < 0 || anchor >= lead.embed_->dim(0))
+      return internal_error("dspark drafter: anchor outside the vocabulary");
+    ids.data<int32_t>()[b] = anchor;
+  }
+  const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
+  // The blocks live where the drafter's weights are: on a device, their kernels queue
+  // without a host wait until the Markov head reads its tokens. Block b is rows
+  // [b * rows, (b + 1) * rows): the anchor's embedding, then gamma mask rows.
+  const Device dev = lead.mask_->device();
   const size_t row = static_cast<size_t>(h) * sizeof(bf16);
-  if (block_template_.empty() || block_template_.dim(0) != rows) {
-    block_template_ = Tensor::zeros(DType::kBF16, {rows, h}, dev);
-    for (int64_t r = 1; r < rows; ++r)
-      copy_tensor_runs(block_template_, static_cast<size_t>(r) * row, row, *mask_, 0, row, row, 1);
-  }
-  Tensor x = Tensor::zeros(DType::kBF16, {rows, h}, dev);
-  copy_tensor_runs(x, 0, x.nbytes(), block_template_, 0, x.nbytes(), x.nbytes(), 1);
-  copy_tensor_runs(x, 0, row, *embed_, static_cast<size_t>(anchor) * row, row, row, 1);
-  const int heads = config_.num_attention_heads;
+  Tensor x = clone_queued(lead.block_template(gamma, blocks));
+  Tensor anchor_rows = Tensor::zeros(DType::kBF16, {blocks, h}, dev);
+  EmbedArgs e{&ids, lead.embed_, &anchor_rows};
+  embed(ctx, e);
+  copy_tensor_runs(x, 0, static_cast<size_t>(rows) * row, anchor_rows, 0, row, row,
+                   static_cast<size_t>(blocks));
+  const int heads = config.num_attention_heads;
   const int head_dim = static_cast<int>(h / heads);
-  // The block's keys and values go after the observed rows of each draft cache (the next
-  // observation overwrites them), so the block attends to one run of rows.
-  reserve_rows(position_ + rows);
-  for (Layer& l : layers_) {
-    const Tensor n = apply_norm(ctx, x, *l.input_norm, config_.rms_norm_eps);
-    const Tensor q = apply_linear(ctx, n, *l.q);
-    linear_into(ctx, n, *l.k, l.keys.rows(position_, position_ + rows));
-    linear_into(ctx, n, *l.v, l.values.rows(position_, position_ + rows));
-    const Tensor kt = l.keys.rows(0, position_ + rows);
-    const Tensor vt = l.values.rows(0, position_ + rows);
-    Tensor o = Tensor::zeros(DType::kBF16, {rows, h}, dev);
-    DenseAttentionArgs a{&q, &kt, &vt, heads, head_dim, &o};
-    dense_attention(ctx, a);
-    x = add_bf16(x, apply_linear(ctx, o, *l.o));
+  // A block's keys and values go after its request's observed rows of each draft cache
+  // (the next observation overwrites them), so the block attends to one run of rows.
+  for (DsparkDrafter* d : group) d->reserve_rows(d->position_ + rows);
+  for (size_t j = 0; j < lead.layers_.size(); ++j) {
+    const Layer& weights = lead.layers_[j];
+    const Tensor n = apply_norm(ctx, x, *weights.input_norm, config.rms_norm_eps);
+    const Tensor q = apply_linear(ctx, n, *weights.q);
+    Tensor o = Tensor::zeros(DType::kBF16, {blocks * rows, h}, dev);
+    for (int64_t b = 0; b < blocks; ++b) {
+      DsparkDrafter& d = *group[static_cast<size_t>(b)];
+      Layer& l = d.layers_[j];
+      const Tensor mine = n.rows(b * rows, (b + 1) * rows);
+      linear_into(ctx, mine, *l.k, l.keys.rows(d.position_, d.position_ + rows));
+      linear_into(ctx, mine, *l.v, l.values.rows(d.position_, d.position_ + rows));
+      const Tensor qb = q.rows(b * rows, (b + 1) * rows);
+      const Tensor kt = l.keys.rows(0, d.position_ + rows);
+      const Tensor vt = l.values.rows(0, d.position_ + rows);
+      Tensor ob = o.rows(b * rows, (b + 1) * rows);
+      DenseAttentionArgs a{&qb, &kt, &vt, heads, head_dim, &ob};
+      dense_attention(ctx, a);
+    }
+    x = add_bf16(x, apply_linear(ctx, o, *weights.o));
   }
-  const Tensor hf = apply_norm(ctx, x.rows(1, rows), *norm_, config_.rms_norm_eps);
-  Tensor u = Tensor::zeros(DType::kF32, {gamma, config_.vocab_size}, dev);
-  LmHeadArgs la{&hf, lm_head_, &u};
+  // The gamma mask rows of every block, one after another, then U of each.
+  Tensor masks = Tensor::zeros(DType::kBF16, {blocks * gamma, h}, dev);
+  copy_tensor_runs(masks, 0, static_cast<size_t>(gamma) * row, x, row,
+                   static_cast<size_t>(rows) * row, static_cast<size_t>(gamma) * row,
+                   static_cast<size_t>(blocks));
+  const Tensor hf = apply_norm(ctx, masks, *lead.norm_, config.rms_norm_eps);
+  Tensor u = Tensor::zeros(DType::kF32, {blocks * gamma, config.vocab_size}, dev);
+  LmHeadArgs la{&hf, lead.lm_head_, &u};
   lm_head(ctx, la);
-  std::vector<bool> departs(static_cast<size_t>(gamma));
-  for (int k = 1; k <= gamma; ++k)
-    departs[static_cast<size_t>(k - 1)] = departure_.departs(request_, position_, k);
-  return markov_head(ctx, u, *w1_, *w2_, anchor, departs);
+  std::vector<bool> departs(static_cast<size_t>(blocks * gamma));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const DsparkDrafter& d = *group[static_cast<size_t>(b)];
+    for (int k = 1; k <= gamma; ++k)
+      departs[static_cast<size_t>(b * gamma + k - 1)] =
+          d.departure_.departs(d.request_, d.position_, k);
+  }
+  const std::vector<int32_t> x_k = markov_head(ctx, u, *lead.w1_, *lead.w2_, anchors, departs);
+  for (int64_t b = 0; b < blocks; ++b)
+    proposals[static_cast<size_t>(b)].assign(x_k.begin() + b * gamma,
+                                             x_k.begin() + (b + 1) * gamma);
+  return Status::ok();
 }
 
 }  // namespace splitcheck

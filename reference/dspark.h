@@ -23,6 +23,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,12 +55,14 @@ std::vector<TensorSpec> drafter_tensor_specs(const ModelConfig& config, const st
 // factor alone: the target's norm.weight (reference/eagle3.h uses it).
 Tensor generate_markov_factor(const ModelConfig& config, const TensorSpec& spec);
 
-// The Markov head: x_0 = anchor, x_k = argmax_v(U[k-1, v] + W1[x_{k-1}] · W2[v]) for
-// k = 1..gamma, lowest index on ties. U float32 [gamma, V], W1/W2 bf16 [V, r]. Where
-// `departs[k-1]` is true, x_k is the second choice of those scores instead
-// (second_choice, reference/speculative.h); an empty `departs` never departs.
+// The Markov head of each anchor's chain: x_0 = anchor, x_k = argmax_v(U[k-1, v] +
+// W1[x_{k-1}] · W2[v]) for k = 1..gamma, lowest index on ties. U float32 [chains * gamma,
+// V], chain after chain; W1/W2 bf16 [V, r]. Where `departs[c * gamma + k - 1]` is true,
+// chain c's x_k is the second choice of those scores instead (second_choice,
+// reference/speculative.h); an empty `departs` never departs. The chains' tokens, chain
+// after chain.
 std::vector<int32_t> markov_head(const KernelContext& ctx, const Tensor& u, const Tensor& w1,
-                                 const Tensor& w2, int32_t anchor,
+                                 const Tensor& w2, std::span<const int32_t> anchors,
                                  const std::vector<bool>& departs = {});
 
 // What a drafter's embedding and lm_head are bound to (SPEC 5.4). Whether the embedding
@@ -89,7 +92,10 @@ bool binds_target_embedding(const DrafterBinding& binding, const WeightStore& st
 Status check_shared_embedding(const DrafterBinding& binding, const ModelConfig& config, int stage,
                               std::string_view method, bool vocab_from_embedding);
 
-// DSpark-lite as the verify loop sees it.
+// DSpark-lite as the verify loop sees it. A group of its drafters (one weight store, one
+// tap count) runs together: each op once over every request's rows, the attention per
+// request over its own draft cache, the Markov chains in one call. A single call is a
+// group of one.
 class DsparkDrafter : public Drafter {
  public:
   // `own` holds the drafter.* tensors; `binding` the shared embedding and lm_head.
@@ -99,6 +105,11 @@ class DsparkDrafter : public Drafter {
   void reset(int64_t request) override;
   Status observe(const std::vector<int32_t>& ids, const Tensor& taps) override;
   Result<std::vector<int32_t>> propose(int32_t anchor, int gamma) override;
+  bool groups() const override { return true; }
+  Status observe_group(std::span<Drafter* const> group,
+                       std::span<const Observation> observations) override;
+  Status propose_group(std::span<Drafter* const> group, std::span<const int32_t> anchors, int gamma,
+                       std::span<std::vector<int32_t>> proposals) override;
   // Draft layer `layer`'s keys (or values) of the observed positions, [positions, H].
   Tensor observed_rows(int layer, bool values) const;
   // The controlled departures (SPEC 3.3); none until set.
@@ -106,6 +117,17 @@ class DsparkDrafter : public Drafter {
 
  private:
   DsparkDrafter() = default;
+  // The group's drafters as DsparkDrafters, when each is one sharing this one's weights
+  // and tap count (empty otherwise: the group runs one by one).
+  std::vector<DsparkDrafter*> same_kind(std::span<Drafter* const> group) const;
+  static Status observe_together(std::span<DsparkDrafter* const> group,
+                                 std::span<const Observation> observations);
+  static Status propose_together(std::span<DsparkDrafter* const> group,
+                                 std::span<const int32_t> anchors, int gamma,
+                                 std::span<std::vector<int32_t>> proposals);
+  // `blocks` block pass inputs but their anchors, one after another: [blocks * (gamma + 1),
+  // H], each block's rows 1..gamma the mask embedding, where the weights are.
+  Tensor block_template(int gamma, int64_t blocks);
   // Grows every draft layer's key and value rows to hold at least `rows`, keeping the
   // observed ones (capacity doubles, so appends copy nothing most of the time).
   void reserve_rows(int64_t rows);
@@ -118,9 +140,9 @@ class DsparkDrafter : public Drafter {
   Tensor ctx_proj_;  // [n*H, H]
   const Tensor *ctx_norm_ = nullptr, *mask_ = nullptr, *norm_ = nullptr, *w1_ = nullptr,
                *w2_ = nullptr;
-  // The block pass's input rows but the anchor's: [gamma + 1, H], rows 1..gamma the mask
-  // embedding, where the weights are (made at the first proposal of that gamma).
+  // block_template's rows (remade for another gamma or more blocks).
   Tensor block_template_;
+  int block_gamma_ = -1;
   struct Layer {
     const Tensor *input_norm, *q, *k, *v, *o;
     // The draft cache: [capacity, H] each, where the weights are; rows [0, position_) the

@@ -32,6 +32,21 @@ int32_t second_choice(const float* scores, int64_t n, int32_t best) {
   return static_cast<int32_t>(cpu::second_argmax(scores, n, best));
 }
 
+Status Drafter::observe_group(std::span<Drafter* const> group,
+                              std::span<const Observation> observations) {
+  for (size_t i = 0; i < group.size(); ++i)
+    RETURN_IF_ERROR(group[i]->observe(*observations[i].ids, *observations[i].taps));
+  return Status::ok();
+}
+
+Status Drafter::propose_group(std::span<Drafter* const> group, std::span<const int32_t> anchors,
+                              int gamma, std::span<std::vector<int32_t>> proposals) {
+  for (size_t i = 0; i < group.size(); ++i) {
+    ASSIGN_OR_RETURN(proposals[i], group[i]->propose(anchors[i], gamma));
+  }
+  return Status::ok();
+}
+
 Result<SpeculativeResult> generate_speculative(Engine& engine, Drafter& drafter,
                                                const std::vector<std::vector<int32_t>>& prompts,
                                                const SpeculativeOptions& options,

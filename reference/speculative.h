@@ -9,6 +9,7 @@
 // replayed as a replay forward, so the caches equal those of a run that never drafted.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "reference/generate.h"
@@ -32,6 +33,12 @@ struct Departure {
 // The lowest-index maximum of scores[0..n) other than `best` (a drafter's second choice).
 int32_t second_choice(const float* scores, int64_t n, int32_t best);
 
+// One drafter's verified positions in a group call (Drafter::observe_group).
+struct Observation {
+  const std::vector<int32_t>* ids = nullptr;
+  const Tensor* taps = nullptr;
+};
+
 // A drafter as the verify loop sees it.
 class Drafter {
  public:
@@ -42,6 +49,19 @@ class Drafter {
   virtual Status observe(const std::vector<int32_t>& ids, const Tensor& taps) = 0;
   // gamma proposals from `anchor` (the last verified token, not yet consumed).
   virtual Result<std::vector<int32_t>> propose(int32_t anchor, int gamma) = 0;
+
+  // Group calls: the calls of several drafters of this one's kind (a serving step's
+  // requests, each drafter its own request's), `group` holding this drafter among them;
+  // observations[i] and anchors[i] are group[i]'s, and so is proposals[i]. A drafter that
+  // groups() runs a group's calls together, a launch serving every request where it can;
+  // by default they run one by one. Either way each drafter ends as its own calls leave
+  // it, and on a backend whose rows keep their bits whatever the row count
+  // (kernels/batch.h) with the same bits.
+  virtual bool groups() const { return false; }
+  virtual Status observe_group(std::span<Drafter* const> group,
+                               std::span<const Observation> observations);
+  virtual Status propose_group(std::span<Drafter* const> group, std::span<const int32_t> anchors,
+                               int gamma, std::span<std::vector<int32_t>> proposals);
 };
 
 struct SpeculativeOptions {

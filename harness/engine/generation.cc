@@ -107,8 +107,31 @@ class CountedDrafter : public Drafter {
     std::atomic_ref<int64_t>(*calls_).fetch_add(1);
     return inner_->propose(anchor, gamma);
   }
+  // A group call counts a call a drafter and passes the wrapped drafters on.
+  bool groups() const override { return inner_->groups(); }
+  Status observe_group(std::span<Drafter* const> group,
+                       std::span<const Observation> observations) override {
+    std::atomic_ref<int64_t>(*calls_).fetch_add(static_cast<int64_t>(group.size()));
+    const std::vector<Drafter*> inner = unwrapped(group);
+    return inner_->observe_group(inner, observations);
+  }
+  Status propose_group(std::span<Drafter* const> group, std::span<const int32_t> anchors, int gamma,
+                       std::span<std::vector<int32_t>> proposals) override {
+    std::atomic_ref<int64_t>(*calls_).fetch_add(static_cast<int64_t>(group.size()));
+    const std::vector<Drafter*> inner = unwrapped(group);
+    return inner_->propose_group(inner, anchors, gamma, proposals);
+  }
 
  private:
+  // The drafters a group's counted drafters wrap (any other as it is).
+  static std::vector<Drafter*> unwrapped(std::span<Drafter* const> group) {
+    std::vector<Drafter*> out;
+    for (Drafter* d : group) {
+      auto* counted = dynamic_cast<CountedDrafter*>(d);
+      out.push_back(counted != nullptr ? counted->inner_.get() : d);
+    }
+    return out;
+  }
   std::unique_ptr<Drafter> inner_;
   int64_t* calls_;
 };

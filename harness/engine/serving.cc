@@ -119,10 +119,11 @@ Result<ServingResult> serve_requests(Engine& engine,
     updates.push_back(StateUpdate{s.id, StateUpdate::Kind::kRelease});
   };
 
-  // Runs the drafters' calls of one step, each request's drafter on its own (they share
-  // nothing but read-only weights): at once on helper threads, each queued after this
-  // thread's device work so far, and this thread's later work after theirs. The first
-  // failure in the calls' order is returned.
+  // Runs the drafters' calls of one step. Drafters that group (Drafter::groups) take them
+  // as one group call (observe_all, propose_all). Others run each request's drafter on its
+  // own (they share nothing but read-only weights): at once on helper threads, each queued
+  // after this thread's device work so far, and this thread's later work after theirs.
+  // The first failure in the calls' order is returned.
   // SPLITCHECK_SERVING_DRAFTER_THREADS=0 runs them one after another on this thread (the
   // same bits; for measuring what the helper threads gain).
   static const bool drafter_threads = [] {
@@ -143,12 +144,44 @@ Result<ServingResult> serve_requests(Engine& engine,
     for (const Status& st : status) RETURN_IF_ERROR(st);
     return Status::ok();
   };
+  auto observe_all = [&](const std::vector<Drafter*>& group,
+                         const std::vector<Observation>& observations) -> Status {
+    if (group.empty()) return Status::ok();
+    if (group.front()->groups()) return group.front()->observe_group(group, observations);
+    std::vector<std::function<Status()>> calls;
+    for (size_t i = 0; i < group.size(); ++i)
+      calls.push_back(
+          [&, i] { return group[i]->observe(*observations[i].ids, *observations[i].taps); });
+    return run_drafters(calls);
+  };
+  auto propose_all = [&](const std::vector<Drafter*>& group, const std::vector<int32_t>& anchors,
+                         std::vector<std::vector<int32_t>>& drafts) -> Status {
+    drafts.assign(group.size(), {});
+    if (group.empty()) return Status::ok();
+    if (group.front()->groups()) {
+      RETURN_IF_ERROR(group.front()->propose_group(group, anchors, gamma, drafts));
+    } else {
+      std::vector<std::function<Status()>> calls;
+      for (size_t i = 0; i < group.size(); ++i)
+        calls.push_back([&, i]() -> Status {
+          ASSIGN_OR_RETURN(drafts[i], group[i]->propose(anchors[i], gamma));
+          return Status::ok();
+        });
+      RETURN_IF_ERROR(run_drafters(calls));
+    }
+    for (const std::vector<int32_t>& d : drafts)
+      if (static_cast<int>(d.size()) != gamma)
+        return internal_error("drafter proposed " + std::to_string(d.size()) + " tokens");
+    return Status::ok();
+  };
 
   // Applies one collected step's results to the requests it carried.
   auto apply = [&](const InFlight& f, const BatchResult& b) -> Status {
-    std::vector<std::function<Status()>> observes;  // the drafters', after the loop
+    std::vector<Drafter*> observers;  // the drafters' observations, after the loop
+    std::vector<Observation> observations;
     auto observe = [&](RequestRun& run, const Segment& seg, const ForwardResult& out) {
-      observes.push_back([&run, &seg, &out] { return run.drafter->observe(seg.ids, out.taps); });
+      observers.push_back(run.drafter.get());
+      observations.push_back(Observation{&seg.ids, &out.taps});
     };
     if (b.segments.size() != f.segments.size())
       return internal_error(fmt::format("step {}: {} results for {} segments", f.step,
@@ -227,7 +260,7 @@ Result<ServingResult> serve_requests(Engine& engine,
           break;
       }
     }
-    return run_drafters(observes);
+    return observe_all(observers, observations);
   };
   auto collect_one = [&]() -> Status {
     ASSIGN_OR_RETURN(BatchResult b, engine.collect(record));
@@ -275,8 +308,9 @@ Result<ServingResult> serve_requests(Engine& engine,
     batch.step = step;
     batch.updates = std::move(updates);
     updates.clear();
-    std::vector<std::function<Status()>> proposals;  // the verify segments' drafts
-    std::vector<size_t> verifying;                   // their segments' indices
+    std::vector<Drafter*> proposers;  // the verify segments' drafters, their anchors
+    std::vector<int32_t> anchors;
+    std::vector<size_t> verifying;  // their segments' indices
     for (const ScheduledSegment& p : plan) {
       RequestRun& run = runs[index_of.at(p.request)];
       const RequestSlot& s = slot_of(p.request);
@@ -300,13 +334,8 @@ Result<ServingResult> serve_requests(Engine& engine,
           seg.ids.assign(static_cast<size_t>(gamma) + 1, run.anchor);
           seg.first_position = run.position;
           verifying.push_back(batch.segments.size());
-          proposals.push_back([&run, gamma]() -> Status {
-            ASSIGN_OR_RETURN(run.draft, run.drafter->propose(run.anchor, gamma));
-            if (static_cast<int>(run.draft.size()) != gamma)
-              return internal_error("drafter proposed " + std::to_string(run.draft.size()) +
-                                    " tokens");
-            return Status::ok();
-          });
+          proposers.push_back(run.drafter.get());
+          anchors.push_back(run.anchor);
           break;
         }
         case ForwardKind::kReplay:
@@ -323,10 +352,12 @@ Result<ServingResult> serve_requests(Engine& engine,
       result.tokens += static_cast<int64_t>(seg.ids.size());
       batch.segments.push_back(std::move(seg));
     }
-    RETURN_IF_ERROR(run_drafters(proposals));
-    for (size_t v : verifying) {
-      Segment& seg = batch.segments[v];
-      const std::vector<int32_t>& draft = runs[index_of.at(seg.request)].draft;
+    std::vector<std::vector<int32_t>> drafts;
+    RETURN_IF_ERROR(propose_all(proposers, anchors, drafts));
+    for (size_t i = 0; i < verifying.size(); ++i) {
+      Segment& seg = batch.segments[verifying[i]];
+      std::vector<int32_t>& draft = runs[index_of.at(seg.request)].draft;
+      draft = std::move(drafts[i]);
       std::copy(draft.begin(), draft.end(), seg.ids.begin() + 1);
     }
     RETURN_IF_ERROR(engine.submit(batch, record != nullptr));

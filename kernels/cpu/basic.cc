@@ -50,18 +50,21 @@ void argmax(ArgmaxArgs& a) {
 }
 
 void markov_chain(MarkovChainArgs& a) {
-  const int64_t gamma = a.u->dim(0), v = a.u->dim(1), r = a.w1->dim(1);
+  const int64_t gamma = a.gamma(), v = a.u->dim(1), r = a.w1->dim(1);
   std::vector<float> row(r), bias(v), scores(v);
   a.tokens->clear();
-  int64_t prev = a.anchor;
-  for (int64_t k = 0; k < gamma; ++k) {
-    widen(a.w1->data<bf16>() + prev * r, r, row.data());
-    matmul_nt(row.data(), 1, r, a.w2->data<bf16>(), v, bias.data());
-    const float* u = a.u->data<float>() + k * v;
-    for (int64_t i = 0; i < v; ++i) scores[i] = u[i] + bias[i];
-    prev = cpu::argmax(scores.data(), v);
-    if (a.departs_at(k)) prev = second_argmax(scores.data(), v, prev);
-    a.tokens->push_back(static_cast<int32_t>(prev));
+  for (int64_t c = 0; c < a.chains(); ++c) {
+    int64_t prev = a.anchors[static_cast<size_t>(c)];
+    for (int64_t k = 0; k < gamma; ++k) {
+      const int64_t step = c * gamma + k;
+      widen(a.w1->data<bf16>() + prev * r, r, row.data());
+      matmul_nt(row.data(), 1, r, a.w2->data<bf16>(), v, bias.data());
+      const float* u = a.u->data<float>() + step * v;
+      for (int64_t i = 0; i < v; ++i) scores[i] = u[i] + bias[i];
+      prev = cpu::argmax(scores.data(), v);
+      if (a.departs_at(step)) prev = second_argmax(scores.data(), v, prev);
+      a.tokens->push_back(static_cast<int32_t>(prev));
+    }
   }
 }
 

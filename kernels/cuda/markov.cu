@@ -1,8 +1,10 @@
-// The DSpark Markov head's chain on the GPU (MarkovChainArgs, kernels/ops.h): one launch
-// a step, each reading the token the step before it wrote, so the chain runs without a
-// host wait and its gamma tokens are read once at the end.
+// The DSpark Markov head's chains on the GPU (MarkovChainArgs, kernels/ops.h): one launch
+// a step for every chain (a grid row each), each reading the token its step before wrote,
+// so the chains run without a host wait and their tokens are read once at the end.
 #include <cstdint>
+#include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -37,19 +39,25 @@ __device__ __forceinline__ void offer(Top2& t, float v, int32_t i) {
   }
 }
 
-// Step k of the chain: warp w of block b scores row j = b * kRowsPerBlock + w,
+// Step k of chain c = blockIdx.y: warp w of block b scores row j = b * kRowsPerBlock + w,
 // s_j = u[j] + W1[prev] · W2[j] (each lane sums its columns in ascending order, then the
-// lanes by halving shuffles); each block keeps its two best in partial[b], and the last
-// block to finish merges them all and writes the step's token (the second best where the
-// step departs). prev is *prev_token, or the anchor for the first step.
+// lanes by halving shuffles); each block keeps its two best in the chain's partial[b], and
+// the chain's last block to finish merges them all and writes the step's token (the second
+// best where the step departs). A chain's row of `chain` holds its anchor, then its tokens:
+// prev is chain[k], the token written chain[k + 1]; departs[k] of the chain's row.
 __global__ void markov_step_kernel(const float* u, const uint16_t* w1, const uint16_t* w2,
-                                   int64_t v, int64_t r, const int32_t* prev_token,
-                                   int32_t anchor, bool departs, Top2* partial,
-                                   unsigned* counter, int32_t* token) {
+                                   int64_t v, int64_t r, int64_t gamma, int64_t k,
+                                   int32_t* chains, const int32_t* departs, Top2* partials,
+                                   unsigned* counters) {
+  const int64_t c = blockIdx.y;
+  u += (c * gamma + k) * v;
+  int32_t* chain = chains + c * (gamma + 1);
+  Top2* partial = partials + c * gridDim.x;
+  unsigned* counter = counters + c;
   __shared__ Top2 merged[kThreads];
   __shared__ bool last;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t prev = prev_token != nullptr ? *prev_token : anchor;
+  const int64_t prev = chain[k];
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   float dot = 0.0f;
   if (j < v) {
@@ -95,7 +103,7 @@ __global__ void markov_step_kernel(const float* u, const uint16_t* w1, const uin
   if (threadIdx.x == 0) {
     const Top2 best = merged[0];
     const int32_t first = best.i1 < 0 ? 0 : best.i1;
-    *token = departs && best.i2 >= 0 ? best.i2 : first;
+    chain[k + 1] = departs[c * gamma + k] != 0 && best.i2 >= 0 ? best.i2 : first;
     *counter = 0;  // re-armed for the next launch on this stream
   }
 }
@@ -104,23 +112,39 @@ __global__ void markov_step_kernel(const float* u, const uint16_t* w1, const uin
 
 void markov_chain(MarkovChainArgs& a) {
   Staging s;
-  const int64_t gamma = a.u->dim(0), v = a.u->dim(1), r = a.w1->dim(1);
-  a.tokens->assign(static_cast<size_t>(gamma), 0);
-  if (gamma == 0) return;
+  const int64_t chains = a.chains(), gamma = a.gamma(), v = a.u->dim(1), r = a.w1->dim(1);
+  a.tokens->assign(static_cast<size_t>(chains * gamma), 0);
+  if (chains == 0 || gamma == 0) return;
+  if (chains > kTileCounters || chains > 65535)
+    throw std::invalid_argument("markov_chain: too many chains for one launch");
+  // Uploaded at once: each chain's row (its anchor, then room for its tokens), then the
+  // departures, a flag a step.
+  const int64_t row = gamma + 1;
+  std::vector<int32_t> host(static_cast<size_t>(chains * (row + gamma)), 0);
+  for (int64_t c = 0; c < chains; ++c) {
+    host[static_cast<size_t>(c * row)] = a.anchors[static_cast<size_t>(c)];
+    for (int64_t k = 0; k < gamma; ++k)
+      host[static_cast<size_t>(chains * row + c * gamma + k)] = a.departs_at(c * gamma + k);
+  }
+  auto* chain = s.scratch<int32_t>(chains * (row + gamma));
+  SPLITCHECK_CUDA_CHECK(cudaMemcpyAsync(chain, host.data(), host.size() * sizeof(int32_t),
+                                        cudaMemcpyHostToDevice, stream()));
   const auto* u = as<float>(s.in(a.u));
   const auto* w1 = as<uint16_t>(s.in(a.w1));
   const auto* w2 = as<uint16_t>(s.in(a.w2));
   const int64_t blocks = (v + kRowsPerBlock - 1) / kRowsPerBlock;
-  auto* partial = s.scratch<Top2>(blocks);
-  auto* chain = s.scratch<int32_t>(gamma);
-  unsigned* counter = tile_counters(stream());
+  auto* partial = s.scratch<Top2>(blocks * chains);
+  unsigned* counters = tile_counters(stream());
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(chains));
   for (int64_t k = 0; k < gamma; ++k) {
-    markov_step_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(
-        u + k * v, w1, w2, v, r, k == 0 ? nullptr : chain + k - 1, a.anchor, a.departs_at(k),
-        partial, counter, chain + k);
+    markov_step_kernel<<<grid, kThreads, 0, stream()>>>(u, w1, w2, v, r, gamma, k, chain,
+                                                       chain + chains * row, partial, counters);
   }
-  s.copy_back(a.tokens->data(), chain, static_cast<size_t>(gamma) * sizeof(int32_t));
+  std::vector<int32_t> rows(static_cast<size_t>(chains * row));
+  s.copy_back(rows.data(), chain, rows.size() * sizeof(int32_t));
   s.done();
+  for (int64_t c = 0; c < chains; ++c)
+    std::copy_n(rows.begin() + c * row + 1, gamma, a.tokens->begin() + c * gamma);
 }
 
 }  // namespace splitcheck::cuda

@@ -1,8 +1,9 @@
 // The DSpark Markov head's chain (MarkovChainArgs; kernels/cpu/basic.cc and
 // kernels/cuda/markov.cu): on either device the tokens of the float64 chain where its
 // scores are well apart, each step scored from the token the step before it picked, the
-// second choice where a step departs; ties to the lowest index, NaN never picked; an
-// anchor outside the vocabulary refused. The GPU rows are skipped, saying why, without a
+// second choice where a step departs; several chains in one call each giving its tokens
+// alone; ties to the lowest index, NaN never picked; an anchor outside the vocabulary
+// refused. The GPU rows are skipped, saying why, without a
 // CUDA device; the CPU rows run everywhere.
 #include <gtest/gtest.h>
 
@@ -58,13 +59,21 @@ Tensor as_f32(const Tensor& t) {
   return out;
 }
 
-std::vector<int32_t> chain_on(Device device, const Tensor& u, const Tensor& w1, const Tensor& w2,
-                              int32_t anchor, const std::vector<bool>& departs) {
+// The chains anchored at `anchors`, all in one call (U's rows and `departs` chain after
+// chain).
+std::vector<int32_t> chains_on(Device device, const Tensor& u, const Tensor& w1, const Tensor& w2,
+                               const std::vector<int32_t>& anchors,
+                               const std::vector<bool>& departs) {
   const Tensor du = u.to(device), d1 = w1.to(device), d2 = w2.to(device);
   std::vector<int32_t> tokens;
-  MarkovChainArgs a{&du, &d1, &d2, anchor, &departs, &tokens};
+  MarkovChainArgs a{&du, &d1, &d2, anchors, &departs, &tokens};
   markov_chain(KernelContext{nullptr, 0, -1, Site::kDraft, 0, -1}, a);
   return tokens;
+}
+
+std::vector<int32_t> chain_on(Device device, const Tensor& u, const Tensor& w1, const Tensor& w2,
+                              int32_t anchor, const std::vector<bool>& departs) {
+  return chains_on(device, u, w1, w2, {anchor}, departs);
 }
 
 // (V, r): fewer rows than a block's warps short of a whole block, and more blocks than
@@ -85,6 +94,29 @@ void expect_float64_chain(Device device) {
     ASSERT_NE(float64_chain(u, w1, w2, 3, kDeparts, false).tokens, want.tokens);
     EXPECT_EQ(chain_on(device, u, w1, w2, 3, kDeparts), want.tokens);
   }
+}
+
+// Three chains in one call (V 5000, r 64, 7 steps each, their own departures): each
+// chain's tokens are those it has alone, and the three differ, so a call that read
+// another chain's anchor, U rows or departures would fail.
+void expect_chains_alone(Device device) {
+  const int64_t v = 5000, r = 64, gamma = 7;
+  const Tensor w1 = random_bf16({v, r}, 41, 1.0f), w2 = random_bf16({v, r}, 42, 1.0f);
+  const Tensor u = as_f32(random_bf16({3 * gamma, v}, 43, 2.0f));
+  const std::vector<int32_t> anchors = {3, 4999, 17};
+  std::vector<bool> departs(3 * gamma);
+  for (size_t i = 0; i < departs.size(); ++i) departs[i] = i % 5 == 1 || i % 7 == 3;
+  std::vector<int32_t> alone;
+  std::vector<std::vector<int32_t>> each;
+  for (int64_t c = 0; c < 3; ++c) {
+    const std::vector<bool> mine(departs.begin() + c * gamma, departs.begin() + (c + 1) * gamma);
+    each.push_back(chain_on(device, u.rows(c * gamma, (c + 1) * gamma).clone(), w1, w2,
+                            anchors[static_cast<size_t>(c)], mine));
+    alone.insert(alone.end(), each.back().begin(), each.back().end());
+  }
+  ASSERT_NE(each[0], each[1]);
+  ASSERT_NE(each[1], each[2]);
+  EXPECT_EQ(chains_on(device, u, w1, w2, anchors, departs), alone);
 }
 
 // U rows with two equal maxima (indices 5 and 9), a NaN ahead of them, and all NaN; a
@@ -111,21 +143,40 @@ TEST(MarkovChainTest, OnTheCpuIsTheFloat64Chain) { expect_float64_chain(Device::
 
 TEST(MarkovChainTest, OnTheCpuTiesGoLowAndNaNIsNeverPicked) { expect_ties_and_nan(Device::kCpu); }
 
+TEST(MarkovChainTest, OnTheCpuChainsAtOnceAreEachChainAlone) { expect_chains_alone(Device::kCpu); }
+
 TEST(MarkovChainTest, RefusesAnAnchorOutsideTheVocabulary) {
   const Tensor w = random_bf16({10, 4}, 31, 1.0f);
   const Tensor u = Tensor::zeros(DType::kF32, {2, 10});
   for (int32_t anchor : {-1, 10}) {
     std::vector<int32_t> tokens;
     const std::vector<bool> none;
-    MarkovChainArgs a{&u, &w, &w, anchor, &none, &tokens};
+    const std::vector<int32_t> anchors = {2, anchor};
+    MarkovChainArgs a{&u, &w, &w, anchors, &none, &tokens};
     EXPECT_THROW(markov_chain(KernelContext{nullptr, 0, -1, Site::kDraft, 0, -1}, a),
                  std::out_of_range);
   }
 }
 
+TEST(MarkovChainTest, RefusesURowsThatDoNotShareOutOverTheChains) {
+  const Tensor w = random_bf16({10, 4}, 31, 1.0f);
+  const Tensor u = Tensor::zeros(DType::kF32, {5, 10});
+  std::vector<int32_t> tokens;
+  const std::vector<bool> none;
+  const std::vector<int32_t> anchors = {1, 2};
+  MarkovChainArgs a{&u, &w, &w, anchors, &none, &tokens};
+  EXPECT_THROW(markov_chain(KernelContext{nullptr, 0, -1, Site::kDraft, 0, -1}, a),
+               std::invalid_argument);
+}
+
 TEST(CudaMarkovTest, IsTheFloat64Chain) {
   SPLITCHECK_REQUIRE_GPU();
   expect_float64_chain(Device::kCuda);
+}
+
+TEST(CudaMarkovTest, ChainsAtOnceAreEachChainAlone) {
+  SPLITCHECK_REQUIRE_GPU();
+  expect_chains_alone(Device::kCuda);
 }
 
 TEST(CudaMarkovTest, TiesGoLowAndNaNIsNeverPicked) {

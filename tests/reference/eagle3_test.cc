@@ -1,7 +1,8 @@
 // EAGLE-3-lite (SPEC 3.2): its tensors, and that speculative decoding with it and with
 // DSpark-lite is lossless against plain greedy decoding, rollback included (SPEC 3.3); and
 // that DSpark's draft cache (spare rows, growth by doubling) holds what one observation
-// of every position would.
+// of every position would, and that a group of DSpark drafters gives each request its
+// calls alone.
 #include "reference/eagle3.h"
 
 #include <gtest/gtest.h>
@@ -206,6 +207,78 @@ TEST(Dspark, ObservingInChunksWithProposalsBetweenKeepsTheCacheOfObservingAtOnce
     Result<std::vector<int32_t>> a = whole->propose(anchor, 7), b = chunked->propose(anchor, 7);
     ASSERT_TRUE(a.is_ok() && b.is_ok());
     EXPECT_EQ(*a, *b) << "anchor " << anchor;
+  }
+}
+
+// A group of DSpark drafters (a serving step's requests) runs its calls together: the
+// ops once over every request's rows, the attention per request, the Markov chains in one
+// call. On the CPU, whose rows keep their bits whatever the row count, three requests fed
+// and asked together end with the draft caches and the proposals of three fed and asked
+// one by one, departures included (each request its own); their proposals differ, so a
+// group that mixed up requests would fail.
+TEST(Dspark, AGroupsCallsGiveEachRequestItsCallsAlone) {
+  const ModelConfig c = small_config();
+  const std::vector<int> ids = method_default_capture_ids("dspark", 8);
+  const int n_taps = static_cast<int>(ids.size());
+  auto engine = make_engine(c, ids, "dspark");
+  GeneratedWeights source(c);
+  Result<WeightStore> own =
+      load_weights(source, names_of(drafter_tensor_specs(c, "dspark", n_taps)));
+  ASSERT_TRUE(own.is_ok());
+  constexpr int kRequests = 3, kGamma = 5;
+  std::vector<std::unique_ptr<DsparkDrafter>> alone, grouped;
+  for (int r = 0; r < 2 * kRequests; ++r) {
+    auto d = DsparkDrafter::create(c, *own, share_with_target(engine->weights()), n_taps);
+    ASSERT_TRUE(d.is_ok());
+    (*d)->set_departure(Departure{c.seed, 0.3});
+    (*d)->reset(r % kRequests);
+    (r < kRequests ? alone : grouped).push_back(std::move(*d));
+  }
+  std::vector<Drafter*> group;
+  for (auto& d : grouped) group.push_back(d.get());
+  const int64_t width = n_taps * c.hidden_size;
+  std::vector<int64_t> positions(kRequests, 0);
+  for (int round = 0; round < 4; ++round) {
+    // Request r observes 3 + (r + round) % 4 positions, then proposes from its anchor.
+    std::vector<std::vector<int32_t>> seen(kRequests);
+    std::vector<Tensor> taps;
+    std::vector<Observation> observations;
+    std::vector<int32_t> anchors;
+    for (int r = 0; r < kRequests; ++r) {
+      const int64_t t = 3 + (r + round) % 4;
+      Tensor x = Tensor::zeros(DType::kBF16, {t, width});
+      for (int64_t i = 0; i < x.numel(); ++i)
+        x.data<bf16>()[i] = to_bf16(std::sin(0.37f * static_cast<float>(i + 131 * r + 17 * round)));
+      for (int64_t i = 0; i < t; ++i) seen[r].push_back(static_cast<int32_t>(positions[r] + i));
+      positions[r] += t;
+      taps.push_back(std::move(x));
+      anchors.push_back(static_cast<int32_t>((37 * r + 11 * round) % c.vocab_size));
+    }
+    for (int r = 0; r < kRequests; ++r) {
+      observations.push_back(Observation{&seen[r], &taps[r]});
+      ASSERT_TRUE(alone[r]->observe(seen[r], taps[r]).is_ok());
+    }
+    ASSERT_TRUE(group.front()->observe_group(group, observations).is_ok());
+    std::vector<std::vector<int32_t>> together(kRequests);
+    ASSERT_TRUE(group.front()->propose_group(group, anchors, kGamma, together).is_ok());
+    for (int r = 0; r < kRequests; ++r) {
+      Result<std::vector<int32_t>> mine = alone[r]->propose(anchors[r], kGamma);
+      ASSERT_TRUE(mine.is_ok());
+      EXPECT_EQ(together[r], *mine) << "round " << round << ", request " << r;
+    }
+    EXPECT_NE(together[0], together[1]);
+    EXPECT_NE(together[1], together[2]);
+  }
+  for (int r = 0; r < kRequests; ++r) {
+    for (int layer = 0; layer < kDsparkLayers; ++layer) {
+      for (bool values : {false, true}) {
+        const Tensor a = alone[r]->observed_rows(layer, values);
+        const Tensor b = grouped[r]->observed_rows(layer, values);
+        ASSERT_EQ(a.dim(0), positions[r]);
+        EXPECT_TRUE(a.bit_equal(b))
+            << "request " << r << ", layer " << layer << (values ? " values" : " keys");
+      }
+    }
   }
 }
 

@@ -130,10 +130,10 @@ TEST(MarkovHead, FollowsTheBigramChainThenTheBlockLogits) {
   DispatchTrace trace;
   const KernelContext ctx{&trace, 0, -1, Site::kDraft, 0, -1};
   // Step 3: W1[3] = 0, U all zero: a tie over the vocabulary, lowest index wins.
-  EXPECT_EQ(markov_head(ctx, u, w1, w2, 0), (std::vector<int32_t>{2, 3, 0}));
+  EXPECT_EQ(markov_head(ctx, u, w1, w2, std::vector<int32_t>{0}), (std::vector<int32_t>{2, 3, 0}));
   // The block logits dominate where they are larger than the bigram bias.
   u.data<float>()[0 * 4 + 1] = 5.0f;
-  EXPECT_EQ(markov_head(ctx, u, w1, w2, 0), (std::vector<int32_t>{1, 0, 2}));
+  EXPECT_EQ(markov_head(ctx, u, w1, w2, std::vector<int32_t>{0}), (std::vector<int32_t>{1, 0, 2}));
   // Every kernel call went through the registry at site draft.
   ASSERT_FALSE(trace.events.empty());
   for (const DispatchEvent& e : trace.events) EXPECT_EQ(e.site, Site::kDraft);
