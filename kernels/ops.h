@@ -163,6 +163,9 @@ struct LinearArgs {
 // Softmax attention where every key is visible to every query (a draft block attends to
 // the whole draft cache and to itself). q [Tq, heads*hd], k/v [Tk, heads*hd], out
 // [Tq, heads*hd], all bf16; scores, softmax and the weighted sum in float32.
+// Segmented (a group of drafters in one call): when `begin` is set, query rows
+// [begin[i], begin[i + 1]) of q and out attend over keys[i] and values[i] alone, each
+// segment's rows as a call of its own gives them; k and v are unused.
 struct DenseAttentionArgs {
   const Tensor* q = nullptr;
   const Tensor* k = nullptr;
@@ -170,6 +173,8 @@ struct DenseAttentionArgs {
   int heads = 0;
   int head_dim = 0;
   Tensor* out = nullptr;
+  std::vector<int64_t> begin;
+  std::vector<const Tensor*> keys, values;
 };
 
 // The DSpark Markov head's chains (SPEC 3.1), any number at once (a step's requests):

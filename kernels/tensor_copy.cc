@@ -3,6 +3,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #ifdef SPLITCHECK_HAVE_CUDA
 #include "kernels/cuda/runtime.h"
@@ -41,6 +42,30 @@ void copy_tensor_runs(Tensor& dst, size_t dst_offset, size_t dst_pitch, const Te
   }
 #endif
   for (size_t i = 0; i < runs; ++i) std::memcpy(to + i * dst_pitch, from + i * src_pitch, width);
+}
+
+void copy_runs(std::span<const CopyRun> runs) {
+  bool queued = true;
+  for (const CopyRun& r : runs) {
+    if (!fits(r.src_offset, 0, r.bytes, 1, r.src->nbytes()) ||
+        !fits(r.dst_offset, 0, r.bytes, 1, r.dst->nbytes()))
+      throw std::out_of_range("copy_runs: a run falls outside a tensor");
+    queued = queued && r.dst->device() == Device::kCuda && r.src->device() == Device::kCuda;
+  }
+#ifdef SPLITCHECK_HAVE_CUDA
+  if (queued) {
+    std::vector<cuda::DeviceCopy> copies;
+    for (const CopyRun& r : runs)
+      if (r.bytes > 0)
+        copies.push_back(cuda::DeviceCopy{
+            static_cast<std::byte*>(r.dst->address()) + r.dst_offset,
+            static_cast<const std::byte*>(r.src->address()) + r.src_offset, r.bytes});
+    cuda::copy_runs_queued(copies);
+    return;
+  }
+#endif
+  for (const CopyRun& r : runs)
+    copy_tensor_runs(*r.dst, r.dst_offset, r.bytes, *r.src, r.src_offset, r.bytes, r.bytes, 1);
 }
 
 void copy_tensor(Tensor& dst, const Tensor& src) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 
 #include "kernels/tensor.h"
 
@@ -18,6 +19,22 @@ namespace splitcheck {
 // Throws std::out_of_range when a run falls outside either tensor (or pitches overlap runs).
 void copy_tensor_runs(Tensor& dst, size_t dst_offset, size_t dst_pitch, const Tensor& src,
                       size_t src_offset, size_t src_pitch, size_t width, size_t runs);
+
+// One run of bytes between two tensors (copy_runs).
+struct CopyRun {
+  Tensor* dst = nullptr;
+  size_t dst_offset = 0;
+  const Tensor* src = nullptr;
+  size_t src_offset = 0;
+  size_t bytes = 0;
+};
+
+// Copies every run as copy_tensor_runs copies one, in order (runs must not overlap one
+// another's destinations or read what another writes). When every run is between device
+// tensors, they are queued together: one launch for up to 32 runs, a serving step's rows
+// scattered to each request's own tensors without a launch each.
+// Throws std::out_of_range when a run falls outside either tensor.
+void copy_runs(std::span<const CopyRun> runs);
 
 // `dst`'s bytes become `src`'s (equal sizes, else std::invalid_argument), copied as above:
 // between device tensors queued like a kernel, the host not waiting (Tensor::clone waits).

@@ -257,29 +257,55 @@ Status DsparkDrafter::observe_together(std::span<DsparkDrafter* const> group,
   } else {
     taps = Tensor::zeros(DType::kBF16, {first.back(), width}, dev);
     const size_t row = static_cast<size_t>(width) * sizeof(bf16);
+    std::vector<CopyRun> runs;
     for (size_t i = 0; i < group.size(); ++i) {
       const Tensor& mine = *observations[i].taps;
-      if (mine.nbytes() > 0)
-        copy_tensor_runs(taps, static_cast<size_t>(first[i]) * row, mine.nbytes(), mine, 0,
-                         mine.nbytes(), mine.nbytes(), 1);
+      runs.push_back(CopyRun{&taps, static_cast<size_t>(first[i]) * row, &mine, 0, mine.nbytes()});
     }
+    copy_runs(runs);
   }
   const Tensor projected = apply_linear(ctx, taps, lead.ctx_proj_);
   const Tensor c = apply_norm(ctx, projected, *lead.ctx_norm_, lead.config_.rms_norm_eps);
   // write_context_kv: each draft layer's K and V rows of a request's positions, written
   // after its observed ones (queued without a host wait on a device).
+  std::vector<int64_t> at;
   for (size_t i = 0; i < group.size(); ++i) {
     DsparkDrafter& d = *group[i];
-    const int64_t t = first[i + 1] - first[i];
-    const Tensor mine = c.rows(first[i], first[i + 1]);
-    d.reserve_rows(d.position_ + t);
-    for (Layer& l : d.layers_) {
-      linear_into(ctx, mine, *l.k, l.keys.rows(d.position_, d.position_ + t));
-      linear_into(ctx, mine, *l.v, l.values.rows(d.position_, d.position_ + t));
-    }
-    d.position_ += t;
+    d.reserve_rows(d.position_ + first[i + 1] - first[i]);
+    at.push_back(d.position_);
   }
+  for (size_t j = 0; j < lead.layers_.size(); ++j) write_kv(ctx, group, j, c, first, at);
+  for (size_t i = 0; i < group.size(); ++i) group[i]->position_ += first[i + 1] - first[i];
   return Status::ok();
+}
+
+void DsparkDrafter::write_kv(const KernelContext& ctx, std::span<DsparkDrafter* const> group,
+                             size_t layer, const Tensor& x, std::span<const int64_t> first,
+                             std::span<const int64_t> at) {
+  auto cache_rows = [&](size_t i, bool values) {
+    Layer& l = group[i]->layers_[layer];
+    return (values ? l.values : l.keys).rows(at[i], at[i] + first[i + 1] - first[i]);
+  };
+  const Layer& weights = group.front()->layers_[layer];
+  if (group.size() == 1) {
+    linear_into(ctx, x, *weights.k, cache_rows(0, false));
+    linear_into(ctx, x, *weights.v, cache_rows(0, true));
+    return;
+  }
+  const Tensor k = apply_linear(ctx, x, *weights.k), v = apply_linear(ctx, x, *weights.v);
+  const size_t row = static_cast<size_t>(x.dim(1)) * sizeof(bf16);
+  std::vector<Tensor> dst;
+  dst.reserve(2 * group.size());
+  std::vector<CopyRun> runs;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const size_t from = static_cast<size_t>(first[i]) * row;
+    const size_t bytes = static_cast<size_t>(first[i + 1] - first[i]) * row;
+    dst.push_back(cache_rows(i, false));
+    runs.push_back(CopyRun{&dst.back(), 0, &k, from, bytes});
+    dst.push_back(cache_rows(i, true));
+    runs.push_back(CopyRun{&dst.back(), 0, &v, from, bytes});
+  }
+  copy_runs(runs);
 }
 
 Tensor DsparkDrafter::block_template(int gamma, int64_t blocks) {
@@ -330,25 +356,30 @@ Status DsparkDrafter::propose_together(std::span<DsparkDrafter* const> group,
   const int head_dim = static_cast<int>(h / heads);
   // A block's keys and values go after its request's observed rows of each draft cache
   // (the next observation overwrites them), so the block attends to one run of rows.
-  for (DsparkDrafter* d : group) d->reserve_rows(d->position_ + rows);
+  std::vector<int64_t> first, at;
+  for (int64_t b = 0; b <= blocks; ++b) first.push_back(b * rows);
+  for (DsparkDrafter* d : group) {
+    d->reserve_rows(d->position_ + rows);
+    at.push_back(d->position_);
+  }
   for (size_t j = 0; j < lead.layers_.size(); ++j) {
     const Layer& weights = lead.layers_[j];
     const Tensor n = apply_norm(ctx, x, *weights.input_norm, config.rms_norm_eps);
     const Tensor q = apply_linear(ctx, n, *weights.q);
-    Tensor o = Tensor::zeros(DType::kBF16, {blocks * rows, h}, dev);
-    for (int64_t b = 0; b < blocks; ++b) {
-      DsparkDrafter& d = *group[static_cast<size_t>(b)];
-      Layer& l = d.layers_[j];
-      const Tensor mine = n.rows(b * rows, (b + 1) * rows);
-      linear_into(ctx, mine, *l.k, l.keys.rows(d.position_, d.position_ + rows));
-      linear_into(ctx, mine, *l.v, l.values.rows(d.position_, d.position_ + rows));
-      const Tensor qb = q.rows(b * rows, (b + 1) * rows);
-      const Tensor kt = l.keys.rows(0, d.position_ + rows);
-      const Tensor vt = l.values.rows(0, d.position_ + rows);
-      Tensor ob = o.rows(b * rows, (b + 1) * rows);
-      DenseAttentionArgs a{&qb, &kt, &vt, heads, head_dim, &ob};
-      dense_attention(ctx, a);
+    write_kv(ctx, group, j, n, first, at);
+    // Each block over its own request's draft cache, the group in one call.
+    std::vector<Tensor> keys, values;
+    for (DsparkDrafter* d : group) {
+      keys.push_back(d->layers_[j].keys.rows(0, d->position_ + rows));
+      values.push_back(d->layers_[j].values.rows(0, d->position_ + rows));
     }
+    Tensor o = Tensor::zeros(DType::kBF16, {blocks * rows, h}, dev);
+    DenseAttentionArgs a{&q, nullptr, nullptr, heads, head_dim, &o, first, {}, {}};
+    for (int64_t b = 0; b < blocks; ++b) {
+      a.keys.push_back(&keys[static_cast<size_t>(b)]);
+      a.values.push_back(&values[static_cast<size_t>(b)]);
+    }
+    dense_attention(ctx, a);
     x = add_bf16(x, apply_linear(ctx, o, *weights.o));
   }
   // The gamma mask rows of every block, one after another, then U of each.

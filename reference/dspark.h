@@ -125,6 +125,12 @@ class DsparkDrafter : public Drafter {
   static Status propose_together(std::span<DsparkDrafter* const> group,
                                  std::span<const int32_t> anchors, int gamma,
                                  std::span<std::vector<int32_t>> proposals);
+  // Draft layer `layer`'s keys and values of each member's rows [first[i], first[i + 1])
+  // of x, into its cache from row at[i] (reserved): for one member straight there; for
+  // several, each product once over every row, then copied to the caches in one call.
+  static void write_kv(const KernelContext& ctx, std::span<DsparkDrafter* const> group,
+                       size_t layer, const Tensor& x, std::span<const int64_t> first,
+                       std::span<const int64_t> at);
   // `blocks` block pass inputs but their anchors, one after another: [blocks * (gamma + 1),
   // H], each block's rows 1..gamma the mask embedding, where the weights are.
   Tensor block_template(int gamma, int64_t blocks);

@@ -124,7 +124,7 @@ Result<std::vector<int32_t>> Eagle3Drafter::propose(int32_t anchor, int gamma) {
     append_rows(values, apply_linear(ctx, n, *v_));
     const Tensor kt = rows_tensor(keys, h), vt = rows_tensor(values, h);
     Tensor a = Tensor::zeros(DType::kBF16, {1, h});
-    DenseAttentionArgs aa{&q, &kt, &vt, heads, head_dim, &a};
+    DenseAttentionArgs aa{&q, &kt, &vt, heads, head_dim, &a, {}, {}, {}};
     dense_attention(ctx, aa);
     const Tensor h1 = add_bf16(x, apply_linear(ctx, a, *o_));
     const Tensor n2 = apply_norm(ctx, h1, *post_norm_, config_.rms_norm_eps);

@@ -245,7 +245,7 @@ fi
 # never a pass.
 sanitizer=/usr/local/cuda/bin/compute-sanitizer
 [[ -x $sanitizer ]] || sanitizer="$(command -v compute-sanitizer || true)"
-kernel_tests='CudaAttnResTest.*:CudaOpsTest.*:CudaSegmentedAttentionTest.*:CudaAddBf16Test.*:CudaAddF32Test.*:CudaTcGemmTest.*:CudaMarkovTest.*-CudaAttnResTest.ATokensBits*'
+kernel_tests='CudaAttnResTest.*:CudaOpsTest.*:CudaSegmentedAttentionTest.*:CudaAddBf16Test.*:CudaAddF32Test.*:CudaTcGemmTest.*:CudaMarkovTest.*:CudaGroupOpsTest.*-CudaAttnResTest.ATokensBits*'
 for tool in memcheck racecheck synccheck; do
   if [[ -z $sanitizer ]]; then
     [[ -n "${GPU_CHECK_ONLY:-}" && ! "sanitizer-$tool" =~ $GPU_CHECK_ONLY ]] && continue

@@ -125,6 +125,7 @@ bool fill_case(OpCase& c, const void* args) {
     c.out_shape = a.out->shape();
   } else if (op == "dense_attention") {
     const auto& a = *static_cast<const DenseAttentionArgs*>(args);
+    if (!a.begin.empty()) return false;  // a group of drafters' segmented call: not kept
     keep_activation(c, "q", a.q);
     keep_activation(c, "k", a.k);
     keep_activation(c, "v", a.v);
@@ -228,8 +229,9 @@ Tensor run_op_case(const OpCase& c, Device device, std::map<std::string, Tensor>
     run(a);
   } else if (op == "mla") {
     const int64_t r = maybe(t, "w_dkv")->dim(1);
-    LatentCache cache{Tensor::zeros(DType::kBF16, {static_cast<int64_t>(c.mla_cache.size()) / r, r}),
-                      static_cast<int64_t>(c.mla_cache.size()) / r};
+    LatentCache cache{
+        Tensor::zeros(DType::kBF16, {static_cast<int64_t>(c.mla_cache.size()) / r, r}),
+        static_cast<int64_t>(c.mla_cache.size()) / r};
     std::copy(c.mla_cache.begin(), c.mla_cache.end(), cache.rows.data<bf16>());
     MlaArgs a{maybe(t, "x"),
               maybe(t, "w_q"),
@@ -278,8 +280,15 @@ Tensor run_op_case(const OpCase& c, Device device, std::map<std::string, Tensor>
     LinearArgs a{maybe(t, "x"), maybe(t, "weight"), &out};
     run(a);
   } else if (op == "dense_attention") {
-    DenseAttentionArgs a{maybe(t, "q"),     maybe(t, "k"),        maybe(t, "v"),
-                         param(c, "heads"), param(c, "head_dim"), &out};
+    DenseAttentionArgs a{maybe(t, "q"),
+                         maybe(t, "k"),
+                         maybe(t, "v"),
+                         param(c, "heads"),
+                         param(c, "head_dim"),
+                         &out,
+                         {},
+                         {},
+                         {}};
     run(a);
   } else {
     throw std::logic_error("no replay for op " + op);

@@ -16,6 +16,15 @@ void linear(LinearArgs& a) {
 }
 
 void dense_attention(DenseAttentionArgs& a) {
+  if (!a.begin.empty()) {
+    for (size_t i = 0; i + 1 < a.begin.size(); ++i) {
+      const Tensor q = a.q->rows(a.begin[i], a.begin[i + 1]);
+      Tensor out = a.out->rows(a.begin[i], a.begin[i + 1]);
+      DenseAttentionArgs one{&q, a.keys[i], a.values[i], a.heads, a.head_dim, &out, {}, {}, {}};
+      dense_attention(one);
+    }
+    return;
+  }
   const int64_t tq = a.q->dim(0), tk = a.k->dim(0);
   const int64_t qd = static_cast<int64_t>(a.heads) * a.head_dim;
   std::vector<float> q(tq * qd), k(tk * qd), v(tk * qd), s(tk);

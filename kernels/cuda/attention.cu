@@ -36,6 +36,8 @@ constexpr int kMaxSegments = 16;
 struct AttentionSegments {
   int count = 0;
   int64_t q_begin[kMaxSegments + 1];
+  const uint16_t* k[kMaxSegments];  // each segment's keys and values (rows from kv_begin)
+  const uint16_t* v[kMaxSegments];
   int64_t kv_begin[kMaxSegments];
   int64_t tk[kMaxSegments];
   int64_t first_pos[kMaxSegments];
@@ -43,9 +45,8 @@ struct AttentionSegments {
 
 // out[t][head*hd + d] = softmax(q k^T * inv_sqrt_d) v over the visible positions of t's
 // segment. With a gate g (float32): bf16(o * sigmoid(g)), else bf16(o).
-__global__ void attention_kernel(const uint16_t* q, const uint16_t* k0, const uint16_t* v0,
-                                 const float* gate, const AttentionSegments segs, int heads,
-                                 int hd, float inv_sqrt_d, uint16_t* out) {
+__global__ void attention_kernel(const uint16_t* q, const float* gate, const AttentionSegments segs,
+                                 int heads, int hd, float inv_sqrt_d, uint16_t* out) {
   extern __shared__ float scores[];
   __shared__ float stat[2];
   const int64_t t = segs.q_begin[0] + blockIdx.x;
@@ -54,8 +55,8 @@ __global__ void attention_kernel(const uint16_t* q, const uint16_t* k0, const ui
   const int64_t tk = segs.tk[sg], first_pos = segs.first_pos[sg];
   const int head = blockIdx.y;
   const int64_t qd = static_cast<int64_t>(heads) * hd;
-  const uint16_t* k = k0 + segs.kv_begin[sg] * qd;
-  const uint16_t* v = v0 + segs.kv_begin[sg] * qd;
+  const uint16_t* k = segs.k[sg] + segs.kv_begin[sg] * qd;
+  const uint16_t* v = segs.v[sg] + segs.kv_begin[sg] * qd;
   // Causal: query t sees keys 0..first_pos + t, never more than the tk keys there are.
   const int64_t causal = first_pos + (t - segs.q_begin[sg]) + 1;
   const int64_t visible = first_pos < 0 || causal > tk ? tk : causal;
@@ -91,9 +92,12 @@ __global__ void attention_kernel(const uint16_t* q, const uint16_t* k0, const ui
   }
 }
 
-// One attention segment: query rows from q_begin, keys and values from kv_begin.
+// One attention segment: query rows from q_begin, keys and values from kv_begin of the
+// call's k and v, or of its own where it has them.
 struct AttentionSegment {
   int64_t q_begin, tq, kv_begin, tk, first_pos;
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
 };
 
 // Every segment's queries over its own keys, kMaxSegments segments a launch.
@@ -107,6 +111,8 @@ void attention(const uint16_t* q, const uint16_t* k, const uint16_t* v, const fl
       const AttentionSegment& a = segments[i];
       if (a.tq == 0 || a.tk == 0) continue;  // nothing to attend over: out stays as it is
       segs.q_begin[segs.count] = a.q_begin;
+      segs.k[segs.count] = a.k != nullptr ? a.k : k;
+      segs.v[segs.count] = a.v != nullptr ? a.v : v;
       segs.kv_begin[segs.count] = a.kv_begin;
       segs.tk[segs.count] = a.tk;
       segs.first_pos[segs.count] = a.first_pos;
@@ -122,7 +128,7 @@ void attention(const uint16_t* q, const uint16_t* k, const uint16_t* v, const fl
     if (smem > 48 * 1024)
       throw std::runtime_error("attention on CUDA sees at most 12288 positions");
     attention_kernel<<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(heads)), kThreads,
-                       smem, stream()>>>(q, k, v, gate, segs, heads, hd, inv_sqrt_d, out);
+                       smem, stream()>>>(q, gate, segs, heads, hd, inv_sqrt_d, out);
   }
 }
 
@@ -184,8 +190,8 @@ struct KdaSegments {
 template <int HD>
 __global__ void kda_kernel(const float* q, const float* k, const float* v, const float* b,
                            const float* al, const float* g, const uint16_t* o_norm,
-                           const KdaSegments segs, int heads, int hd_arg, float eps,
-                           float* qk_norm, float* o_raw, uint16_t* og) {
+                           const KdaSegments segs, int heads, int hd_arg, float eps, float* qk_norm,
+                           float* o_raw, uint16_t* og) {
   extern __shared__ float sh[];  // kda_shared_floats(hd): qv, kv, bkv, alpha, rows [batch][2][rs]
   const int hd = HD > 0 ? HD : hd_arg;
   const int batch = kda_batch(hd), rs = kda_row_stride(hd);
@@ -239,8 +245,13 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
   } next{};
   auto fetch = [&](int64_t t) {
     const int64_t base = t * qd + head * hd;
-    next = {q[base + j], k[base + j], al[base + j], v[base + j], b[t * heads + head],
-            qk_norm[(t * heads + head) * 2], qk_norm[(t * heads + head) * 2 + 1]};
+    next = {q[base + j],
+            k[base + j],
+            al[base + j],
+            v[base + j],
+            b[t * heads + head],
+            qk_norm[(t * heads + head) * 2],
+            qk_norm[(t * heads + head) * 2 + 1]};
   };
   if (t_count > 0) fetch(0);
   for (int64_t t = 0; t < t_count; ++t) {
@@ -385,7 +396,8 @@ void gather_latents(const uint16_t* fresh, const std::vector<LatentCache*>& cach
       table.kv_begin[++table.count] = a.kv_begin + a.tk;
       most = a.tk * r > most ? a.tk * r : most;
     }
-    const int64_t blocks = std::clamp<int64_t>((most + kGatherThreads - 1) / kGatherThreads, 1, 1024);
+    const int64_t blocks =
+        std::clamp<int64_t>((most + kGatherThreads - 1) / kGatherThreads, 1, 1024);
     gather_latents_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(table.count)),
                             kGatherThreads, 0, stream()>>>(fresh, table, r, all);
   }
@@ -514,9 +526,16 @@ void kda_attention(KdaArgs& a) {
 
 void dense_attention(DenseAttentionArgs& a) {
   Staging s;
-  const int64_t tq = a.q->dim(0), tk = a.k->dim(0);
-  attention(as<uint16_t>(s.in(a.q)), as<uint16_t>(s.in(a.k)), as<uint16_t>(s.in(a.v)), nullptr,
-            {{0, tq, 0, tk, -1}}, a.heads, a.head_dim, static_cast<uint16_t*>(s.inout(a.out)));
+  std::vector<AttentionSegment> segments;
+  if (a.begin.empty()) {
+    segments.push_back(
+        {0, a.q->dim(0), 0, a.k->dim(0), -1, as<uint16_t>(s.in(a.k)), as<uint16_t>(s.in(a.v))});
+  }
+  for (size_t i = 0; i + 1 < a.begin.size(); ++i)
+    segments.push_back({a.begin[i], a.begin[i + 1] - a.begin[i], 0, a.keys[i]->dim(0), -1,
+                        as<uint16_t>(s.in(a.keys[i])), as<uint16_t>(s.in(a.values[i]))});
+  attention(as<uint16_t>(s.in(a.q)), nullptr, nullptr, nullptr, segments, a.heads, a.head_dim,
+            static_cast<uint16_t*>(s.inout(a.out)));
   s.done();
 }
 

@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cuda_profiler_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -230,7 +231,8 @@ DeviceMemory device_memory() {
   uint64_t reserved = 0, used = 0;
   SPLITCHECK_CUDA_CHECK(
       cudaMemPoolGetAttribute(device_pool(), cudaMemPoolAttrReservedMemCurrent, &reserved));
-  SPLITCHECK_CUDA_CHECK(cudaMemPoolGetAttribute(device_pool(), cudaMemPoolAttrUsedMemCurrent, &used));
+  SPLITCHECK_CUDA_CHECK(
+      cudaMemPoolGetAttribute(device_pool(), cudaMemPoolAttrUsedMemCurrent, &used));
   if (reserved > used) m.free += static_cast<size_t>(reserved - used);
   return m;
 }
@@ -254,6 +256,56 @@ void copy_2d_queued(void* dst, size_t dst_pitch, const void* src, size_t src_pit
   if (width == 0 || runs == 0) return;
   SPLITCHECK_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, runs,
                                           cudaMemcpyDeviceToDevice, stream()));
+}
+
+namespace {
+
+constexpr int kMaxCopies = 32;
+
+// Kernel parameters: no table is copied to the device.
+struct CopyTable {
+  void* dst[kMaxCopies];
+  const void* src[kMaxCopies];
+  size_t bytes[kMaxCopies];
+};
+
+// Copy blockIdx.y of the table, its bytes shared out over the grid's x blocks: 16 bytes a
+// thread where the run's ends and size allow, else one.
+__global__ void copy_runs_kernel(const CopyTable t) {
+  const int i = blockIdx.y;
+  auto* dst = static_cast<unsigned char*>(t.dst[i]);
+  const auto* src = static_cast<const unsigned char*>(t.src[i]);
+  const size_t n = t.bytes[i];
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | n) % 16 == 0) {
+    for (size_t w = first; w < n / 16; w += step)
+      reinterpret_cast<uint4*>(dst)[w] = reinterpret_cast<const uint4*>(src)[w];
+  } else {
+    for (size_t b = first; b < n; b += step) dst[b] = src[b];
+  }
+}
+
+}  // namespace
+
+void copy_runs_queued(const std::vector<DeviceCopy>& copies) {
+  constexpr unsigned kThreads = 256;
+  for (size_t i = 0; i < copies.size();) {
+    CopyTable t{};
+    int count = 0;
+    size_t most = 0;
+    for (; i < copies.size() && count < kMaxCopies; ++i, ++count) {
+      t.dst[count] = copies[i].dst;
+      t.src[count] = copies[i].src;
+      t.bytes[count] = copies[i].bytes;
+      most = std::max(most, copies[i].bytes);
+    }
+    const size_t blocks = std::min<size_t>((most + 16 * kThreads - 1) / (16 * kThreads), 1024);
+    copy_runs_kernel<<<dim3(static_cast<unsigned>(std::max<size_t>(blocks, 1)),
+                            static_cast<unsigned>(count)),
+                       kThreads, 0, stream()>>>(t);
+    SPLITCHECK_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 void synchronize() { finish(); }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace splitcheck::cuda {
 
@@ -35,6 +36,15 @@ void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, siz
 // host, after a synchronisation, as for a kernel's output).
 void copy_2d_queued(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
                     size_t runs);
+// One device-to-device run of copy_runs_queued.
+struct DeviceCopy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+// Queues every copy on the calling thread's stream as copy_2d_queued does, up to 32 in one
+// launch (copy_runs, kernels/tensor_copy.h).
+void copy_runs_queued(const std::vector<DeviceCopy>& copies);
 
 // Waits until the work queued on the calling thread's stream has finished (before another
 // stream, NCCL's or another thread's, reads what it wrote). Throws std::runtime_error on a

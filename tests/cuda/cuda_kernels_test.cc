@@ -392,7 +392,8 @@ TEST(CudaOpsTest, AFewRowsProductAndTheMoeGiveARowTheBitsItHasAlone) {
   for (int e = 0; e < n_exp; ++e) router.data<bf16>()[e * n_exp + e] = diagonal.data<bf16>()[e];
   dev.push_back(on_gpu(router));
   std::vector<SwiGluWeights> experts, shared;
-  for (int e = 0; e < n_exp; ++e) experts.push_back({&dev[3 * e], &dev[3 * e + 1], &dev[3 * e + 2]});
+  for (int e = 0; e < n_exp; ++e)
+    experts.push_back({&dev[3 * e], &dev[3 * e + 1], &dev[3 * e + 2]});
   shared.push_back({&dev[3 * n_exp], &dev[3 * n_exp + 1], &dev[3 * n_exp + 2]});
   // 11 tokens with the shared expert (a block an expert, up to 4 rows a pass); 40 without
   // it (8 rows a pass; the shared expert of more than 8 tokens takes the tensor-core
@@ -528,9 +529,9 @@ TEST(CudaOpsTest, MlaKdaAndDenseAttentionAreCloseToTheCpuAndKeepTheirCaches) {
   for (int64_t t : {6, 1}) {
     Tensor x = random_bf16({t, h}, 40 + t, 1.0f), x_g = on_gpu(x);
     Tensor o_cpu = Tensor::zeros(DType::kBF16, {t, h}), o_gpu = zeros_like(o_cpu, Device::kCuda);
-    KdaArgs a{&x,    &k[0], &k[1], &k[2], &k[3], &k[4],   &k[5],
+    KdaArgs a{&x,    &k[0], &k[1], &k[2], &k[3], &k[4],     &k[5],
               &k[7], &k[6], heads, hd,    1e-6f, &st_cpu_t, &o_cpu};
-    KdaArgs b{&x_g,   &kg[0], &kg[1], &kg[2], &kg[3], &kg[4],  &kg[5],
+    KdaArgs b{&x_g,   &kg[0], &kg[1], &kg[2], &kg[3], &kg[4],    &kg[5],
               &kg[7], &kg[6], heads,  hd,     1e-6f,  &st_gpu_t, &o_gpu};
     run_variant("kda", "recurrent", &a);
     run_variant("kda", "recurrent", &b);
@@ -550,7 +551,8 @@ TEST(CudaOpsTest, MlaKdaAndDenseAttentionAreCloseToTheCpuAndKeepTheirCaches) {
          v = random_bf16({9, qd}, 52, 1.0f);
   Tensor q_g = on_gpu(q), k_g = on_gpu(kk), v_g = on_gpu(v);
   Tensor o_cpu = Tensor::zeros(DType::kBF16, {3, qd}), o_gpu = zeros_like(o_cpu, Device::kCuda);
-  DenseAttentionArgs a{&q, &kk, &v, heads, hd, &o_cpu}, b{&q_g, &k_g, &v_g, heads, hd, &o_gpu};
+  DenseAttentionArgs a{&q, &kk, &v, heads, hd, &o_cpu, {}, {}, {}},
+      b{&q_g, &k_g, &v_g, heads, hd, &o_gpu, {}, {}, {}};
   run_variant("dense_attention", "softmax", &a);
   run_variant("dense_attention", "softmax", &b);
   EXPECT_LE(difference(o_cpu, o_gpu).max_rel, kClose);
@@ -587,8 +589,8 @@ std::vector<Tensor> kda_on_gpu(int hd) {
   Tensor st0 = as_f32(s0), st1 = as_f32(s1);
   const std::vector<int64_t> begin = {0, 5, 8};
   Tensor* states[] = {&st0, &st1};
-  KdaArgs a{&x,    &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[7], &w[6],
-            heads, hd,    1e-6f, nullptr, &out, begin, states};
+  KdaArgs a{&x,    &w[0], &w[1], &w[2], &w[3],   &w[4], &w[5], &w[7],
+            &w[6], heads, hd,    1e-6f, nullptr, &out,  begin, states};
   run_variant("kda", "recurrent", &a);
   return {out, st0, st1};
 }
