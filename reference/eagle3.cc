@@ -13,6 +13,7 @@ namespace {
 using draft::append_rows;
 using draft::apply_linear;
 using draft::apply_norm;
+using draft::on_device;
 using draft::rows_tensor;
 
 constexpr float kFcGain = 0.05f;
@@ -88,7 +89,8 @@ Status Eagle3Drafter::observe(const std::vector<int32_t>& ids, const Tensor& tap
                           std::to_string(kEagle3Taps) + " taps");
   if (ids.empty()) return Status::ok();
   const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
-  const Tensor f = apply_linear(ctx, taps, *fc_);
+  // This drafter's caches are host rows: its features are made on the host's copy.
+  const Tensor f = apply_linear(ctx, on_device(taps, Device::kCpu), *fc_);
   const Tensor n = apply_norm(ctx, f, *input_norm_, config_.rms_norm_eps);
   append_rows(cache_k_, apply_linear(ctx, n, *k_));
   append_rows(cache_v_, apply_linear(ctx, n, *v_));

@@ -4,7 +4,6 @@
 
 #include "kernels/tensor_copy.h"
 
-
 namespace splitcheck {
 
 const char* forward_kind_name(ForwardKind kind) {
@@ -84,17 +83,25 @@ Tensor cache_tensor(const ModelConfig& c, int layer, const LayerCache& lc) {
                                       : lc.kda_state.to(Device::kCpu);
 }
 
-Tensor concat_taps(const std::vector<std::pair<int, Tensor>>& taps, int64_t tokens,
-                   int64_t hidden) {
+Tensor concat_taps(const std::vector<std::pair<int, Tensor>>& taps, int64_t tokens, int64_t hidden,
+                   Device device) {
   const int64_t n = static_cast<int64_t>(taps.size());
-  Tensor out = Tensor::zeros(DType::kBF16, {tokens, n * hidden});
-  // On the host, wherever the taps are: one strided copy per tap (a device copy from a
-  // tap the device computed).
+  Tensor out = Tensor::zeros(DType::kBF16, {tokens, n * hidden}, device);
+  // One strided copy per tap (copy_tensor_runs: queued between device tensors, else a copy
+  // that has finished on return).
   const size_t row = static_cast<size_t>(hidden) * sizeof(bf16);
   for (size_t i = 0; i < taps.size(); ++i)
     copy_tensor_runs(out, i * row, static_cast<size_t>(n) * row, taps[i].second, 0, row, row,
                      static_cast<size_t>(tokens));
   return out;
+}
+
+Device taps_device(const std::vector<std::pair<int, Tensor>>& taps) {
+  if (taps.empty()) return Device::kCpu;
+  const Device d = taps.front().second.device();
+  for (const auto& [id, t] : taps)
+    if (t.device() != d) return Device::kCpu;
+  return d;
 }
 
 ReferenceEngine::ReferenceEngine(const ModelConfig& config, WeightStore weights,
@@ -173,7 +180,7 @@ Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRec
   ForwardResult out;
   out.logits = head.logits;
   out.next_tokens = head.next_tokens;
-  out.taps = concat_taps(taps, ids.dim(0), c.hidden_size);
+  out.taps = concat_taps(taps, ids.dim(0), c.hidden_size, taps_device(taps));
   return out;
 }
 

@@ -147,7 +147,13 @@ Tensor cache_tensor(const ModelConfig& config, int layer, const LayerCache& cach
 void record_segment_attrs(RunRecord* record, const Segment& segment, int32_t step);
 // The segment as the single-request ForwardRequest it stands for.
 ForwardRequest segment_request(const Segment& segment);
-// Concatenates taps (ascending id) along the hidden axis: [T, n*H].
-Tensor concat_taps(const std::vector<std::pair<int, Tensor>>& taps, int64_t tokens, int64_t hidden);
+// Concatenates taps (ascending id) along the hidden axis: [T, n*H], on `device` (copied
+// there from wherever each tap is; between device tensors queued, the host not waiting).
+Tensor concat_taps(const std::vector<std::pair<int, Tensor>>& taps, int64_t tokens, int64_t hidden,
+                   Device device = Device::kCpu);
+// Where a forward's taps are: their device when they all share one, else the host. A
+// forward's concatenated taps (ForwardResult::taps) stay there, for the drafter that reads
+// them where its weights are.
+Device taps_device(const std::vector<std::pair<int, Tensor>>& taps);
 
 }  // namespace splitcheck

@@ -82,8 +82,10 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
     const int k = l + 1;
     if (!captured(k)) continue;
     const bool last = k == L;
-    const Tensor& norm = last ? weights_.get("output_attn_res_norm.weight") : *layers_[k].sa_res_norm;
-    const Tensor& proj = last ? weights_.get("output_attn_res_proj.weight") : *layers_[k].sa_res_proj;
+    const Tensor& norm =
+        last ? weights_.get("output_attn_res_norm.weight") : *layers_[k].sa_res_norm;
+    const Tensor& proj =
+        last ? weights_.get("output_attn_res_proj.weight") : *layers_[k].sa_res_proj;
     const std::vector<Tensor> read =
         read_tap_rows(ctxs, c, k, rows, [&](const KernelContext& ctx, const ResidualState& st) {
           return read_tap(ctx, c, k, st, norm, proj);
@@ -112,7 +114,8 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
     ForwardResult f;
     f.logits = head.logits;
     f.next_tokens = head.next_tokens;
-    f.taps = concat_taps(taps[i], static_cast<int64_t>(seg.ids.size()), c.hidden_size);
+    f.taps = concat_taps(taps[i], static_cast<int64_t>(seg.ids.size()), c.hidden_size,
+                         taps_device(taps[i]));
     out.segments.push_back(std::move(f));
   }
   return out;

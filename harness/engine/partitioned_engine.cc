@@ -55,7 +55,8 @@ Result<ForwardResult> PartitionedEngine::forward(const ForwardRequest& req, RunR
   ForwardResult out;
   out.logits = last.head.logits;
   out.next_tokens = last.head.next_tokens;
-  out.taps = concat_taps(last.taps, static_cast<int64_t>(req.ids.size()), config_.hidden_size);
+  out.taps = concat_taps(last.taps, static_cast<int64_t>(req.ids.size()), config_.hidden_size,
+                         taps_device(last.taps));
   return out;
 }
 

@@ -55,7 +55,8 @@ Result<BatchResult> PartitionedEngine::collect(RunRecord* record) {
     ForwardResult f;
     f.logits = last.head.logits;
     f.next_tokens = last.head.next_tokens;
-    f.taps = concat_taps(last.taps, static_cast<int64_t>(seg.ids.size()), config_.hidden_size);
+    f.taps = concat_taps(last.taps, static_cast<int64_t>(seg.ids.size()), config_.hidden_size,
+                         taps_device(last.taps));
     out.segments.push_back(std::move(f));
   }
   return out;
