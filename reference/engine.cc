@@ -155,7 +155,7 @@ Result<ForwardResult> ReferenceEngine::forward(const ForwardRequest& req, RunRec
     return std::binary_search(options_.capture_ids.begin(), options_.capture_ids.end(), k);
   };
   std::vector<std::pair<int, Tensor>> taps;
-  if (captured(0)) taps.emplace_back(0, st.prefix.clone());
+  if (captured(0)) taps.emplace_back(0, clone_queued(st.prefix));
   for (int l = 0; l < L; ++l) {
     run_layer(ctx, c, l, layers_[l], st, caches_[l], rec);
     ++computed_.layers;

@@ -1,6 +1,7 @@
 // Serving on the reference engine: batched steps (reference/batch.h), run synchronously.
 #include <algorithm>
 
+#include "kernels/tensor_copy.h"
 #include "reference/engine.h"
 
 namespace splitcheck {
@@ -70,7 +71,7 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
     ctxs.push_back(KernelContext{&traces[i], seg.index, -1, Site::kEmbed, 0, -1});
     states[i] = embed_state(ctxs[i], c, weights_.get("embed_tokens.weight"), ids_tensor(seg.ids));
     recs.push_back(LayerRecording{r, forward_path(seg.index), options_.level});
-    if (captured(0)) taps[i].emplace_back(0, states[i].prefix.clone());
+    if (captured(0)) taps[i].emplace_back(0, clone_queued(states[i].prefix));
   }
   BatchRows rows = concat_rows(states);
   for (int l = 0; l < L; ++l) {
