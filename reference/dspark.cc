@@ -311,13 +311,18 @@ void DsparkDrafter::write_kv(const KernelContext& ctx, std::span<DsparkDrafter* 
 Tensor DsparkDrafter::block_template(int gamma, int64_t blocks) {
   const int64_t rows = gamma + 1, h = config_.hidden_size;
   if (block_gamma_ != gamma || block_template_.dim(0) < blocks * rows) {
-    block_template_ = Tensor::zeros(DType::kBF16, {blocks * rows, h}, mask_->device());
+    // Room for at least twice the blocks held before, so a growing group remakes it rarely;
+    // every mask row copied in one copy_runs call.
+    const int64_t held = block_gamma_ == gamma ? block_template_.dim(0) / rows : 0;
+    const int64_t made = std::max(blocks, 2 * held);
+    block_template_ = Tensor::zeros(DType::kBF16, {made * rows, h}, mask_->device());
     block_gamma_ = gamma;
     const size_t row = static_cast<size_t>(h) * sizeof(bf16);
-    for (int64_t r = 0; r < blocks * rows; ++r)
+    std::vector<CopyRun> runs;
+    for (int64_t r = 0; r < made * rows; ++r)
       if (r % rows != 0)
-        copy_tensor_runs(block_template_, static_cast<size_t>(r) * row, row, *mask_, 0, row, row,
-                         1);
+        runs.push_back(CopyRun{&block_template_, static_cast<size_t>(r) * row, mask_, 0, row});
+    copy_runs(runs);
   }
   return block_template_.rows(0, blocks * rows);
 }
