@@ -35,6 +35,23 @@ void keep_swiglu(OpCase& c, const std::string& prefix, const SwiGluWeights& w) {
   keep_weight(c, prefix + ".down", w.down);
 }
 
+void keep_dense_attention(OpCase& c, const DenseAttentionArgs& a, const Tensor& q,
+                          const Tensor& k, const Tensor& v) {
+  keep_activation(c, "q", &q);
+  keep_activation(c, "k", &k);
+  keep_activation(c, "v", &v);
+  c.params = {{"heads", a.heads}, {"head_dim", a.head_dim}};
+  c.out_shape = {q.dim(0), a.out->dim(1)};
+}
+
+// Segment i of a segmented dense_attention call (a group of drafters) as the call of its
+// own it stands for: its query rows over its own keys and values.
+OpCase dense_attention_segment(const OpCase& base, const DenseAttentionArgs& a, size_t i) {
+  OpCase c = base;
+  keep_dense_attention(c, a, a.q->rows(a.begin[i], a.begin[i + 1]), *a.keys[i], *a.values[i]);
+  return c;
+}
+
 // Copies one call's inputs into a case; false for a row the lane does not judge.
 bool fill_case(OpCase& c, const void* args) {
   const std::string& op = c.op;
@@ -125,12 +142,8 @@ bool fill_case(OpCase& c, const void* args) {
     c.out_shape = a.out->shape();
   } else if (op == "dense_attention") {
     const auto& a = *static_cast<const DenseAttentionArgs*>(args);
-    if (!a.begin.empty()) return false;  // a group of drafters' segmented call: not kept
-    keep_activation(c, "q", a.q);
-    keep_activation(c, "k", a.k);
-    keep_activation(c, "v", a.v);
-    c.params = {{"heads", a.heads}, {"head_dim", a.head_dim}};
-    c.out_shape = a.out->shape();
+    if (!a.begin.empty()) throw std::logic_error("segmented dense_attention reached fill_case");
+    keep_dense_attention(c, a, *a.q, *a.k, *a.v);
   } else {
     return false;
   }
@@ -142,13 +155,22 @@ void observe(void* user, const KernelContext& ctx, int32_t row, const void* args
   const KernelRow& r = kernel_registry()[static_cast<size_t>(row)];
   if (r.variant.ends_with("_for_test")) return;
   std::lock_guard lock(cap.mutex);
-  if (cap.calls_per_row[row]++ >= cap.options.max_calls_per_row) return;
   OpCase c;
   c.op = std::string(r.op);
   c.variant = std::string(r.variant);
   c.forward = ctx.forward;
   c.layer = ctx.layer;
   c.site = ctx.site;
+  if (c.op == "dense_attention" &&
+      !static_cast<const DenseAttentionArgs*>(args)->begin.empty()) {
+    const auto& a = *static_cast<const DenseAttentionArgs*>(args);
+    for (size_t i = 0; i < a.keys.size(); ++i) {
+      if (cap.calls_per_row[row]++ >= cap.options.max_calls_per_row) return;
+      cap.cases.push_back(dense_attention_segment(c, a, i));
+    }
+    return;
+  }
+  if (cap.calls_per_row[row]++ >= cap.options.max_calls_per_row) return;
   if (fill_case(c, args)) cap.cases.push_back(std::move(c));
 }
 
