@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <mutex>
 #include <stdexcept>
 #include <xtensor/xview.hpp>
@@ -35,25 +36,25 @@ void keep_swiglu(OpCase& c, const std::string& prefix, const SwiGluWeights& w) {
   keep_weight(c, prefix + ".down", w.down);
 }
 
-void keep_dense_attention(OpCase& c, const DenseAttentionArgs& a, const Tensor& q,
-                          const Tensor& k, const Tensor& v) {
-  keep_activation(c, "q", &q);
-  keep_activation(c, "k", &k);
-  keep_activation(c, "v", &v);
-  c.params = {{"heads", a.heads}, {"head_dim", a.head_dim}};
-  c.out_shape = {q.dim(0), a.out->dim(1)};
+// A call over segments (a batched forward's requests, a group of drafters) stands for one
+// call a segment: the number of segments, 0 for a plain call.
+size_t segments_of(const std::string& op, const void* args) {
+  if (op == "mla") return static_cast<const MlaArgs*>(args)->caches.size();
+  if (op == "kda") return static_cast<const KdaArgs*>(args)->states.size();
+  if (op == "dense_attention")
+    return static_cast<const DenseAttentionArgs*>(args)->keys.size();
+  return 0;
 }
 
-// Segment i of a segmented dense_attention call (a group of drafters) as the call of its
-// own it stands for: its query rows over its own keys and values.
-OpCase dense_attention_segment(const OpCase& base, const DenseAttentionArgs& a, size_t i) {
-  OpCase c = base;
-  keep_dense_attention(c, a, a.q->rows(a.begin[i], a.begin[i + 1]), *a.keys[i], *a.values[i]);
-  return c;
+// The rows of x that segment `seg` owns (all of x for a plain call, seg < 0).
+Tensor segment_rows(const Tensor& x, std::span<const int64_t> begin, int seg) {
+  if (seg < 0) return x;
+  return x.rows(begin[static_cast<size_t>(seg)], begin[static_cast<size_t>(seg) + 1]);
 }
 
-// Copies one call's inputs into a case; false for a row the lane does not judge.
-bool fill_case(OpCase& c, const void* args) {
+// Copies one call's inputs into a case (of a segmented call, segment `seg`'s: its rows,
+// its cache or state); false for a row the lane does not judge.
+bool fill_case(OpCase& c, const void* args, int seg) {
   const std::string& op = c.op;
   if (op == "attn_res") {
     const auto& a = *static_cast<const AttnResArgs*>(args);
@@ -90,7 +91,8 @@ bool fill_case(OpCase& c, const void* args) {
     c.out_dtype = DType::kI32;
   } else if (op == "mla") {
     const auto& a = *static_cast<const MlaArgs*>(args);
-    keep_activation(c, "x", a.x);
+    const Tensor x = segment_rows(*a.x, a.begin, seg);
+    keep_activation(c, "x", &x);
     keep_weight(c, "w_q", a.w_q);
     keep_weight(c, "w_dkv", a.w_dkv);
     keep_weight(c, "kv_norm", a.kv_norm);
@@ -99,12 +101,14 @@ bool fill_case(OpCase& c, const void* args) {
     keep_weight(c, "w_g", a.w_g);
     keep_weight(c, "w_o", a.w_o);
     c.params = {{"heads", a.heads}, {"head_dim", a.head_dim}, {"eps", a.eps}};
-    const Tensor latents = latents_on_host(*a.cache, a.w_dkv->dim(1));
+    const LatentCache& cache = seg < 0 ? *a.cache : *a.caches[static_cast<size_t>(seg)];
+    const Tensor latents = latents_on_host(cache, a.w_dkv->dim(1));
     c.mla_cache.assign(latents.data<bf16>(), latents.data<bf16>() + latents.numel());
-    c.out_shape = a.out->shape();
+    c.out_shape = {x.dim(0), a.out->dim(1)};
   } else if (op == "kda") {
     const auto& a = *static_cast<const KdaArgs*>(args);
-    keep_activation(c, "x", a.x);
+    const Tensor x = segment_rows(*a.x, a.begin, seg);
+    keep_activation(c, "x", &x);
     for (auto [role, t] : {std::pair{"w_q", a.w_q},
                            {"w_k", a.w_k},
                            {"w_v", a.w_v},
@@ -115,9 +119,9 @@ bool fill_case(OpCase& c, const void* args) {
                            {"w_o", a.w_o}})
       keep_weight(c, role, t);
     c.params = {{"heads", a.heads}, {"head_dim", a.head_dim}, {"eps", a.eps}};
-    const Tensor state = a.state->on_host();
+    const Tensor state = (seg < 0 ? *a.state : *a.states[static_cast<size_t>(seg)]).on_host();
     c.kda_state.assign(state.data<float>(), state.data<float>() + state.numel());
-    c.out_shape = a.out->shape();
+    c.out_shape = {x.dim(0), a.out->dim(1)};
   } else if (op == "dense_mlp") {
     const auto& a = *static_cast<const DenseMlpArgs*>(args);
     keep_activation(c, "x", a.x);
@@ -142,8 +146,12 @@ bool fill_case(OpCase& c, const void* args) {
     c.out_shape = a.out->shape();
   } else if (op == "dense_attention") {
     const auto& a = *static_cast<const DenseAttentionArgs*>(args);
-    if (!a.begin.empty()) throw std::logic_error("segmented dense_attention reached fill_case");
-    keep_dense_attention(c, a, *a.q, *a.k, *a.v);
+    const Tensor q = segment_rows(*a.q, a.begin, seg);
+    keep_activation(c, "q", &q);
+    keep_activation(c, "k", seg < 0 ? a.k : a.keys[static_cast<size_t>(seg)]);
+    keep_activation(c, "v", seg < 0 ? a.v : a.values[static_cast<size_t>(seg)]);
+    c.params = {{"heads", a.heads}, {"head_dim", a.head_dim}};
+    c.out_shape = {q.dim(0), a.out->dim(1)};
   } else {
     return false;
   }
@@ -155,23 +163,11 @@ void observe(void* user, const KernelContext& ctx, int32_t row, const void* args
   const KernelRow& r = kernel_registry()[static_cast<size_t>(row)];
   if (r.variant.ends_with("_for_test")) return;
   std::lock_guard lock(cap.mutex);
-  OpCase c;
-  c.op = std::string(r.op);
-  c.variant = std::string(r.variant);
-  c.forward = ctx.forward;
-  c.layer = ctx.layer;
-  c.site = ctx.site;
-  if (c.op == "dense_attention" &&
-      !static_cast<const DenseAttentionArgs*>(args)->begin.empty()) {
-    const auto& a = *static_cast<const DenseAttentionArgs*>(args);
-    for (size_t i = 0; i < a.keys.size(); ++i) {
-      if (cap.calls_per_row[row]++ >= cap.options.max_calls_per_row) return;
-      cap.cases.push_back(dense_attention_segment(c, a, i));
-    }
-    return;
+  if (cap.calls_per_row[row] >= cap.options.max_calls_per_row) return;  // copy nothing
+  for (OpCase& c : op_cases_of_call(row, ctx, args)) {
+    if (cap.calls_per_row[row]++ >= cap.options.max_calls_per_row) return;
+    cap.cases.push_back(std::move(c));
   }
-  if (cap.calls_per_row[row]++ >= cap.options.max_calls_per_row) return;
-  if (fill_case(c, args)) cap.cases.push_back(std::move(c));
 }
 
 // Clears the observer however the run ends.
@@ -209,6 +205,24 @@ f64::SwiGlu f64_swiglu(const OpCase& c, const std::string& prefix) {
 }
 
 }  // namespace
+
+std::vector<OpCase> op_cases_of_call(int32_t row, const KernelContext& ctx, const void* args) {
+  const KernelRow& r = kernel_registry()[static_cast<size_t>(row)];
+  OpCase base;
+  base.op = std::string(r.op);
+  base.variant = std::string(r.variant);
+  base.forward = ctx.forward;
+  base.layer = ctx.layer;
+  base.site = ctx.site;
+  std::vector<OpCase> cases;
+  const size_t segments = segments_of(base.op, args);
+  for (size_t i = 0; i < std::max<size_t>(segments, 1); ++i) {
+    OpCase c = base;
+    if (fill_case(c, args, segments == 0 ? -1 : static_cast<int>(i)))
+      cases.push_back(std::move(c));
+  }
+  return cases;
+}
 
 Result<std::vector<OpCase>> capture_op_cases(const Scenario& scenario,
                                              const CaptureOptions& options) {

@@ -49,6 +49,13 @@ struct CaptureOptions {
   int max_calls_per_row = 64;
 };
 
+// The cases one call of registry row `row` gives (what the capture keeps of it): one for a
+// plain call; for a call over segments (a batched forward's requests in MlaArgs::begin or
+// KdaArgs::begin, a group of drafters in DenseAttentionArgs::begin) one a segment, the
+// call of its own the segment stands for (its rows, its cache, state or keys); none for
+// a row the lane does not judge.
+std::vector<OpCase> op_cases_of_call(int32_t row, const KernelContext& ctx, const void* args);
+
 // Runs the scenario's PP=1 reference on the CPU backend (whatever backend the scenario
 // names) and returns the calls it made, in call order.
 Result<std::vector<OpCase>> capture_op_cases(const Scenario& scenario,

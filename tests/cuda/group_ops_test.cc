@@ -2,14 +2,16 @@
 // copy_runs (kernels/tensor_copy.h), rows of one tensor scattered to several, and the
 // segmented dense attention (DenseAttentionArgs::begin), each block over its own keys and
 // values. On either device each gives every run and every segment what a call of its own
-// gives, bit for bit. The GPU rows are skipped, saying why, without a CUDA device; the CPU
-// rows run everywhere.
+// gives, bit for bit; the approximate lane's capture (harness/verdict/op_cases.h) takes a
+// segmented call as one call a segment, each replaying to its rows. The GPU rows are
+// skipped, saying why, without a CUDA device; the CPU rows run everywhere.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <stdexcept>
 #include <vector>
 
+#include "harness/verdict/op_cases.h"
 #include "kernels/ops.h"
 #include "kernels/tensor_copy.h"
 #include "tests/cuda/gpu_test_support.h"
@@ -69,6 +71,9 @@ void expect_segments_alone(Device device) {
     a.values.push_back(&values[i]);
   }
   const KernelContext ctx{nullptr, 0, -1, Site::kDraft, 0, -1};
+  const std::vector<OpCase> cases =
+      op_cases_of_call(find_kernel("dense_attention", "softmax"), ctx, &a);
+  ASSERT_EQ(cases.size(), keys.size()) << "one case a segment";
   dense_attention(ctx, a);
   const Tensor got = together.to(Device::kCpu);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -78,6 +83,9 @@ void expect_segments_alone(Device device) {
     dense_attention(ctx, one);
     EXPECT_TRUE(got.rows(begin[i], begin[i + 1]).clone().bit_equal(alone.to(Device::kCpu)))
         << "segment " << i;
+    if (device == Device::kCpu) {  // the case replayed: the segment's rows, bit for bit
+      EXPECT_TRUE(run_op_case(cases[i], device).bit_equal(alone)) << "case " << i;
+    }
   }
 }
 

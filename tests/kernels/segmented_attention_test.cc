@@ -3,7 +3,8 @@
 // always; on CUDA while every product has at most 8 rows (beyond, cuBLASLt picks per
 // shape, so a batch's rows may differ from a request's alone: kernels/batch.h). A call
 // whose segments share a cache, or whose bounds do not cover its rows, is refused before
-// anything is written.
+// anything is written. The approximate lane's capture (harness/verdict/op_cases.h) takes
+// such a call as one call a segment, each replaying to the segment's rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/verdict/op_cases.h"
 #include "kernels/ops.h"
 #include "tests/cuda/gpu_test_support.h"
 
@@ -108,6 +110,9 @@ void rounds(Device device, const std::vector<std::vector<int64_t>>& rounds) {
     for (typename Op::Owner& o : together) owners.push_back(&o);
     auto a = op.args(&x, nullptr, &out);
     Op::segments(a, begin, owners);
+    const std::vector<OpCase> cases =
+        op_cases_of_call(find_kernel(Op::kOp, Op::kVariant), KernelContext{}, &a);
+    ASSERT_EQ(cases.size(), rows.size()) << Op::kOp << ": one case a segment";
     run_variant(Op::kOp, Op::kVariant, &a);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Tensor xi = x.rows(begin[i], begin[i + 1]);
@@ -117,6 +122,9 @@ void rounds(Device device, const std::vector<std::vector<int64_t>>& rounds) {
       EXPECT_TRUE(oi.bit_equal(out.rows(begin[i], begin[i + 1])))
           << Op::kOp << " segment " << i << " of rows " << ::testing::PrintToString(rows);
       EXPECT_TRUE(Op::same(together[i], alone[i])) << Op::kOp << " cache of segment " << i;
+      if (device == Device::kCpu) {  // the case replayed: the segment's rows, bit for bit
+        EXPECT_TRUE(run_op_case(cases[i], device).bit_equal(oi)) << Op::kOp << " case " << i;
+      }
     }
   }
 }
