@@ -61,16 +61,20 @@ int ApproxCli::run() {
     Status st = check_capabilities(on_cuda, scenario + " (approx --backend " + backend + ")");
     if (!st.is_ok()) return report_error(st);
   }
-  Result<std::vector<OpCase>> cases = capture_op_cases(*s, CaptureOptions{max_calls});
-  if (!cases.is_ok()) return report_error(cases.status());
-  const ApproxLaneResult result = judge_approx_lane(*cases, cpu, cuda);
+  Result<CapturedCalls> captured = capture_op_cases(*s, CaptureOptions{max_calls});
+  if (!captured.is_ok()) return report_error(captured.status());
+  const ApproxLaneResult result = judge_approx_lane(captured->cases, cpu, cuda);
   fmt::print("scenario {} ({}, L={}, H={}): {} kernel calls captured from the PP=1 run\n", s->name,
-             s->model.preset, s->model.num_hidden_layers, s->model.hidden_size, cases->size());
+             s->model.preset, s->model.num_hidden_layers, s->model.hidden_size,
+             captured->cases.size());
+  for (const auto& [row, calls] : captured->not_judged)
+    fmt::print("not judged (no float64 evaluation): {}, {} calls\n", row, calls);
   fmt::print("{}", approx_lane_text(result));
   if (!json_out.empty()) {
     nlohmann::json j = approx_lane_json(result);
     j["scenario"] = s->name;
-    j["calls_captured"] = cases->size();
+    j["calls_captured"] = captured->cases.size();
+    j["rows_not_judged"] = captured->not_judged;
     Status st = write_json(json_out, j);
     if (!st.is_ok()) return report_error(st);
     fmt::print("json: {}\n", json_out);

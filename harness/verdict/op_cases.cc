@@ -18,7 +18,7 @@ struct Capture {
   std::mutex mutex;
   CaptureOptions options;
   std::map<int32_t, int> calls_per_row;
-  std::vector<OpCase> cases;
+  CapturedCalls captured;
 };
 
 // Activations are copied (the engine updates some in place after the call); weights are
@@ -37,13 +37,26 @@ void keep_swiglu(OpCase& c, const std::string& prefix, const SwiGluWeights& w) {
 }
 
 // A call over segments (a batched forward's requests, a group of drafters) stands for one
-// call a segment: the number of segments, 0 for a plain call.
-size_t segments_of(const std::string& op, const void* args) {
-  if (op == "mla") return static_cast<const MlaArgs*>(args)->caches.size();
-  if (op == "kda") return static_cast<const KdaArgs*>(args)->states.size();
-  if (op == "dense_attention")
-    return static_cast<const DenseAttentionArgs*>(args)->keys.size();
-  return 0;
+// call a segment: the number of segments, or -1 for a plain call. (The observer sees a
+// call before its kernel checks it: bounds and owners that disagree give the fewer.)
+int64_t segments_of(const std::string& op, const void* args) {
+  auto count = [](const auto& begin, size_t owners) {
+    if (begin.empty()) return int64_t{-1};
+    return static_cast<int64_t>(std::min(begin.size() - 1, owners));
+  };
+  if (op == "mla") {
+    const auto& a = *static_cast<const MlaArgs*>(args);
+    return count(a.begin, a.caches.size());
+  }
+  if (op == "kda") {
+    const auto& a = *static_cast<const KdaArgs*>(args);
+    return count(a.begin, a.states.size());
+  }
+  if (op == "dense_attention") {
+    const auto& a = *static_cast<const DenseAttentionArgs*>(args);
+    return count(a.begin, std::min(a.keys.size(), a.values.size()));
+  }
+  return -1;
 }
 
 // The rows of x that segment `seg` owns (all of x for a plain call, seg < 0).
@@ -164,9 +177,11 @@ void observe(void* user, const KernelContext& ctx, int32_t row, const void* args
   if (r.variant.ends_with("_for_test")) return;
   std::lock_guard lock(cap.mutex);
   if (cap.calls_per_row[row] >= cap.options.max_calls_per_row) return;  // copy nothing
-  for (OpCase& c : op_cases_of_call(row, ctx, args)) {
+  std::vector<OpCase> cases = op_cases_of_call(row, ctx, args);
+  if (cases.empty()) ++cap.captured.not_judged[fmt::format("{}.{}", r.op, r.variant)];
+  for (OpCase& c : cases) {
     if (cap.calls_per_row[row]++ >= cap.options.max_calls_per_row) return;
-    cap.cases.push_back(std::move(c));
+    cap.captured.cases.push_back(std::move(c));
   }
 }
 
@@ -215,17 +230,15 @@ std::vector<OpCase> op_cases_of_call(int32_t row, const KernelContext& ctx, cons
   base.layer = ctx.layer;
   base.site = ctx.site;
   std::vector<OpCase> cases;
-  const size_t segments = segments_of(base.op, args);
-  for (size_t i = 0; i < std::max<size_t>(segments, 1); ++i) {
+  const int64_t segments = segments_of(base.op, args);
+  for (int64_t i = segments < 0 ? -1 : 0; i < std::max<int64_t>(segments, 0); ++i) {
     OpCase c = base;
-    if (fill_case(c, args, segments == 0 ? -1 : static_cast<int>(i)))
-      cases.push_back(std::move(c));
+    if (fill_case(c, args, static_cast<int>(i))) cases.push_back(std::move(c));
   }
   return cases;
 }
 
-Result<std::vector<OpCase>> capture_op_cases(const Scenario& scenario,
-                                             const CaptureOptions& options) {
+Result<CapturedCalls> capture_op_cases(const Scenario& scenario, const CaptureOptions& options) {
   Scenario s = scenario;
   s.backend = "cpu";
   Capture cap;
@@ -235,8 +248,8 @@ Result<std::vector<OpCase>> capture_op_cases(const Scenario& scenario,
     ASSIGN_OR_RETURN(ReferenceRun run, run_reference(s));
     (void)run;
   }
-  if (cap.cases.empty()) return internal_error("the reference run made no kernel call");
-  return std::move(cap.cases);
+  if (cap.captured.cases.empty()) return internal_error("the reference run made no kernel call");
+  return std::move(cap.captured);
 }
 
 Tensor run_op_case(const OpCase& c, Device device, std::map<std::string, Tensor>* updated) {

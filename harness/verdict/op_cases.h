@@ -56,10 +56,19 @@ struct CaptureOptions {
 // a row the lane does not judge.
 std::vector<OpCase> op_cases_of_call(int32_t row, const KernelContext& ctx, const void* args);
 
+// What one reference run's capture gives.
+struct CapturedCalls {
+  std::vector<OpCase> cases;  // in call order
+  // Registry rows the run called whose calls gave no case (an op without a float64
+  // evaluation, such as markov_chain.greedy), each with its number of calls: the lane
+  // says what it did not judge rather than pass over it.
+  std::map<std::string, int64_t> not_judged;
+};
+
 // Runs the scenario's PP=1 reference on the CPU backend (whatever backend the scenario
-// names) and returns the calls it made, in call order.
-Result<std::vector<OpCase>> capture_op_cases(const Scenario& scenario,
-                                             const CaptureOptions& options = {});
+// names) and returns the calls it made.
+Result<CapturedCalls> capture_op_cases(const Scenario& scenario,
+                                       const CaptureOptions& options = {});
 
 // Runs the case's registry row on `device` with copies of its inputs; the output on the
 // host. With `updated`, also the inputs an op writes in place (attn_res's prefix and bank)

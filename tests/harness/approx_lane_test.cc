@@ -17,16 +17,16 @@
 namespace splitcheck {
 namespace {
 
-// The default scenario's cases, captured once for the suite (a PP=1 run of k3-tiny).
-const std::vector<OpCase>& default_cases() {
-  static const std::vector<OpCase> cases = [] {
-    Result<std::vector<OpCase>> c =
-        capture_op_cases(committed_scenario("default"), CaptureOptions{16});
+// The default scenario's calls, captured once for the suite (a PP=1 run of k3-tiny).
+const CapturedCalls& default_capture() {
+  static const CapturedCalls captured = [] {
+    Result<CapturedCalls> c = capture_op_cases(committed_scenario("default"), CaptureOptions{16});
     EXPECT_TRUE(c.is_ok()) << c.status().message();
-    return c.is_ok() ? *c : std::vector<OpCase>{};
+    return c.is_ok() ? *c : CapturedCalls{};
   }();
-  return cases;
+  return captured;
 }
+const std::vector<OpCase>& default_cases() { return default_capture().cases; }
 
 const OpCase* first_case(const std::string& row) {
   for (const OpCase& c : default_cases())
@@ -48,6 +48,12 @@ TEST(ApproxLaneTest, CpuIsWithinTheLaneOnTheDefaultScenario) {
                            "kda.recurrent", "dense_mlp.swiglu", "moe.grouped", "linear.matmul",
                            "dense_attention.softmax", kDecoderLayerRow})
     EXPECT_TRUE(rows.count(want)) << want << " was not captured";
+  // What it does not judge it names: only the Markov head (an argmax chain over float32
+  // scores, compared bit for bit by the sweep), with every call it made.
+  const std::map<std::string, int64_t>& not_judged = default_capture().not_judged;
+  ASSERT_EQ(not_judged.size(), 1u) << ::testing::PrintToString(not_judged);
+  EXPECT_TRUE(not_judged.count("markov_chain.greedy"));
+  EXPECT_GT(not_judged.begin()->second, 0);
   EXPECT_TRUE(r.within()) << approx_lane_text(r);
   // And the kernels are not trivially exact: something is not correctly rounded.
   const auto moe = std::find_if(r.rows.begin(), r.rows.end(),
@@ -203,6 +209,10 @@ TEST_F(ApproxCliTest, CpuLaneExitsZeroAndWritesItsFigures) {
   const nlohmann::json j = nlohmann::json::parse(cli_test::file_text(path("a.json")));
   EXPECT_EQ(j["within"], true);
   EXPECT_EQ(j["backends"]["cuda"], false);
+  EXPECT_NE(r.out.find("not judged (no float64 evaluation): markov_chain.greedy"),
+            std::string::npos)
+      << r.out;
+  EXPECT_GT(j["rows_not_judged"].value("markov_chain.greedy", 0), 0) << j.dump();
 }
 
 TEST_F(ApproxCliTest, ABackendThisMachineCannotRunIsRefused) {
