@@ -2,8 +2,9 @@
 // CPU's rounding points (kernels/cpu/attention.cc). Projections through gemm() (skinny_gemm,
 // tc_multi_gemm or cuBLASLt). Softmax attention: one block per (query, head), scores in
 // shared memory, max and sum by one thread in ascending position. KDA: one block per head,
-// one thread per value channel, the state updated token by token, the norms computed
-// across tokens; every sum in the CPU's order. A segmented call (a batched forward's
+// two lanes per value channel (one in the generic instance), the state updated token by
+// token, the norms computed across tokens in the CPU's order; the recurrence's sums over
+// key channels in four quarters (kda_add_quarters), not the CPU's one chain. A segmented call (a batched forward's
 // requests, MlaArgs::begin) runs each product once over every segment's rows and one
 // attention or recurrence launch over all segments, each block reading its segment's
 // offsets and cache or state from a table passed as a kernel parameter.
@@ -132,30 +133,8 @@ void attention(const uint16_t* q, const uint16_t* k, const uint16_t* v, const fl
   }
 }
 
-// The state column of value channel j: in registers when the head size is known at
-// compile time (HD > 0: read once, written once per call), else in place in global memory.
-template <int HD>
-struct StateColumn {
-  float v[HD];
-  __device__ void load(const float* s, int hd, int j) {
-#pragma unroll
-    for (int i = 0; i < HD; ++i) v[i] = s[i * hd + j];
-  }
-  __device__ void store(float* s, int hd, int j) const {
-#pragma unroll
-    for (int i = 0; i < HD; ++i) s[i * hd + j] = v[i];
-  }
-  __device__ float& at(float*, int i, int, int) { return v[i]; }
-};
-template <>
-struct StateColumn<0> {
-  __device__ void load(const float*, int, int) {}
-  __device__ void store(float*, int, int) const {}
-  __device__ float& at(float* s, int i, int hd, int j) { return s[i * hd + j]; }
-};
-
-// Tokens a KDA block sums at once, each by one of its hd threads in the CPU's sequential
-// order: at most 16, and at most 2048 / hd rows of q and k in shared memory.
+// Tokens a KDA block sums at once, each by one of its hd threads: at most 16, and at most
+// 2048 / hd rows of q and k in shared memory.
 __host__ __device__ constexpr int kda_batch(int hd) {
   const int fit = 2048 / hd < 1 ? 1 : 2048 / hd;
   const int most = hd < 16 ? hd : 16;
@@ -167,176 +146,308 @@ __host__ __device__ constexpr int kda_batch(int hd) {
 // banks (at hd, a multiple of 32, the 16 reads of one step fall in one bank).
 __host__ __device__ constexpr int kda_row_stride(int hd) { return hd + 1; }
 
-// Dynamic shared floats of a KDA block: a token's rows qv, kv, beta * kv and alpha
-// [2 buffers][kKdaTokenRows][hd], then the staged rows.
+// A token's rows in shared memory: qv, kv, beta * kv and alpha, each kda_token_stride(hd)
+// floats apart, in two buffers (a thread fills token t + 1's while others may still read
+// token t's). Key channel i of a row sits at i + 4 * (i / part), part the rows one lane
+// owns (kda_pair_kernel): the two lanes of a value channel read their halves in
+// different banks.
 constexpr int kKdaTokenRows = 4;
+__host__ __device__ constexpr int kda_token_stride(int hd) { return hd + 16; }
+__host__ __device__ constexpr int kda_token_pos(int i, int part) { return i + 4 * (i / part); }
+
+// Dynamic shared floats of a KDA block: the token rows, then the staged rows.
 constexpr size_t kda_shared_floats(int hd) {
-  return static_cast<size_t>(2 * kKdaTokenRows) * hd +
+  return static_cast<size_t>(2 * kKdaTokenRows) * kda_token_stride(hd) +
          static_cast<size_t>(2 * kda_batch(hd)) * kda_row_stride(hd);
 }
 
-// KDA-lite's recurrence for one head per block, thread j owning value channel j. What
-// does not depend on the state runs across tokens: the norms of q and k before the
-// recurrence, the output's norm and gate after it, kda_batch(hd) tokens at a time with
-// each sum in the CPU's order by one thread. Only the state update goes token by token.
-// Segments of a KDA launch: rows [begin[i], begin[i+1]) update state[i] (the call's row
-// indices), one block per (head, segment).
+// The sums over key channels (u = k^T St and o = St^T q): four quarters, channels
+// [q * hd / 4, (q + 1) * hd / 4), each summed in ascending order from zero, then
+// (s0 + s1) + (s2 + s3). The order is fixed by the head size alone, so every instance
+// below, whatever its lanes, gives the same bits.
+__host__ __device__ constexpr int kda_quarter_begin(int hd, int q) { return q * hd / 4; }
+__device__ __forceinline__ float kda_add_quarters(const float (&s)[4]) {
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// KDA-lite's recurrence, one block per (head, segment). What does not depend on the
+// state runs across tokens: the norms of q and k before the recurrence, the output's
+// norm and gate after it, kda_batch(hd) tokens at a time, each sum by one thread in
+// ascending channels. Only the state update goes token by token. Segments of a KDA
+// launch: rows [begin[i], begin[i+1]) update state[i] (the call's row indices).
 struct KdaSegments {
   int count = 0;
   int64_t begin[kMaxSegments + 1];
   float* state[kMaxSegments];
 };
 
-template <int HD>
-__global__ void kda_kernel(const float* q, const float* k, const float* v, const float* b,
-                           const float* al, const float* g, const uint16_t* o_norm,
-                           const KdaSegments segs, int heads, int hd_arg, float eps, float* qk_norm,
-                           float* o_raw, uint16_t* og) {
-  extern __shared__ float sh[];  // kda_shared_floats(hd): qv, kv, bkv, alpha, rows [batch][2][rs]
-  const int hd = HD > 0 ? HD : hd_arg;
-  const int batch = kda_batch(hd), rs = kda_row_stride(hd);
-  float* rows = sh + 2 * kKdaTokenRows * hd;
-  __shared__ float o_scale[16];
-  const int head = blockIdx.x;
-  const int j = threadIdx.x;
-  const int64_t qd = static_cast<int64_t>(heads) * hd;
-  // This block's segment: its rows of every per-token array, and its state.
-  const int64_t first = segs.begin[blockIdx.y];
-  const int64_t t_count = segs.begin[blockIdx.y + 1] - first;
-  float* state = segs.state[blockIdx.y];
-  q += first * qd;
-  k += first * qd;
-  v += first * qd;
-  al += first * qd;
-  g += first * qd;
-  o_raw += first * qd;
-  og += first * qd;
-  b += first * heads;
-  qk_norm += first * heads * 2;
+// One block's view of a KDA launch: its head, its segment's rows of every per-token array
+// and its segment's state.
+struct KdaBlock {
+  const float *q, *k, *v, *b, *al, *g;
+  const uint16_t* o_norm;
+  float* state;  // the head's [d_k][d_v]
+  float *qk_norm, *o_raw;
+  uint16_t* og;
+  int64_t t_count, qd;
+  int heads, hd, head;
+  float eps;
+};
 
-  // The q and k norms of every token: `batch` tokens' rows into shared memory, then
-  // thread i sums token t0 + i (ascending channels).
-  for (int64_t t0 = 0; t0 < t_count; t0 += batch) {
-    const int nb = t_count - t0 < batch ? static_cast<int>(t_count - t0) : batch;
-    for (int i = 0; i < nb; ++i) {
-      const int64_t base = (t0 + i) * qd + head * hd;
-      rows[(2 * i) * rs + j] = q[base + j];
-      rows[(2 * i + 1) * rs + j] = k[base + j];
+__device__ KdaBlock kda_block(const float* q, const float* k, const float* v, const float* b,
+                              const float* al, const float* g, const uint16_t* o_norm,
+                              const KdaSegments& segs, int heads, int hd, float eps,
+                              float* qk_norm, float* o_raw, uint16_t* og) {
+  const int64_t qd = static_cast<int64_t>(heads) * hd;
+  const int64_t first = segs.begin[blockIdx.y];
+  const int head = blockIdx.x;
+  return {q + first * qd,
+          k + first * qd,
+          v + first * qd,
+          b + first * heads,
+          al + first * qd,
+          g + first * qd,
+          o_norm,
+          segs.state[blockIdx.y] + static_cast<int64_t>(head) * hd * hd,
+          qk_norm + first * heads * 2,
+          o_raw + first * qd,
+          og + first * qd,
+          segs.begin[blockIdx.y + 1] - first,
+          qd,
+          heads,
+          hd,
+          head,
+          eps};
+}
+
+// The q and k norms of every token: `batch` tokens' rows into shared memory, then thread
+// i < batch sums token t0 + i. Threads j >= hd only meet the barriers.
+__device__ void kda_qk_norms(const KdaBlock& kb, float* rows, int j) {
+  const int batch = kda_batch(kb.hd), rs = kda_row_stride(kb.hd);
+  for (int64_t t0 = 0; t0 < kb.t_count; t0 += batch) {
+    const int nb = kb.t_count - t0 < batch ? static_cast<int>(kb.t_count - t0) : batch;
+    if (j < kb.hd) {
+      for (int i = 0; i < nb; ++i) {
+        const int64_t base = (t0 + i) * kb.qd + kb.head * kb.hd;
+        rows[(2 * i) * rs + j] = kb.q[base + j];
+        rows[(2 * i + 1) * rs + j] = kb.k[base + j];
+      }
     }
     __syncthreads();
     if (j < nb) {
       const float* qr = rows + (2 * j) * rs;
       const float* kr = qr + rs;
       float ssq = 0.0f, ssk = 0.0f;
-      for (int i = 0; i < hd; ++i) ssq += qr[i] * qr[i];
-      for (int i = 0; i < hd; ++i) ssk += kr[i] * kr[i];
-      qk_norm[((t0 + j) * heads + head) * 2] = drsqrt(ssq + eps);
-      qk_norm[((t0 + j) * heads + head) * 2 + 1] = drsqrt(ssk + eps);
-    }
-    __syncthreads();
-  }
-
-  float* s = state + static_cast<int64_t>(head) * hd * hd;  // [d_k][d_v]
-  StateColumn<HD> col;
-  col.load(s, hd, j);
-  // Token t + 1's inputs load while token t updates the state.
-  struct Inputs {
-    float q, k, al, v, b, q_norm, k_norm;
-  } next{};
-  auto fetch = [&](int64_t t) {
-    const int64_t base = t * qd + head * hd;
-    next = {q[base + j],
-            k[base + j],
-            al[base + j],
-            v[base + j],
-            b[t * heads + head],
-            qk_norm[(t * heads + head) * 2],
-            qk_norm[(t * heads + head) * 2 + 1]};
-  };
-  if (t_count > 0) fetch(0);
-  for (int64_t t = 0; t < t_count; ++t) {
-    const Inputs in = next;
-    if (t + 1 < t_count) fetch(t + 1);
-    // Two buffers: a thread fills token t + 1's while others may still read token t's.
-    // beta * kv[i] is the same product in every thread: thread i forms it once (which also
-    // keeps the state column in registers without spills: 182 registers, not 255).
-    float* qv = sh + (t & 1) * kKdaTokenRows * hd;
-    float* kv = qv + hd;
-    float* bkv = qv + 2 * hd;
-    float* alpha = qv + 3 * hd;
-    const int64_t base = t * qd + head * hd;
-    const float beta = dsigmoid(in.b);
-    qv[j] = in.q * in.q_norm;
-    const float kj = in.k * in.k_norm;
-    kv[j] = kj;
-    bkv[j] = beta * kj;
-    alpha[j] = 1.0f / (1.0f + dexp(in.al));
-    __syncthreads();
-    // Two passes over the state column (the CPU's order per element): decay each row and
-    // add its term to u, then update each row and add its term to o.
-    float u = 0.0f;
-    auto decay = [&](int i) {
-      float& e = col.at(s, i, hd, j);
-      e = e * alpha[i];
-      u += kv[i] * e;
-    };
-    if constexpr (HD > 0) {
-#pragma unroll
-      for (int i = 0; i < HD; ++i) decay(i);
-    } else {
-      for (int i = 0; i < hd; ++i) decay(i);
-    }
-    const float vj = in.v;
-    float oj = 0.0f;
-    auto update = [&](int i) {
-      float& e = col.at(s, i, hd, j);
-      const float bk = bkv[i];
-      e = (e - bk * u) + bk * vj;
-      oj += e * qv[i];
-    };
-    if constexpr (HD > 0) {
-#pragma unroll
-      for (int i = 0; i < HD; ++i) update(i);
-    } else {
-      for (int i = 0; i < hd; ++i) update(i);
-    }
-    o_raw[base + j] = oj;
-  }
-  col.store(s, hd, j);
-  __syncthreads();
-
-  // bf16(rmsnorm(o) * sigmoid(g)), `batch` tokens at a time.
-  for (int64_t t0 = 0; t0 < t_count; t0 += batch) {
-    const int nb = t_count - t0 < batch ? static_cast<int>(t_count - t0) : batch;
-    for (int i = 0; i < nb; ++i) rows[i * rs + j] = o_raw[(t0 + i) * qd + head * hd + j];
-    __syncthreads();
-    if (j < nb) {
-      const float* orow = rows + j * rs;
-      float ss = 0.0f;
-      for (int i = 0; i < hd; ++i) ss += orow[i] * orow[i];
-      o_scale[j] = drsqrt(ss / static_cast<float>(hd) + eps);
-    }
-    __syncthreads();
-    for (int i = 0; i < nb; ++i) {
-      const int64_t at = (t0 + i) * qd + head * hd + j;
-      og[at] = f_to_bf(rows[i * rs + j] * o_scale[i] * bf_to_f(o_norm[j]) * dsigmoid(g[at]));
+      for (int i = 0; i < kb.hd; ++i) ssq += qr[i] * qr[i];
+      for (int i = 0; i < kb.hd; ++i) ssk += kr[i] * kr[i];
+      kb.qk_norm[((t0 + j) * kb.heads + kb.head) * 2] = drsqrt(ssq + kb.eps);
+      kb.qk_norm[((t0 + j) * kb.heads + kb.head) * 2 + 1] = drsqrt(ssk + kb.eps);
     }
     __syncthreads();
   }
 }
 
+// bf16(rmsnorm(o) * sigmoid(g)), `batch` tokens at a time, once the recurrence has written
+// o_raw (the caller's barrier first). Threads j >= hd only meet the barriers.
+__device__ void kda_output(const KdaBlock& kb, float* rows, float* o_scale, int j) {
+  const int batch = kda_batch(kb.hd), rs = kda_row_stride(kb.hd);
+  for (int64_t t0 = 0; t0 < kb.t_count; t0 += batch) {
+    const int nb = kb.t_count - t0 < batch ? static_cast<int>(kb.t_count - t0) : batch;
+    if (j < kb.hd)
+      for (int i = 0; i < nb; ++i)
+        rows[i * rs + j] = kb.o_raw[(t0 + i) * kb.qd + kb.head * kb.hd + j];
+    __syncthreads();
+    if (j < nb) {
+      const float* orow = rows + j * rs;
+      float ss = 0.0f;
+      for (int i = 0; i < kb.hd; ++i) ss += orow[i] * orow[i];
+      o_scale[j] = drsqrt(ss / static_cast<float>(kb.hd) + kb.eps);
+    }
+    __syncthreads();
+    if (j < kb.hd) {
+      for (int i = 0; i < nb; ++i) {
+        const int64_t at = (t0 + i) * kb.qd + kb.head * kb.hd + j;
+        kb.og[at] = f_to_bf(rows[i * rs + j] * o_scale[i] * bf_to_f(kb.o_norm[j]) *
+                            dsigmoid(kb.g[at]));
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Token t's inputs for value channel j (the next token's load while one updates).
+struct KdaInputs {
+  float q, k, al, v, b, q_norm, k_norm;
+};
+__device__ __forceinline__ KdaInputs kda_inputs(const KdaBlock& kb, int64_t t, int j) {
+  const int64_t base = t * kb.qd + kb.head * kb.hd;
+  return {kb.q[base + j],
+          kb.k[base + j],
+          kb.al[base + j],
+          kb.v[base + j],
+          kb.b[t * kb.heads + kb.head],
+          kb.qk_norm[(t * kb.heads + kb.head) * 2],
+          kb.qk_norm[(t * kb.heads + kb.head) * 2 + 1]};
+}
+
+// Token t's rows (see kda_token_stride); value channel j's thread writes channel j of
+// each, so beta * kv[j] is formed once.
+__device__ __forceinline__ float* kda_token_rows(float* sh, int64_t t, int hd) {
+  return sh + (t & 1) * kKdaTokenRows * kda_token_stride(hd);
+}
+__device__ __forceinline__ void kda_stage_token(float* rows, const KdaInputs& in, int hd, int part,
+                                                int j) {
+  const int ts = kda_token_stride(hd), at = kda_token_pos(j, part);
+  const float beta = dsigmoid(in.b);
+  const float kj = in.k * in.k_norm;
+  rows[at] = in.q * in.q_norm;
+  rows[ts + at] = kj;
+  rows[2 * ts + at] = beta * kj;
+  rows[3 * ts + at] = 1.0f / (1.0f + dexp(in.al));
+}
+
+// The generic instance, at any head size: thread j owns value channel j, its state column
+// in place in global memory. Two passes over the column a token: decay each row and add
+// its term to u, then update each row and add its term to o.
+__global__ void kda_kernel(const float* q, const float* k, const float* v, const float* b,
+                           const float* al, const float* g, const uint16_t* o_norm,
+                           const KdaSegments segs, int heads, int hd, float eps, float* qk_norm,
+                           float* o_raw, uint16_t* og) {
+  extern __shared__ float sh[];  // kda_shared_floats(hd)
+  float* rows = sh + 2 * kKdaTokenRows * kda_token_stride(hd);
+  __shared__ float o_scale[16];
+  const KdaBlock kb =
+      kda_block(q, k, v, b, al, g, o_norm, segs, heads, hd, eps, qk_norm, o_raw, og);
+  const int j = threadIdx.x, ts = kda_token_stride(hd);
+  kda_qk_norms(kb, rows, j);
+  float* s = kb.state;
+  KdaInputs next{};
+  if (kb.t_count > 0) next = kda_inputs(kb, 0, j);
+  for (int64_t t = 0; t < kb.t_count; ++t) {
+    const KdaInputs in = next;
+    if (t + 1 < kb.t_count) next = kda_inputs(kb, t + 1, j);
+    float* tr = kda_token_rows(sh, t, hd);
+    kda_stage_token(tr, in, hd, hd, j);
+    __syncthreads();
+    const float *qv = tr, *kv = tr + ts, *bkv = tr + 2 * ts, *alpha = tr + 3 * ts;
+    float us[4], os[4];
+    for (int quarter = 0; quarter < 4; ++quarter) {
+      us[quarter] = 0.0f;
+      for (int i = kda_quarter_begin(hd, quarter); i < kda_quarter_begin(hd, quarter + 1); ++i) {
+        float& e = s[i * hd + j];
+        e = e * alpha[i];
+        us[quarter] += kv[i] * e;
+      }
+    }
+    const float u = kda_add_quarters(us);
+    for (int quarter = 0; quarter < 4; ++quarter) {
+      os[quarter] = 0.0f;
+      for (int i = kda_quarter_begin(hd, quarter); i < kda_quarter_begin(hd, quarter + 1); ++i) {
+        float& e = s[i * hd + j];
+        const float bk = bkv[i];
+        e = (e - bk * u) + bk * in.v;
+        os[quarter] += e * qv[i];
+      }
+    }
+    kb.o_raw[t * kb.qd + kb.head * hd + j] = kda_add_quarters(os);
+  }
+  __syncthreads();
+  kda_output(kb, rows, o_scale, j);
+}
+
+// The instances at a head size known at compile time: two adjacent lanes own value
+// channel j, lane l the state rows [l * HD/2, (l + 1) * HD/2) in registers: quarters 2l
+// and 2l + 1. Each lane sums its two quarters (two independent chains) and adds them;
+// one shuffle gives each lane the other's, and (s0 + s1) + (s2 + s3) is the same sum in
+// both lanes (addition commutes). So the bits are the generic instance's, with the state
+// in registers and two warps a scheduler to hide the chains' latency (measured against
+// one lane and four a channel in docs/performance.md).
+template <int HD>
+__global__ void __launch_bounds__(2 * HD)
+    kda_pair_kernel(const float* q, const float* k, const float* v, const float* b,
+                    const float* al, const float* g, const uint16_t* o_norm,
+                    const KdaSegments segs, int heads, int, float eps, float* qk_norm,
+                    float* o_raw, uint16_t* og) {
+  static_assert(HD % 16 == 0 && HD <= 512);
+  constexpr int kPart = HD / 2, kQuarter = HD / 4, kTs = kda_token_stride(HD);
+  extern __shared__ float sh[];
+  float* rows = sh + 2 * kKdaTokenRows * kTs;
+  __shared__ float o_scale[16];
+  const KdaBlock kb =
+      kda_block(q, k, v, b, al, g, o_norm, segs, heads, HD, eps, qk_norm, o_raw, og);
+  kda_qk_norms(kb, rows, threadIdx.x);
+  const int j = threadIdx.x / 2, lane = threadIdx.x % 2, i0 = lane * kPart;
+  float e[kPart];
+#pragma unroll
+  for (int r = 0; r < kPart; ++r) e[r] = kb.state[(i0 + r) * HD + j];
+  auto total = [](const float (&mine)[2]) {
+    const float half = mine[0] + mine[1];  // s0 + s1 in lane 0, s2 + s3 in lane 1
+    return half + __shfl_xor_sync(0xffffffffu, half, 1);
+  };
+  KdaInputs next{};
+  if (kb.t_count > 0) next = kda_inputs(kb, 0, j);
+  for (int64_t t = 0; t < kb.t_count; ++t) {
+    const KdaInputs in = next;
+    if (t + 1 < kb.t_count) next = kda_inputs(kb, t + 1, j);
+    float* tr = kda_token_rows(sh, t, HD);
+    if (lane == 0) kda_stage_token(tr, in, HD, kPart, j);
+    __syncthreads();
+    // This lane's rows, contiguous and 16-byte aligned: read four at a time.
+    const int at = kda_token_pos(i0, kPart);
+    const auto* qv = reinterpret_cast<const float4*>(tr + at);
+    const auto* kv = reinterpret_cast<const float4*>(tr + kTs + at);
+    const auto* bkv = reinterpret_cast<const float4*>(tr + 2 * kTs + at);
+    const auto* alpha = reinterpret_cast<const float4*>(tr + 3 * kTs + at);
+    float us[2] = {}, os[2] = {};
+#pragma unroll
+    for (int c = 0; c < kPart / 4; ++c) {
+      const float4 a4 = alpha[c], k4 = kv[c];
+      const float av[4] = {a4.x, a4.y, a4.z, a4.w}, kvv[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int r = 4 * c + m;
+        e[r] = e[r] * av[m];
+        us[r / kQuarter] += kvv[m] * e[r];
+      }
+    }
+    const float u = total(us);
+#pragma unroll
+    for (int c = 0; c < kPart / 4; ++c) {
+      const float4 b4 = bkv[c], q4 = qv[c];
+      const float bkk[4] = {b4.x, b4.y, b4.z, b4.w}, qvv[4] = {q4.x, q4.y, q4.z, q4.w};
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int r = 4 * c + m;
+        e[r] = (e[r] - bkk[m] * u) + bkk[m] * in.v;
+        os[r / kQuarter] += e[r] * qvv[m];
+      }
+    }
+    const float oj = total(os);
+    if (lane == 0) kb.o_raw[t * kb.qd + kb.head * HD + j] = oj;
+  }
+#pragma unroll
+  for (int r = 0; r < kPart; ++r) kb.state[(i0 + r) * HD + j] = e[r];
+  __syncthreads();
+  kda_output(kb, rows, o_scale, threadIdx.x);
+}
+
 std::atomic<bool> g_kda_generic{false};
 
-using KdaKernel = decltype(&kda_kernel<0>);
+using KdaKernel = decltype(&kda_kernel);
 
-// The instance for head size hd: the state column in registers at 64 and 128 (k3-tiny's
-// and k3-shape's head sizes), else in global memory.
-KdaKernel kda_instance(int hd) {
+// The instance for head size hd: the state in registers at 64 and 128 (k3-tiny's and
+// k3-shape's head sizes), two lanes a value channel; else in global memory, one thread a
+// channel.
+struct KdaLaunch {
+  KdaKernel kernel;
+  int threads;
+};
+KdaLaunch kda_instance(int hd) {
   if (!g_kda_generic.load(std::memory_order_relaxed)) {
-    if (hd == 64) return kda_kernel<64>;
-    if (hd == 128) return kda_kernel<128>;
+    if (hd == 64) return {kda_pair_kernel<64>, 128};
+    if (hd == 128) return {kda_pair_kernel<128>, 256};
   }
-  return kda_kernel<0>;
+  return {kda_kernel, hd};
 }
 
 // x [rows, in] bf16 times W [in, out] -> bf16 [rows, out], rounded once.
@@ -514,8 +625,8 @@ void kda_attention(KdaArgs& a) {
         table.state[table.count] = static_cast<float*>(s.inout(segs.owners[i]));
         table.begin[++table.count] = segs.begin[i + 1];
       }
-      launch<<<dim3(static_cast<unsigned>(a.heads), static_cast<unsigned>(table.count)),
-               static_cast<unsigned>(hd), smem, stream()>>>(q, k, v, b, al, g,
+      launch.kernel<<<dim3(static_cast<unsigned>(a.heads), static_cast<unsigned>(table.count)),
+                      static_cast<unsigned>(launch.threads), smem, stream()>>>(q, k, v, b, al, g,
                                                             as<uint16_t>(s.in(a.o_norm)), table,
                                                             a.heads, hd, a.eps, qk_norm, o_raw, og);
     }

@@ -596,9 +596,10 @@ std::vector<Tensor> kda_on_gpu(int hd) {
 }
 #endif
 
-// KDA's recurrence keeps the state column in registers at head sizes 64 and 128, and in
-// global memory otherwise: the same operations in the same order, so both instances give
-// every output and state the same bits.
+// KDA's recurrence keeps the state in registers at head sizes 64 and 128 (two lanes a
+// value channel, their quarter sums swapped by a shuffle), and in global memory otherwise
+// (one thread a channel): the same quarters summed in the same order, so both instances
+// give every output and state the same bits.
 TEST(CudaOpsTest, KdaHeadSizeInstancesGiveTheGenericInstancesBits) {
   SPLITCHECK_REQUIRE_GPU();
 #ifdef SPLITCHECK_HAVE_CUDA
