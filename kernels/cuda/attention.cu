@@ -220,31 +220,35 @@ __device__ KdaBlock kda_block(const float* q, const float* k, const float* v, co
           eps};
 }
 
-// The q and k norms of every token: `batch` tokens' rows into shared memory, then thread
-// i < batch sums token t0 + i. Threads j >= hd only meet the barriers.
-__device__ void kda_qk_norms(const KdaBlock& kb, float* rows, int j) {
-  const int batch = kda_batch(kb.hd), rs = kda_row_stride(kb.hd);
-  for (int64_t t0 = 0; t0 < kb.t_count; t0 += batch) {
-    const int nb = kb.t_count - t0 < batch ? static_cast<int>(kb.t_count - t0) : batch;
-    if (j < kb.hd) {
-      for (int i = 0; i < nb; ++i) {
-        const int64_t base = (t0 + i) * kb.qd + kb.head * kb.hd;
-        rows[(2 * i) * rs + j] = kb.q[base + j];
-        rows[(2 * i + 1) * rs + j] = kb.k[base + j];
-      }
+// The q and k norms of tokens [t0, t0 + nb), nb <= kda_batch(hd): their rows into shared
+// memory, then thread i < nb sums token t0 + i; a barrier after. Threads j >= hd only
+// meet the barriers.
+__device__ void kda_qk_norms_chunk(const KdaBlock& kb, float* rows, int j, int64_t t0, int nb) {
+  const int rs = kda_row_stride(kb.hd);
+  if (j < kb.hd) {
+    for (int i = 0; i < nb; ++i) {
+      const int64_t base = (t0 + i) * kb.qd + kb.head * kb.hd;
+      rows[(2 * i) * rs + j] = kb.q[base + j];
+      rows[(2 * i + 1) * rs + j] = kb.k[base + j];
     }
-    __syncthreads();
-    if (j < nb) {
-      const float* qr = rows + (2 * j) * rs;
-      const float* kr = qr + rs;
-      float ssq = 0.0f, ssk = 0.0f;
-      for (int i = 0; i < kb.hd; ++i) ssq += qr[i] * qr[i];
-      for (int i = 0; i < kb.hd; ++i) ssk += kr[i] * kr[i];
-      kb.qk_norm[((t0 + j) * kb.heads + kb.head) * 2] = drsqrt(ssq + kb.eps);
-      kb.qk_norm[((t0 + j) * kb.heads + kb.head) * 2 + 1] = drsqrt(ssk + kb.eps);
-    }
-    __syncthreads();
   }
+  __syncthreads();
+  if (j < nb) {
+    const float* qr = rows + (2 * j) * rs;
+    const float* kr = qr + rs;
+    float ssq = 0.0f, ssk = 0.0f;
+    for (int i = 0; i < kb.hd; ++i) ssq += qr[i] * qr[i];
+    for (int i = 0; i < kb.hd; ++i) ssk += kr[i] * kr[i];
+    kb.qk_norm[((t0 + j) * kb.heads + kb.head) * 2] = drsqrt(ssq + kb.eps);
+    kb.qk_norm[((t0 + j) * kb.heads + kb.head) * 2 + 1] = drsqrt(ssk + kb.eps);
+  }
+  __syncthreads();
+}
+
+// Tokens [t0, t0 + nb) of a chunk of kda_batch(hd) tokens.
+__device__ __forceinline__ int kda_chunk_tokens(const KdaBlock& kb, int64_t t0) {
+  const int batch = kda_batch(kb.hd);
+  return kb.t_count - t0 < batch ? static_cast<int>(kb.t_count - t0) : batch;
 }
 
 // bf16(rmsnorm(o) * sigmoid(g)), `batch` tokens at a time, once the recurrence has written
@@ -319,7 +323,8 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
   const KdaBlock kb =
       kda_block(q, k, v, b, al, g, o_norm, segs, heads, hd, eps, qk_norm, o_raw, og);
   const int j = threadIdx.x, ts = kda_token_stride(hd);
-  kda_qk_norms(kb, rows, j);
+  for (int64_t t0 = 0; t0 < kb.t_count; t0 += kda_batch(hd))
+    kda_qk_norms_chunk(kb, rows, j, t0, kda_chunk_tokens(kb, t0));
   float* s = kb.state;
   KdaInputs next{};
   if (kb.t_count > 0) next = kda_inputs(kb, 0, j);
@@ -355,13 +360,24 @@ __global__ void kda_kernel(const float* q, const float* k, const float* v, const
   kda_output(kb, rows, o_scale, j);
 }
 
+// Dynamic shared floats of a kda_pair_kernel block: a chunk's token rows, which the norm
+// phases' staged rows reuse before and after the recurrence.
+constexpr size_t kda_pair_shared_floats(int hd) {
+  const size_t tokens = static_cast<size_t>(kda_batch(hd)) * kKdaTokenRows * kda_token_stride(hd);
+  const size_t norms = static_cast<size_t>(2 * kda_batch(hd)) * kda_row_stride(hd);
+  return tokens > norms ? tokens : norms;
+}
+
 // The instances at a head size known at compile time: two adjacent lanes own value
 // channel j, lane l the state rows [l * HD/2, (l + 1) * HD/2) in registers: quarters 2l
 // and 2l + 1. Each lane sums its two quarters (two independent chains) and adds them;
 // one shuffle gives each lane the other's, and (s0 + s1) + (s2 + s3) is the same sum in
 // both lanes (addition commutes). So the bits are the generic instance's, with the state
 // in registers and two warps a scheduler to hide the chains' latency (measured against
-// one lane and four a channel in docs/performance.md).
+// one lane and four a channel in docs/performance.md). Tokens go in chunks of
+// kda_batch(HD): a chunk's norms, then every token's rows of the chunk staged at once
+// (what does not depend on the state: the lanes take alternate tokens), then the chunk's
+// recurrence with no barrier between its tokens.
 template <int HD>
 __global__ void __launch_bounds__(2 * HD)
     kda_pair_kernel(const float* q, const float* k, const float* v, const float* b,
@@ -370,12 +386,11 @@ __global__ void __launch_bounds__(2 * HD)
                     float* o_raw, uint16_t* og) {
   static_assert(HD % 16 == 0 && HD <= 512);
   constexpr int kPart = HD / 2, kQuarter = HD / 4, kTs = kda_token_stride(HD);
-  extern __shared__ float sh[];
-  float* rows = sh + 2 * kKdaTokenRows * kTs;
+  constexpr int kBatch = kda_batch(HD), kMine = (kBatch + 1) / 2;
+  extern __shared__ float sh[];  // kda_pair_shared_floats(HD): token rows or norm rows
   __shared__ float o_scale[16];
   const KdaBlock kb =
       kda_block(q, k, v, b, al, g, o_norm, segs, heads, HD, eps, qk_norm, o_raw, og);
-  kda_qk_norms(kb, rows, threadIdx.x);
   const int j = threadIdx.x / 2, lane = threadIdx.x % 2, i0 = lane * kPart;
   float e[kPart];
 #pragma unroll
@@ -384,51 +399,63 @@ __global__ void __launch_bounds__(2 * HD)
     const float half = mine[0] + mine[1];  // s0 + s1 in lane 0, s2 + s3 in lane 1
     return half + __shfl_xor_sync(0xffffffffu, half, 1);
   };
-  KdaInputs next{};
-  if (kb.t_count > 0) next = kda_inputs(kb, 0, j);
-  for (int64_t t = 0; t < kb.t_count; ++t) {
-    const KdaInputs in = next;
-    if (t + 1 < kb.t_count) next = kda_inputs(kb, t + 1, j);
-    float* tr = kda_token_rows(sh, t, HD);
-    if (lane == 0) kda_stage_token(tr, in, HD, kPart, j);
+  const int64_t col = kb.head * HD + j;
+  for (int64_t t0 = 0; t0 < kb.t_count; t0 += kBatch) {
+    const int nb = kda_chunk_tokens(kb, t0);
+    kda_qk_norms_chunk(kb, sh, threadIdx.x, t0, nb);
+    float vn = kb.v[t0 * kb.qd + col];
+    // Stage the chunk: every input load of this lane's tokens first, then their rows.
+    KdaInputs in[kMine];
+#pragma unroll
+    for (int m = 0; m < kMine; ++m)
+      if (lane + 2 * m < nb) in[m] = kda_inputs(kb, t0 + lane + 2 * m, j);
+#pragma unroll
+    for (int m = 0; m < kMine; ++m)
+      if (lane + 2 * m < nb)
+        kda_stage_token(sh + (lane + 2 * m) * kKdaTokenRows * kTs, in[m], HD, kPart, j);
     __syncthreads();
-    // This lane's rows, contiguous and 16-byte aligned: read four at a time.
+    // This lane's rows of a token, contiguous and 16-byte aligned: read four at a time.
     const int at = kda_token_pos(i0, kPart);
-    const auto* qv = reinterpret_cast<const float4*>(tr + at);
-    const auto* kv = reinterpret_cast<const float4*>(tr + kTs + at);
-    const auto* bkv = reinterpret_cast<const float4*>(tr + 2 * kTs + at);
-    const auto* alpha = reinterpret_cast<const float4*>(tr + 3 * kTs + at);
-    float us[2] = {}, os[2] = {};
+    for (int i = 0; i < nb; ++i) {
+      const float vj = vn;
+      if (i + 1 < nb) vn = kb.v[(t0 + i + 1) * kb.qd + col];
+      const float* tr = sh + i * kKdaTokenRows * kTs + at;
+      const auto* qv = reinterpret_cast<const float4*>(tr);
+      const auto* kv = reinterpret_cast<const float4*>(tr + kTs);
+      const auto* bkv = reinterpret_cast<const float4*>(tr + 2 * kTs);
+      const auto* alpha = reinterpret_cast<const float4*>(tr + 3 * kTs);
+      float us[2] = {}, os[2] = {};
 #pragma unroll
-    for (int c = 0; c < kPart / 4; ++c) {
-      const float4 a4 = alpha[c], k4 = kv[c];
-      const float av[4] = {a4.x, a4.y, a4.z, a4.w}, kvv[4] = {k4.x, k4.y, k4.z, k4.w};
+      for (int c = 0; c < kPart / 4; ++c) {
+        const float4 a4 = alpha[c], k4 = kv[c];
+        const float av[4] = {a4.x, a4.y, a4.z, a4.w}, kvv[4] = {k4.x, k4.y, k4.z, k4.w};
 #pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const int r = 4 * c + m;
-        e[r] = e[r] * av[m];
-        us[r / kQuarter] += kvv[m] * e[r];
+        for (int m = 0; m < 4; ++m) {
+          const int r = 4 * c + m;
+          e[r] = e[r] * av[m];
+          us[r / kQuarter] += kvv[m] * e[r];
+        }
       }
-    }
-    const float u = total(us);
+      const float u = total(us);
 #pragma unroll
-    for (int c = 0; c < kPart / 4; ++c) {
-      const float4 b4 = bkv[c], q4 = qv[c];
-      const float bkk[4] = {b4.x, b4.y, b4.z, b4.w}, qvv[4] = {q4.x, q4.y, q4.z, q4.w};
+      for (int c = 0; c < kPart / 4; ++c) {
+        const float4 b4 = bkv[c], q4 = qv[c];
+        const float bkk[4] = {b4.x, b4.y, b4.z, b4.w}, qvv[4] = {q4.x, q4.y, q4.z, q4.w};
 #pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const int r = 4 * c + m;
-        e[r] = (e[r] - bkk[m] * u) + bkk[m] * in.v;
-        os[r / kQuarter] += e[r] * qvv[m];
+        for (int m = 0; m < 4; ++m) {
+          const int r = 4 * c + m;
+          e[r] = (e[r] - bkk[m] * u) + bkk[m] * vj;
+          os[r / kQuarter] += e[r] * qvv[m];
+        }
       }
+      const float oj = total(os);
+      if (lane == 0) kb.o_raw[(t0 + i) * kb.qd + col] = oj;
     }
-    const float oj = total(os);
-    if (lane == 0) kb.o_raw[t * kb.qd + kb.head * HD + j] = oj;
+    __syncthreads();  // the next chunk's norms overwrite these rows
   }
 #pragma unroll
   for (int r = 0; r < kPart; ++r) kb.state[(i0 + r) * HD + j] = e[r];
-  __syncthreads();
-  kda_output(kb, rows, o_scale, threadIdx.x);
+  kda_output(kb, sh, o_scale, threadIdx.x);
 }
 
 std::atomic<bool> g_kda_generic{false};
@@ -441,13 +468,14 @@ using KdaKernel = decltype(&kda_kernel);
 struct KdaLaunch {
   KdaKernel kernel;
   int threads;
+  size_t shared_floats;
 };
 KdaLaunch kda_instance(int hd) {
   if (!g_kda_generic.load(std::memory_order_relaxed)) {
-    if (hd == 64) return {kda_pair_kernel<64>, 128};
-    if (hd == 128) return {kda_pair_kernel<128>, 256};
+    if (hd == 64) return {kda_pair_kernel<64>, 128, kda_pair_shared_floats(64)};
+    if (hd == 128) return {kda_pair_kernel<128>, 256, kda_pair_shared_floats(128)};
   }
-  return {kda_kernel, hd};
+  return {kda_kernel, hd, kda_shared_floats(hd)};
 }
 
 // x [rows, in] bf16 times W [in, out] -> bf16 [rows, out], rounded once.
@@ -616,7 +644,7 @@ void kda_attention(KdaArgs& a) {
     float* qk_norm = s.scratch<float>(2 * t_count * a.heads);
     float* o_raw = s.scratch<float>(t_count * qd);
     const auto launch = kda_instance(hd);
-    const size_t smem = kda_shared_floats(hd) * sizeof(float);
+    const size_t smem = launch.shared_floats * sizeof(float);
     // One block per (head, segment), kMaxSegments segments a launch.
     for (size_t i = 0; i < segs.owners.size();) {
       KdaSegments table;
