@@ -53,8 +53,10 @@ Status bind_drafter(const Scenario& s, const WeightStore& host, int host_stage, 
   binding = share_with_target(host);
   if (faults.has("draft.own_embedding") && !host_is_first) {
     // The historical bug: under PP the drafter builds its own embedding, which its
-    // checkpoint does not have, so it stays as constructed (zeros).
-    binding.own_embedding = Tensor::zeros(DType::kBF16, {s.model.vocab_size, s.model.hidden_size});
+    // checkpoint does not have, so it stays as constructed (zeros), on the device the
+    // drafter runs on, like every weight of its stage.
+    binding.own_embedding = Tensor::zeros(
+        DType::kBF16, {s.model.vocab_size, s.model.hidden_size}, backend_device(s.backend));
     binding.embed = &binding.own_embedding;
     binding.source = "own";
   }
