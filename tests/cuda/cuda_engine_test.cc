@@ -1,7 +1,7 @@
 // The engines on the CUDA backend: weights generated on the GPU equal the CPU's bit for
 // bit; a PP=2 run on the GPU records exactly the PP=1 run's bytes; the GPU's logits are
-// close to the CPU's (and not equal: the exact lane tells the backends apart). Skipped,
-// saying why, without a CUDA device.
+// close to the CPU's (and not equal: the exact lane tells the backends apart); the
+// own-embedding fault's drafter runs on the GPU. Skipped, saying why, without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -65,6 +65,26 @@ TEST(CudaEngineTest, PipelineSplitsOnTheGpuRecordThePp1RunsBytes) {
       ++compared;
     }
     EXPECT_GT(compared, 100);
+  }
+}
+
+// draft.own_embedding on the GPU: the drafter's own (never loaded) embedding is made where
+// the drafter runs. Made on the host, a CUDA drafter's anchor gather took the CPU kernel
+// (an op runs on its table's device) with a device output and threw, so the fault's sweep
+// errored rather than being caught by the embedding check. The drafter proposes here at
+// two cuts, one of them a split point where that sweep errored (30).
+TEST(CudaEngineTest, TheDrafterBuildsItsOwnEmbeddingOnTheGpuUnderTheFault) {
+  SPLITCHECK_REQUIRE_GPU();
+  Scenario s = committed_scenario("fault-draft-own-embedding");
+  s.workload.prompts = 1;
+  s.workload.max_new_tokens = 8;
+  s.backend = "cuda";
+  for (int cut : {16, 30}) {
+    Result<ReferenceRun> pp = run_partitioned(s, {cut});
+    ASSERT_TRUE(pp.is_ok()) << "cut " << cut << ": " << pp.status().message();
+    EXPECT_EQ(pp->summary.drafter.embedding_source, "own") << cut;
+    EXPECT_FALSE(pp->summary.drafter.same_object_as_target) << cut;
+    EXPECT_GT(pp->summary.drafter_calls, 0) << cut;
   }
 }
 
