@@ -71,8 +71,8 @@ TEST(CudaEngineTest, PipelineSplitsOnTheGpuRecordThePp1RunsBytes) {
 // draft.own_embedding on the GPU: the drafter's own (never loaded) embedding is made where
 // the drafter runs. Made on the host, a CUDA drafter's anchor gather took the CPU kernel
 // (an op runs on its table's device) with a device output and threw, so the fault's sweep
-// errored rather than being caught by the embedding check. The drafter proposes here at
-// two cuts, one of them a split point where that sweep errored (30).
+// errored at every split point rather than being caught by the embedding check. The
+// drafter proposes here at two cuts.
 TEST(CudaEngineTest, TheDrafterBuildsItsOwnEmbeddingOnTheGpuUnderTheFault) {
   SPLITCHECK_REQUIRE_GPU();
   Scenario s = committed_scenario("fault-draft-own-embedding");
