@@ -4,10 +4,11 @@
 // shared memory, max and sum by one thread in ascending position. KDA: one block per head,
 // two lanes per value channel (one in the generic instance), the state updated token by
 // token, the norms computed across tokens in the CPU's order; the recurrence's sums over
-// key channels in four quarters (kda_add_quarters), not the CPU's one chain. A segmented call (a batched forward's
-// requests, MlaArgs::begin) runs each product once over every segment's rows and one
-// attention or recurrence launch over all segments, each block reading its segment's
-// offsets and cache or state from a table passed as a kernel parameter.
+// key channels in four quarters (kda_add_quarters), not the CPU's one chain. A segmented
+// call (a batched forward's requests, MlaArgs::begin) runs each product once over every
+// segment's rows and one attention or recurrence launch over all segments, each block
+// reading its segment's offsets and cache or state from a table passed as a kernel
+// parameter.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -147,8 +148,8 @@ __host__ __device__ constexpr int kda_batch(int hd) {
 __host__ __device__ constexpr int kda_row_stride(int hd) { return hd + 1; }
 
 // A token's rows in shared memory: qv, kv, beta * kv and alpha, each kda_token_stride(hd)
-// floats apart, in two buffers (a thread fills token t + 1's while others may still read
-// token t's). Key channel i of a row sits at i + 4 * (i / part), part the rows one lane
+// floats apart (the generic instance keeps two tokens' rows, filling token t + 1's while
+// others may still read token t's; the pair instance a chunk's). Key channel i of a row sits at i + 4 * (i / part), part the rows one lane
 // owns (kda_pair_kernel): the two lanes of a value channel read their halves in
 // different banks.
 constexpr int kKdaTokenRows = 4;
@@ -254,9 +255,9 @@ __device__ __forceinline__ int kda_chunk_tokens(const KdaBlock& kb, int64_t t0) 
 // bf16(rmsnorm(o) * sigmoid(g)), `batch` tokens at a time, once the recurrence has written
 // o_raw (the caller's barrier first). Threads j >= hd only meet the barriers.
 __device__ void kda_output(const KdaBlock& kb, float* rows, float* o_scale, int j) {
-  const int batch = kda_batch(kb.hd), rs = kda_row_stride(kb.hd);
-  for (int64_t t0 = 0; t0 < kb.t_count; t0 += batch) {
-    const int nb = kb.t_count - t0 < batch ? static_cast<int>(kb.t_count - t0) : batch;
+  const int rs = kda_row_stride(kb.hd);
+  for (int64_t t0 = 0; t0 < kb.t_count; t0 += kda_batch(kb.hd)) {
+    const int nb = kda_chunk_tokens(kb, t0);
     if (j < kb.hd)
       for (int i = 0; i < nb; ++i)
         rows[i * rs + j] = kb.o_raw[(t0 + i) * kb.qd + kb.head * kb.hd + j];
@@ -645,6 +646,9 @@ void kda_attention(KdaArgs& a) {
     float* o_raw = s.scratch<float>(t_count * qd);
     const auto launch = kda_instance(hd);
     const size_t smem = launch.shared_floats * sizeof(float);
+    // Large head sizes stage more than the default 48 KiB (the generic instance at about
+    // 1000 channels and more).
+    if (smem > 48 * 1024) allow_smem(reinterpret_cast<const void*>(launch.kernel), smem);
     // One block per (head, segment), kMaxSegments segments a launch.
     for (size_t i = 0; i < segs.owners.size();) {
       KdaSegments table;

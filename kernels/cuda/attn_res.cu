@@ -36,10 +36,7 @@
 //              (m * out_w) * r.
 #include <bit>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
-#include <utility>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -706,30 +703,6 @@ __global__ void __launch_bounds__(NREG > 0 ? kRegThreads : kMaxThreads, 1)
     }
     store<VEC>(a.out + t * a.h + c, o);
   }
-}
-
-// The dynamic shared memory allowed so far per (kernel, device): asking is a host call a
-// 64-token call cannot afford each time.
-struct LaunchCache {
-  std::mutex mu;
-  std::map<std::pair<const void*, int>, size_t> smem_allowed;
-};
-LaunchCache& launch_cache() {
-  static LaunchCache c;
-  return c;
-}
-
-// Lets `kernel` use `smem` bytes of dynamic shared memory (beyond 48 KiB needs asking).
-void allow_smem(const void* kernel, size_t smem) {
-  int device = 0;
-  SPLITCHECK_CUDA_CHECK(cudaGetDevice(&device));
-  LaunchCache& c = launch_cache();
-  std::lock_guard<std::mutex> lock(c.mu);
-  size_t& allowed = c.smem_allowed[{kernel, device}];
-  if (smem <= allowed) return;
-  SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem)));
-  allowed = smem;
 }
 
 // One block per token.

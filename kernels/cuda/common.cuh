@@ -28,6 +28,10 @@ void check(cudaError_t e, const char* what);
 // finished writing it (a host read, a copy that returns finished, or synchronize()), or
 // once the other thread's stream is queued after the writes (mark_stream, queue_after).
 cudaStream_t stream();
+
+// Lets `kernel` use `smem` bytes of dynamic shared memory (beyond 48 KiB needs asking of
+// the device; asked once per kernel, device and size reached).
+void allow_smem(const void* kernel, size_t smem);
 // Checks the last launch and waits for the stream (where the host must see a result).
 void finish();
 // Work on a second stream of the calling thread (its side stream): the constructor runs

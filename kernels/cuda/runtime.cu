@@ -8,9 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -504,6 +506,31 @@ void fill_successor_tied_bf16(uint64_t key_r, float scale, uint64_t key_e, float
         key_r, scale, key_e, embed_scale, d_succ, v, h, static_cast<uint16_t*>(out));
   }
   s.done();
+}
+
+// The dynamic shared memory allowed so far per (kernel, device): asking is a host call a
+// 64-token call cannot afford each time.
+namespace {
+struct SmemAllowed {
+  std::mutex mu;
+  std::map<std::pair<const void*, int>, size_t> bytes;
+};
+SmemAllowed& smem_allowed() {
+  static SmemAllowed a;
+  return a;
+}
+}  // namespace
+
+void allow_smem(const void* kernel, size_t smem) {
+  int device = 0;
+  SPLITCHECK_CUDA_CHECK(cudaGetDevice(&device));
+  SmemAllowed& a = smem_allowed();
+  std::lock_guard<std::mutex> lock(a.mu);
+  size_t& allowed = a.bytes[{kernel, device}];
+  if (smem <= allowed) return;
+  SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem)));
+  allowed = smem;
 }
 
 }  // namespace splitcheck::cuda
