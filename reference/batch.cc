@@ -1,5 +1,6 @@
 #include "reference/batch.h"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 
@@ -137,6 +138,32 @@ BatchRows concat_rows(const std::vector<ResidualState>& parts) {
   return rows;
 }
 
+BatchRows embed_rows(const std::vector<KernelContext>& ctxs, const ModelConfig& c,
+                     const Tensor& table, const std::vector<Segment>& segments) {
+  auto ids_of = [](const std::vector<int32_t>& ids) {
+    Tensor t = Tensor::zeros(DType::kI32, {static_cast<int64_t>(ids.size())});
+    std::copy(ids.begin(), ids.end(), t.data<int32_t>());
+    return t;
+  };
+  if (segments.size() <= 1 || !same_context(ctxs)) {
+    std::vector<ResidualState> states;
+    for (size_t i = 0; i < segments.size(); ++i)
+      states.push_back(embed_state(ctxs[i], c, table, ids_of(segments[i].ids)));
+    return concat_rows(states);
+  }
+  BatchRows rows;
+  rows.begin.push_back(0);
+  std::vector<int32_t> all;
+  for (const Segment& seg : segments) {
+    all.insert(all.end(), seg.ids.begin(), seg.ids.end());
+    rows.begin.push_back(static_cast<int64_t>(all.size()));
+  }
+  once_for_all(ctxs, [&](const KernelContext& ctx) {
+    rows.all = embed_state(ctx, c, table, ids_of(all));
+  });
+  return rows;
+}
+
 void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& c, int l,
                      const LayerWeights& w, BatchRows& rows, const std::vector<LayerCache*>& caches,
                      const std::vector<LayerRecording>& recs) {
@@ -205,13 +232,15 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
 
 std::vector<Tensor> read_tap_rows(
     const std::vector<KernelContext>& ctxs, const ModelConfig& c, int k, const BatchRows& rows,
-    const std::function<Tensor(const KernelContext&, const ResidualState&)>& read) {
+    const std::function<Tensor(const KernelContext&, const ResidualState&)>& read,
+    Tensor* all_rows) {
   std::vector<Tensor> taps;
   if (rows.size() > 1 && one_call_for_all(ctxs, rows, tap_blocks(c, k))) {
     Tensor all;
     once_for_all(ctxs, [&](const KernelContext& ctx) { all = read(ctx, rows.all); });
     for (size_t i = 0; i < rows.size(); ++i)
       taps.push_back(all.rows(rows.begin[i], rows.begin[i + 1]));
+    if (all_rows != nullptr) *all_rows = all;
     return taps;
   }
   for (size_t i = 0; i < rows.size(); ++i) taps.push_back(read(ctxs[i], rows.segment(i)));

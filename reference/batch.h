@@ -95,6 +95,13 @@ struct BatchRows {
 // std::invalid_argument when the parts differ in width, bank rows, device or delta.
 BatchRows concat_rows(const std::vector<ResidualState>& parts);
 
+// Every segment's embedding (embed_state) over its token ids, concatenated: one gather
+// over all the segments' ids where their contexts agree (its dispatch event recorded in
+// each segment's trace, as once_for_all does), else one a segment and concat_rows. A
+// gather's row has the same bits either way.
+BatchRows embed_rows(const std::vector<KernelContext>& ctxs, const ModelConfig& config,
+                     const Tensor& table, const std::vector<Segment>& segments);
+
 // Whether one call of an AttnRes read over `nb` blocks (or any row-wise op beside it)
 // over every segment's rows gives each row the bits its segment's own call gives: the
 // segments' dispatch contexts agree (stage, variant override), and the fallback's BLOCK_L
@@ -139,11 +146,13 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
 
 // The tap k read from every segment's rows (reference/layer.h read_tap's weights), by
 // `read` on a context and a state: once over all rows when one_call_for_all, else per
-// segment. Element i is segment i's tap (views of one tensor's rows, or its own).
+// segment. Element i is segment i's tap (views of one tensor's rows, or its own); `all`,
+// where given, is set to that one tensor when there is one (else left empty).
 std::vector<Tensor> read_tap_rows(
     const std::vector<KernelContext>& ctxs, const ModelConfig& config, int k,
     const BatchRows& rows,
-    const std::function<Tensor(const KernelContext&, const ResidualState&)>& read);
+    const std::function<Tensor(const KernelContext&, const ResidualState&)>& read,
+    Tensor* all = nullptr);
 
 // The output head (run_head) of every segment: once over all rows when one_call_for_all
 // (one wait for the next tokens), else per segment. Element i is segment i's head.

@@ -59,9 +59,12 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
   std::vector<RunRecord> records(n);
   std::vector<DispatchTrace> traces(n);
   std::vector<KernelContext> ctxs;
-  std::vector<ResidualState> states(n);
   std::vector<LayerRecording> recs;
   std::vector<std::vector<std::pair<int, Tensor>>> taps(n);
+  // Every tap over all the segments' rows where each was read once for all of them: the
+  // segments' concatenated taps then come from one concat_taps (views of its rows).
+  std::vector<std::pair<int, Tensor>> taps_all;
+  bool all_once = n > 1;
   for (size_t i = 0; i < n; ++i) {
     const Segment& seg = batch.segments[i];
     if (seg.kind == ForwardKind::kVerify) requests_.snapshot(seg.request);
@@ -69,11 +72,14 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
     record_forward_start(r, segment_request(seg));
     record_segment_attrs(r, seg, batch.step);
     ctxs.push_back(KernelContext{&traces[i], seg.index, -1, Site::kEmbed, 0, -1});
-    states[i] = embed_state(ctxs[i], c, weights_.get("embed_tokens.weight"), ids_tensor(seg.ids));
     recs.push_back(LayerRecording{r, forward_path(seg.index), options_.level});
-    if (captured(0)) taps[i].emplace_back(0, clone_queued(states[i].prefix));
   }
-  BatchRows rows = concat_rows(states);
+  BatchRows rows = embed_rows(ctxs, c, weights_.get("embed_tokens.weight"), batch.segments);
+  if (captured(0)) {
+    const Tensor tap = clone_queued(rows.all.prefix);
+    for (size_t i = 0; i < n; ++i) taps[i].emplace_back(0, tap.rows(rows.begin[i], rows.begin[i + 1]));
+    taps_all.emplace_back(0, tap);
+  }
   for (int l = 0; l < L; ++l) {
     std::vector<LayerCache*> caches;
     for (const Segment& seg : batch.segments)
@@ -87,22 +93,31 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
         last ? weights_.get("output_attn_res_norm.weight") : *layers_[k].sa_res_norm;
     const Tensor& proj =
         last ? weights_.get("output_attn_res_proj.weight") : *layers_[k].sa_res_proj;
-    const std::vector<Tensor> read =
-        read_tap_rows(ctxs, c, k, rows, [&](const KernelContext& ctx, const ResidualState& st) {
+    Tensor all;
+    const std::vector<Tensor> read = read_tap_rows(
+        ctxs, c, k, rows,
+        [&](const KernelContext& ctx, const ResidualState& st) {
           return read_tap(ctx, c, k, st, norm, proj);
-        });
+        },
+        &all);
     for (size_t i = 0; i < n; ++i) taps[i].emplace_back(k, read[i]);
+    all_once = all_once && !all.empty();
+    taps_all.emplace_back(k, std::move(all));
   }
+  const Tensor concatenated =
+      all_once && !taps_all.empty()
+          ? concat_taps(taps_all, rows.begin.back(), c.hidden_size, taps_device(taps_all))
+          : Tensor();
   std::vector<HeadOutput> heads = run_head_rows(ctxs, c, rows, weights_);
   computed_.heads += static_cast<int64_t>(n);
   BatchResult out;
   out.step = batch.step;
   for (size_t i = 0; i < n; ++i) {
     const Segment& seg = batch.segments[i];
-    states[i] = rows.segment(i);
+    const ResidualState state = rows.segment(i);
     const HeadOutput& head = heads[i];
     RunRecord* r = record != nullptr ? &records[i] : nullptr;
-    record_forward_end(r, segment_request(seg), options_.level, head, states[i], taps[i],
+    record_forward_end(r, segment_request(seg), options_.level, head, state, taps[i],
                        traces[i]);
     RequestState& rs = requests_.at(seg.request);
     rs.positions = seg.first_position + static_cast<int64_t>(seg.ids.size());
@@ -115,8 +130,10 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
     ForwardResult f;
     f.logits = head.logits;
     f.next_tokens = head.next_tokens;
-    f.taps = concat_taps(taps[i], static_cast<int64_t>(seg.ids.size()), c.hidden_size,
-                         taps_device(taps[i]));
+    f.taps = !concatenated.empty()
+                 ? concatenated.rows(rows.begin[i], rows.begin[i + 1])
+                 : concat_taps(taps[i], static_cast<int64_t>(seg.ids.size()), c.hidden_size,
+                               taps_device(taps[i]));
     out.segments.push_back(std::move(f));
   }
   return out;

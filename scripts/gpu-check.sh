@@ -47,12 +47,14 @@ step() {
   timeout "$budget" "$@" >"$log/$name.log" 2>&1
   rc=$?
   local dt=$((SECONDS - t0))
-  local verdict="ok"
-  [[ $rc -eq 0 ]] || { verdict="FAILED (exit $rc)"; failed=1; }
+  local verdict="ok" shown=3
+  # A failed row names its log instead of the step's detail (which says what success is),
+  # and the log's last 40 lines are printed, not 3.
+  [[ $rc -eq 0 ]] || { verdict="FAILED (exit $rc)"; failed=1; detail="see $log/$name.log"; shown=40; }
   [[ $rc -eq 124 ]] && verdict="FAILED (over ${budget}s)"
   rows+=("$(printf '%-34s %-20s %6ss  %s' "$name" "$verdict" "$dt" "${detail:-}")")
   detail=""
-  tail -n 3 "$log/$name.log"
+  tail -n "$shown" "$log/$name.log"
   return $rc
 }
 

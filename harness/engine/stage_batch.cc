@@ -73,22 +73,23 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
       for (int l = range_.begin; l < range_.end; ++l)
         truncate_layer_cache(c, l, rs.caches[l - range_.begin], seg.first_position - 1);
     }
+    if (is_first()) continue;  // embedded below, every segment at once
     ResidualState& st = outs[i].state;
-    std::vector<std::pair<int, Tensor>>& taps = outs[i].taps;
-    if (is_first()) {
-      st = embed_state(ctxs[i], c, weights_.get("embed_tokens.weight"), ids_tensor(seg.ids));
-      if (captured(0)) taps.emplace_back(0, st.prefix.clone());
-    } else {
-      if (i >= in.size())
-        return internal_error(fmt::format("stage {} received no payload", cfg_.index));
-      const Tensor* body = i < in_bodies.size() ? &in_bodies[i] : nullptr;
-      RETURN_IF_ERROR(receive_payload(seg.index, T, in[i], body, st, taps));
-      place_state(st, weights_.device());  // the received state goes where the weights are
-    }
+    if (i >= in.size())
+      return internal_error(fmt::format("stage {} received no payload", cfg_.index));
+    const Tensor* body = i < in_bodies.size() ? &in_bodies[i] : nullptr;
+    RETURN_IF_ERROR(receive_payload(seg.index, T, in[i], body, st, outs[i].taps));
+    place_state(st, weights_.device());  // the received state goes where the weights are
     states.push_back(st);
   }
 
-  BatchRows rows = concat_rows(states);
+  BatchRows rows = is_first() ? embed_rows(ctxs, c, weights_.get("embed_tokens.weight"), batch.segments)
+                              : concat_rows(states);
+  if (is_first() && captured(0)) {
+    const Tensor tap = rows.all.prefix.clone();
+    for (size_t i = 0; i < n; ++i)
+      outs[i].taps.emplace_back(0, tap.rows(rows.begin[i], rows.begin[i + 1]));
+  }
   for (int l = range_.begin; l < range_.end; ++l) {
     std::vector<LayerCache*> caches;
     for (size_t i = 0; i < n; ++i) caches.push_back(&table.at(owner[i]).caches[l - range_.begin]);

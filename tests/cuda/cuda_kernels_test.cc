@@ -395,13 +395,12 @@ TEST(CudaOpsTest, AFewRowsProductAndTheMoeGiveARowTheBitsItHasAlone) {
   for (int e = 0; e < n_exp; ++e)
     experts.push_back({&dev[3 * e], &dev[3 * e + 1], &dev[3 * e + 2]});
   shared.push_back({&dev[3 * n_exp], &dev[3 * n_exp + 1], &dev[3 * n_exp + 2]});
-  // 11 tokens with the shared expert (a block an expert, up to 4 rows a pass); 40 without
-  // it (8 rows a pass; the shared expert of more than 8 tokens takes the tensor-core
-  // kernel or cuBLASLt, whose bits may differ from a row's alone, as the router's product
-  // would with another router);
-  // each token alone takes a block a row.
+  // 11 tokens (a block an expert, up to 4 rows a pass) and 40 (8 rows a pass), with the
+  // shared expert (its weights are shallow, so it is a row of the routed launches up to 64
+  // tokens) and without it; each token alone takes a block a row.
   const std::vector<SwiGluWeights> none;
-  for (auto [tokens, with_shared] : {std::pair<int64_t, bool>{t, true}, {40, false}}) {
+  for (auto [tokens, with_shared] :
+       {std::pair<int64_t, bool>{t, true}, {40, true}, {40, false}}) {
     const std::vector<SwiGluWeights>& sh = with_shared ? shared : none;
     Tensor x = random_bf16({tokens, h}, 70 + tokens, 1.0f), x_g = on_gpu(x);
     Tensor all = Tensor::zeros(DType::kBF16, {tokens, h}, Device::kCuda);
