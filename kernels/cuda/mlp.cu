@@ -1,9 +1,8 @@
 // The drafters' linear layer, dense SwiGLU and MoE (SPEC 2.5) on the GPU. Matrix products
 // through gemm() (skinny_gemm for a few rows, tc_multi_gemm up to 64 rows of a shallow
 // weight, else cuBLASLt); routing by a warp a token.
-// Up to 64 tokens' experts run in two routed launches with the picks read on the device
-// (no host wait), the shared experts in them where their weights are shallow or the tokens
-// few; more tokens are grouped by expert as on the CPU after one wait for the picks.
+// A few tokens' experts run in two routed launches with the picks read on the device (no
+// host wait); more are grouped by expert as on the CPU after one wait for the picks.
 #include <algorithm>
 #include <iterator>
 #include <optional>
@@ -157,9 +156,9 @@ struct MoeRows {
 // and up product, one for every down product on the SwiGLU hidden, each expert's weights
 // read once for the rows that picked it, each row with the bits a product of at most
 // kSkinnyMaxRows rows gives it (skinny_gemm.cu). The shared experts are rows of the same
-// launches (as experts n_exp + i) where the caller puts them there (moe()); otherwise they
-// are left to the caller. A token picks distinct experts, so an expert takes at most
-// t_count <= kRoutedMaxRows rows.
+// launches (as experts n_exp + i) when gemm() would take the skinny kernel for them too;
+// otherwise they are left to the caller. A token picks distinct experts, so an expert
+// takes at most t_count <= kRoutedMaxRows rows.
 void experts_on_device(Staging& s, const uint16_t* x, const int32_t* row_pick,
                        const int32_t* row_token, const MoeRows& r, bool with_shared,
                        std::span<const SwiGluWeights> experts, std::span<const SwiGluWeights> shared,
@@ -235,25 +234,14 @@ void moe(MoeArgs& a) {
   const auto* x = as<uint16_t>(s.in(a.x));
   // Up to kRoutedMaxRows tokens of at most 128 experts (a routed launch's table holds a
   // gate and an up weight of each) are routed on the device; more are grouped by expert on
-  // the host after one wait for the picks (their products through gemm()). The shared
-  // experts join the routed launches where gemm() would take one of this backend's own
-  // kernels for them anyway: the skinny kernel (up to kSkinnyMaxRows tokens: the same bits
-  // either way) or the tensor-core kernel (shallow weights, up to kTcMaxRows tokens). There
-  // they cost no more in the routed launches and save a side stream's five launches and
-  // its allocations a layer, and each token's shared expert has the bits it has alone,
-  // as its routed experts have. Deep weights of more tokens stay on cuBLASLt (gemm()),
-  // measured faster there (docs/performance.md).
+  // the host after one wait for the picks (their products through gemm()). The
+  // shared experts join the routed launches where gemm() would give them the same bits.
   const auto fits = [&](int64_t experts) { return 2 * experts <= std::ssize(WeightTable{}.w); };
   const bool on_device = r.slots > 0 && t_count <= kRoutedMaxRows && skinny_applies(1, false) &&
                          fits(n_exp);
-  bool shared_with_routed = on_device && fits(n_exp + r.n_shared);
-  for (const SwiGluWeights& w : a.shared) {
-    const int64_t inter = w.gate->dim(1);
-    const bool shallow = std::max(h, inter) <= kTcMaxDepth;  // whatever SPLITCHECK_CUDA_TC says
-    const bool own_kernel = skinny_applies(t_count, false) ||
-                            (shallow && tc_applies(t_count, h, false) && tc_applies(t_count, inter, false));
-    shared_with_routed = shared_with_routed && own_kernel && inter == a.experts[0].gate->dim(1);
-  }
+  bool shared_with_routed = on_device && skinny_applies(t_count, false) && fits(n_exp + r.n_shared);
+  for (const SwiGluWeights& w : a.shared)
+    shared_with_routed = shared_with_routed && w.gate->dim(1) == a.experts[0].gate->dim(1);
   // Shared experts outside the routed launches need only x: they run on the side stream,
   // beside the router and the routed experts, into their rows of expert_out.
   auto* expert_out = s.scratch<uint16_t>(r.all() * h);

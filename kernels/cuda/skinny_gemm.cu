@@ -15,11 +15,13 @@
 // row of C has the same bits in a product of 1 row as in one of 8, alone or routed.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
 #include <map>
 #include <mutex>
 #include <span>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/skinny.h"
@@ -56,6 +58,8 @@ struct Weights {
 
 // The most rows one weight takes in a launch (routed: the slots that picked an expert).
 constexpr int kMaxListRows = static_cast<int>(kRoutedMaxRows);
+// Routed weights of at most this many bytes take a block a row (routed_gemm).
+constexpr int64_t kByRowMaxWeightBytes = int64_t{256} << 10;
 constexpr int CPT = 8;  // columns a lane: one 16-byte load of bf16 weights
 
 // Element i of the A operand: a bf16 value, or the SwiGLU hidden value of float gate and
@@ -460,9 +464,21 @@ void routed_gemm(const SkinnyOperand& a, const SkinnyRows& rows, int64_t max_row
   // rows, taken as many at a time as a weight has on average (1, 2, 4 or 8: two at three
   // blocks a multiprocessor beat eight at two for a 16-token prefill of k3-shape, eight
   // beat passes of two for 64 rows over 8 experts).
+  //
+  // Small weights (at most kByRowMaxWeightBytes each) take a block a row and weight
+  // whatever the rows: re-reading one from L2 for each row costs less than a block's
+  // passes over its rows, one after another (at k3-tiny's shapes a routed launch of 48
+  // tokens took 40 us a block a weight). The bits are the same either way: which block
+  // computes a row, and how many rows it takes at a time, never change them.
+  // SPLITCHECK_CUDA_ROUTED_BY_ROW=0 (to measure): a block a weight past the picks' count.
+  static const bool small_by_row = [] {
+    const char* v = std::getenv("SPLITCHECK_CUDA_ROUTED_BY_ROW");
+    return v == nullptr || std::string(v) != "0";
+  }();
   SkinnyRows map = rows;
   const int picks = n_weights / rows.per_pick;
-  map.by_row = rows.rows < picks;
+  const bool small = n * k * static_cast<int64_t>(sizeof(uint16_t)) <= kByRowMaxWeightBytes;
+  map.by_row = rows.rows < picks || (small_by_row && small);
   const int groups = map.by_row ? rows.per_pick * rows.rows : n_weights;
   const int64_t mean = (rows.rows + picks - 1) / std::max(picks, 1);
   const int64_t pass = map.by_row ? 1 : std::min<int64_t>(max_rows, mean <= 2 ? 2 : (mean <= 4 ? 4 : 8));

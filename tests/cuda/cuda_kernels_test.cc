@@ -373,48 +373,56 @@ TEST(CudaOpsTest, AFewRowsProductAndTheMoeGiveARowTheBitsItHasAlone) {
     }
   }
 
-  const int64_t t = 11, h = 256, inter = 64;
-  const int n_exp = 8;
-  const float s = 1.0f / std::sqrt(static_cast<float>(h));
-  std::vector<Tensor> dev;
-  dev.reserve(3 * (n_exp + 1) + 1);
-  for (int e = 0; e < n_exp + 1; ++e) {
-    dev.push_back(on_gpu(random_bf16({h, inter}, 300 + 10 * e, s)));
-    dev.push_back(on_gpu(random_bf16({h, inter}, 301 + 10 * e, s)));
-    dev.push_back(on_gpu(random_bf16({inter, h}, 302 + 10 * e, 1.0f / 8.0f)));
-  }
-  // The router: one nonzero weight a column (row e of column e), so a logit is one exact
-  // product of bf16 values and has the same bits in any order of summing, by cuBLASLt for
-  // more than kSkinnyMaxRows tokens as by the skinny kernel for one. Its product's bits
-  // are not what this test judges; the routed products' are.
-  Tensor router = Tensor::zeros(DType::kBF16, {h, n_exp});
-  const Tensor diagonal = random_bf16({n_exp}, 7, 1.0f);
-  for (int e = 0; e < n_exp; ++e) router.data<bf16>()[e * n_exp + e] = diagonal.data<bf16>()[e];
-  dev.push_back(on_gpu(router));
-  std::vector<SwiGluWeights> experts, shared;
-  for (int e = 0; e < n_exp; ++e)
-    experts.push_back({&dev[3 * e], &dev[3 * e + 1], &dev[3 * e + 2]});
-  shared.push_back({&dev[3 * n_exp], &dev[3 * n_exp + 1], &dev[3 * n_exp + 2]});
-  // 11 tokens (a block an expert, up to 4 rows a pass) and 40 (8 rows a pass), with the
-  // shared expert (its weights are shallow, so it is a row of the routed launches up to 64
-  // tokens) and without it; each token alone takes a block a row.
-  const std::vector<SwiGluWeights> none;
-  for (auto [tokens, with_shared] :
-       {std::pair<int64_t, bool>{t, true}, {40, true}, {40, false}}) {
-    const std::vector<SwiGluWeights>& sh = with_shared ? shared : none;
-    Tensor x = random_bf16({tokens, h}, 70 + tokens, 1.0f), x_g = on_gpu(x);
-    Tensor all = Tensor::zeros(DType::kBF16, {tokens, h}, Device::kCuda);
-    MoeArgs many{&x_g, &dev.back(), experts, sh, 2, &all};
-    run_variant("moe", "grouped", &many);
-    for (int64_t r = 0; r < tokens; ++r) {
-      Tensor row = Tensor::zeros(DType::kBF16, {1, h});
-      std::copy_n(x.data<bf16>() + r * h, h, row.data<bf16>());
-      Tensor row_g = on_gpu(row), o = Tensor::zeros(DType::kBF16, {1, h}, Device::kCuda);
-      MoeArgs one{&row_g, &dev.back(), experts, sh, 2, &o};
-      run_variant("moe", "grouped", &one);
-      EXPECT_EQ(row_bytes(o, 0, 1), row_bytes(all, r, 1)) << "token " << r << " of " << tokens;
+  // The MoE of `cases` (tokens, with the shared expert) against each token alone, with 8
+  // experts of [h, inter]. Small weights (k3-tiny's: 256 x 64) take a block a routed row
+  // in any launch (routed_gemm); larger ones (512 x 512) a block an expert, its rows in
+  // passes of 4 (11 tokens) or 8 (40 tokens), while each token alone takes a block a row.
+  // The shared expert of more than 8 tokens takes the tensor-core kernel or cuBLASLt,
+  // whose bits may differ from a row's alone, as the router's product would with another
+  // router; so the larger weights are judged without it.
+  auto moe_rows_alone = [&](int64_t h, int64_t inter,
+                            std::vector<std::pair<int64_t, bool>> cases) {
+    const int n_exp = 8;
+    const float s = 1.0f / std::sqrt(static_cast<float>(h));
+    std::vector<Tensor> dev;
+    dev.reserve(3 * (n_exp + 1) + 1);
+    for (int e = 0; e < n_exp + 1; ++e) {
+      dev.push_back(on_gpu(random_bf16({h, inter}, 300 + 10 * e, s)));
+      dev.push_back(on_gpu(random_bf16({h, inter}, 301 + 10 * e, s)));
+      dev.push_back(on_gpu(random_bf16({inter, h}, 302 + 10 * e, 1.0f / 8.0f)));
     }
-  }
+    // The router: one nonzero weight a column (row e of column e), so a logit is one exact
+    // product of bf16 values and has the same bits in any order of summing, by cuBLASLt
+    // for more than kSkinnyMaxRows tokens as by the skinny kernel for one. Its product's
+    // bits are not what this test judges; the routed products' are.
+    Tensor router = Tensor::zeros(DType::kBF16, {h, n_exp});
+    const Tensor diagonal = random_bf16({n_exp}, 7, 1.0f);
+    for (int e = 0; e < n_exp; ++e) router.data<bf16>()[e * n_exp + e] = diagonal.data<bf16>()[e];
+    dev.push_back(on_gpu(router));
+    std::vector<SwiGluWeights> experts, shared;
+    for (int e = 0; e < n_exp; ++e)
+      experts.push_back({&dev[3 * e], &dev[3 * e + 1], &dev[3 * e + 2]});
+    shared.push_back({&dev[3 * n_exp], &dev[3 * n_exp + 1], &dev[3 * n_exp + 2]});
+    const std::vector<SwiGluWeights> none;
+    for (auto [tokens, with_shared] : cases) {
+      const std::vector<SwiGluWeights>& sh = with_shared ? shared : none;
+      Tensor x = random_bf16({tokens, h}, 70 + tokens, 1.0f), x_g = on_gpu(x);
+      Tensor all = Tensor::zeros(DType::kBF16, {tokens, h}, Device::kCuda);
+      MoeArgs many{&x_g, &dev.back(), experts, sh, 2, &all};
+      run_variant("moe", "grouped", &many);
+      for (int64_t r = 0; r < tokens; ++r) {
+        Tensor row = Tensor::zeros(DType::kBF16, {1, h});
+        std::copy_n(x.data<bf16>() + r * h, h, row.data<bf16>());
+        Tensor row_g = on_gpu(row), o = Tensor::zeros(DType::kBF16, {1, h}, Device::kCuda);
+        MoeArgs one{&row_g, &dev.back(), experts, sh, 2, &o};
+        run_variant("moe", "grouped", &one);
+        EXPECT_EQ(row_bytes(o, 0, 1), row_bytes(all, r, 1))
+            << h << " x " << inter << ": token " << r << " of " << tokens;
+      }
+    }
+  };
+  moe_rows_alone(256, 64, {{11, true}, {40, false}});
+  moe_rows_alone(512, 512, {{11, false}, {40, false}});
 }
 
 #ifdef SPLITCHECK_HAVE_CUDA
