@@ -77,7 +77,8 @@ Result<BatchResult> ReferenceEngine::forward_batch(const BatchRequest& batch, Ru
   BatchRows rows = embed_rows(ctxs, c, weights_.get("embed_tokens.weight"), batch.segments);
   if (captured(0)) {
     const Tensor tap = clone_queued(rows.all.prefix);
-    for (size_t i = 0; i < n; ++i) taps[i].emplace_back(0, tap.rows(rows.begin[i], rows.begin[i + 1]));
+    for (size_t i = 0; i < n; ++i)
+      taps[i].emplace_back(0, tap.rows(rows.begin[i], rows.begin[i + 1]));
     taps_all.emplace_back(0, tap);
   }
   for (int l = 0; l < L; ++l) {

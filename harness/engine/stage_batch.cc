@@ -83,8 +83,9 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
     states.push_back(st);
   }
 
-  BatchRows rows = is_first() ? embed_rows(ctxs, c, weights_.get("embed_tokens.weight"), batch.segments)
-                              : concat_rows(states);
+  BatchRows rows = is_first()
+                       ? embed_rows(ctxs, c, weights_.get("embed_tokens.weight"), batch.segments)
+                       : concat_rows(states);
   if (is_first() && captured(0)) {
     const Tensor tap = rows.all.prefix.clone();
     for (size_t i = 0; i < n; ++i)

@@ -269,8 +269,10 @@ void BM_ServingStepHostAndDevice(benchmark::State& state) {
   alone.serving.max_in_flight = 1;
   ReferenceEngine& engine = *setup.engine;
   for (auto _ : state) {
-    for (const auto& [s, name] : {std::pair{&setup.batched, "batched"}, {&alone, "one_at_a_time"}}) {
-      if (const char* only = std::getenv("SPLITCHECK_SERVING_RUN"); only != nullptr && only != std::string(name))
+    for (const auto& [s, name] :
+         {std::pair{&setup.batched, "batched"}, {&alone, "one_at_a_time"}}) {
+      if (const char* only = std::getenv("SPLITCHECK_SERVING_RUN");
+          only != nullptr && only != std::string(name))
         continue;
       // Once unmeasured first, as the throughput benchmark's later iterations: a product
       // shape's first call pins its cuBLASLt algorithm (a heuristic query), which the
