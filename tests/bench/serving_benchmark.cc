@@ -13,10 +13,10 @@
 // segment) of each run, and `bound` is their ratio, the speedup batching would give if a
 // forward took as long whatever it carries. The committed scenario (shared_forward:0)
 // keeps two micro-batches in flight, as PP=2 needs, so its 8 requests in flight share a
-// forward 4 at most: bound about 3.3-3.5x. With shared_forward:1 the same requests run as
-// one micro-batch of up to 64 tokens a step, so all 8 share each forward: about 5.5-6.2x
+// forward 4 at most: bound about 3.0-3.5x. With shared_forward:1 the same requests run as
+// one micro-batch of up to 64 tokens a step, so all 8 share each forward: about 5.3-6.2x
 // (the accepted drafts, so the schedule, follow the backend's bits: 5.50x on the CPU,
-// 6.15x on an H200).
+// 5.27x on an H200 since 3dfc9bb).
 //
 // BM_ServingStepHostAndDevice splits a serving run's time per step (the engine's submit,
 // then the wait for the device after it) in four, for both runs: the host's own work, its
