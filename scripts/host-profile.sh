@@ -79,11 +79,14 @@ run() {
     { tail -n 30 "$build/host-profile-build.log" >&2; exit 2; }
   local bench="$build/serving_benchmark" filter="HostAndDevice/gpu:$gpu/shared_forward:$shared"
   "$bench" --benchmark_filter="$filter" 2>&1 | grep '^BM_'
-  local r
+  # The profiler's own libraries (libunwind) beside it, on the path of the profiled process
+  # alone.
+  local r libs
+  libs="$(dirname "$lib")${LD_LIBRARY_PATH:+:}${LD_LIBRARY_PATH:-}"
   for r in batched one_at_a_time; do
     echo "== $r: $reps repetitions under the profiler"
     SPLITCHECK_SERVING_RUN=$r CPUPROFILE="$out/$r.prof" CPUPROFILE_FREQUENCY=2000 \
-      LD_PRELOAD="$lib" LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:}${LD_LIBRARY_PATH:-}" \
+      LD_LIBRARY_PATH="$libs" LD_PRELOAD="$lib" \
       "$bench" --benchmark_filter="$filter" --benchmark_repetitions="$reps" \
       --benchmark_report_aggregates_only=true 2>&1 | grep -E '^BM_|PROFILE'
     {
