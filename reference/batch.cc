@@ -1,10 +1,10 @@
 #include "reference/batch.h"
 
-#include <algorithm>
 #include <set>
 #include <stdexcept>
 
 #include "kernels/tensor_copy.h"
+#include "reference/engine.h"
 #include "reference/segment_tasks.h"
 
 namespace splitcheck {
@@ -140,15 +140,10 @@ BatchRows concat_rows(const std::vector<ResidualState>& parts) {
 
 BatchRows embed_rows(const std::vector<KernelContext>& ctxs, const ModelConfig& c,
                      const Tensor& table, const std::vector<Segment>& segments) {
-  auto ids_of = [](const std::vector<int32_t>& ids) {
-    Tensor t = Tensor::zeros(DType::kI32, {static_cast<int64_t>(ids.size())});
-    std::copy(ids.begin(), ids.end(), t.data<int32_t>());
-    return t;
-  };
   if (segments.size() <= 1 || !same_context(ctxs)) {
     std::vector<ResidualState> states;
     for (size_t i = 0; i < segments.size(); ++i)
-      states.push_back(embed_state(ctxs[i], c, table, ids_of(segments[i].ids)));
+      states.push_back(embed_state(ctxs[i], c, table, ids_tensor(segments[i].ids)));
     return concat_rows(states);
   }
   BatchRows rows;
@@ -159,7 +154,7 @@ BatchRows embed_rows(const std::vector<KernelContext>& ctxs, const ModelConfig& 
     rows.begin.push_back(static_cast<int64_t>(all.size()));
   }
   once_for_all(ctxs, [&](const KernelContext& ctx) {
-    rows.all = embed_state(ctx, c, table, ids_of(all));
+    rows.all = embed_state(ctx, c, table, ids_tensor(all));
   });
   return rows;
 }
