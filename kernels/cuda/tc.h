@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 namespace splitcheck::cuda {
@@ -21,10 +22,23 @@ inline constexpr int kTcMaxWeights = 8;
 // C [G, m, n] = A [m, k] times each of the G <= kTcMaxWeights weights bs (bf16 [k, n], device
 // memory), float32 into `c` and/or rounded to bf16 into `c_bf16` (either may be null), in
 // one launch queued on the thread's stream; 1 <= m <= kTcMaxRows.
+// The kernel's tile shape is its own choice (tc_gemm.cu), and never changes a bit.
 void tc_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
                    uint16_t* c_bf16, int64_t m, int64_t n, int64_t k);
 
-inline constexpr int kTcTile = 128;  // columns a block
+// A block's tile: `rows` rows of A (16, 32, 48 or 64; 0 every row of the product) by
+// `cols` columns of a weight (32, 64 or 128).
+struct TcTile {
+  int rows = 0;
+  int cols = 128;
+};
+bool valid_tc_tile(const TcTile& tile);
+// tc_multi_gemm with the given tile (nullopt: the kernel's choice), for the tests that
+// show every shape gives the same bits; throws std::logic_error on a tile not valid_tc_tile().
+void tc_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
+                   uint16_t* c_bf16, int64_t m, int64_t n, int64_t k, std::optional<TcTile> tile);
+
+inline constexpr int kTcTile = 128;  // columns of a weight that the chunking counts a block
 inline constexpr int kTcStep = 32;   // rows of k a pipeline stage
 int64_t tc_chunk_rows(int64_t n, int64_t k);
 

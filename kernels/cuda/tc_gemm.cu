@@ -1,19 +1,27 @@
 // Products of 9 to 64 rows (a batched serving step, a prompt's prefill) by bf16 weights
-// [k, n], on the tensor cores: each weight read once, in one launch for up to kTcMaxWeights
-// weights that share the rows (grid z), the chunk sums added by the last block of each
-// column tile, the bf16 rounding (where asked) in the same launch.
+// [k, n], on the tensor cores: each weight read once per row tile, in one launch for up to
+// kTcMaxWeights weights that share the rows (grid z), the chunk sums added by the last block
+// of each tile, the bf16 rounding (where asked) in the same launch.
 //
-// A block takes 128 columns of one weight and one chunk of k (kc rows, fixed by (k, n)):
-// stages of 32 rows of the weight and of the rows of A are copied into shared memory
-// (cp.async: four stages, three in flight while one is used), and each warp multiplies
-// its 32 columns by every row with mma.m16n8k16 (bf16 in, float32 accumulate), 16 rows
-// of k a step, ascending. Each (row, column) has its own accumulator, and an mma's output
-// row depends on its own row of A alone, so a row's bits depend on its inputs and (k, n)
-// only: the same in a product of 9 rows as of 64, beside any other rows, alone or with
-// other weights in the launch. The order inside one mma is the tensor core's; tc.h
-// states the rest.
+// A block takes a tile of 16 MT rows of A by 32 NT columns of one weight, and one chunk of
+// k (kc rows, fixed by (k, n)): stages of 32 rows of the weight and of the tile's rows of A
+// are copied into shared memory (cp.async: four stages, three in flight while one is
+// used), and each warp multiplies its 8 NT columns by every row with mma.m16n8k16 (bf16
+// in, float32 accumulate), 16 rows of k a step, ascending. Each (row, column) has its own
+// accumulator, and an mma's output row depends on its own row of A alone, so a row's bits
+// depend on its inputs and (k, n) only: the same in a product of 9 rows as of 64, beside
+// any other rows, in any tile shape, alone or with other weights in the launch (tiles start
+// at multiples of 16 rows and 8 columns, so an element keeps its place in its mma). The
+// order inside one mma is the tensor core's; tc.h states the rest.
+//
+// The tile shape is picked for the launch's size (tile_shape): a small product in few
+// large tiles leaves most multiprocessors idle while one block walks k, so small products
+// take small tiles (more blocks, each with less to load a stage).
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -26,23 +34,32 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kTile = kTcTile;  // a warp's 32 columns: 4 mma n-tiles
 constexpr int kStep = kTcStep;  // two mma k-steps a stage
 constexpr int kStages = 4;
+// A tile's columns: NT mma n-tiles (8 columns) a warp.
+template <int NT>
+__host__ __device__ constexpr int tile_cols() {
+  return kWarps * NT * 8;
+}
 // Shared rows of B and of A, padded so that ldmatrix's 8 rows hit 8 bank groups.
-constexpr int kBStride = kTile + 8;
+template <int NT>
+__host__ __device__ constexpr int b_stride() {
+  return tile_cols<NT>() + 8;
+}
 constexpr int kAStride = kStep + 8;
 constexpr int64_t kMaxChunks = 32;
 constexpr int64_t kMinChunk = kTcMaxDepth;  // gemm()'s products are one chunk each
 constexpr int64_t kBlocksPerWeight = 528;   // four a multiprocessor of an H200
+// A launch spreads over at least this many blocks where its tiles can shrink (tile_shape).
+constexpr int64_t kSpreadBlocks = 32;
 
-template <int MT>
+template <int MT, int NT>
 __host__ __device__ constexpr int stage_elems() {
-  return kStep * kBStride + MT * 16 * kAStride;
+  return kStep * b_stride<NT>() + MT * 16 * kAStride;
 }
-template <int MT>
+template <int MT, int NT>
 __host__ __device__ constexpr int smem_bytes() {
-  return kStages * stage_elems<MT>() * static_cast<int>(sizeof(uint16_t));
+  return kStages * stage_elems<MT, NT>() * static_cast<int>(sizeof(uint16_t));
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -64,6 +81,12 @@ __device__ __forceinline__ void cp_wait() {
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const uint16_t* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t (&r)[2], const uint16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
                : "r"(smem_addr(p))
                : "memory");
 }
@@ -91,19 +114,21 @@ struct TcArgs {
   float* partial = nullptr;  // [chunks, G * m, n] where chunks > 1
   unsigned* counters = nullptr;
   int64_t m = 0, n = 0, k = 0, kc = 0, chunks = 0;
+  int64_t col_tiles = 0;              // blockIdx.x = row tile * col_tiles + column tile
   bool vec_a = false, vec_b = false;  // 16-byte loads (rows whole 16-byte pieces, aligned)
 };
 
 // Stage s of a block's chunk [k0, k1): B rows k0 + 32 s ... by the tile's columns, and the
-// same k of every row of A (MT * 16 rows, zeros past m), zeros past k1 and n.
-template <int MT>
+// same k of the tile's rows of A (MT * 16 rows from row0, zeros past m), zeros past k1 and n.
+template <int MT, int NT>
 __device__ __forceinline__ void load_stage(const TcArgs& p, const uint16_t* __restrict__ b,
-                                           int64_t k0, int64_t k1, int64_t col0, int s,
-                                           uint16_t* stage) {
+                                           int64_t k0, int64_t k1, int64_t row0, int64_t col0,
+                                           int s, uint16_t* stage) {
+  constexpr int kBStride = b_stride<NT>();
   const int64_t r0 = k0 + int64_t{s} * kStep;
   uint16_t* bs = stage;
   uint16_t* as = stage + kStep * kBStride;
-  constexpr int kBPieces = kTile / 8;
+  constexpr int kBPieces = tile_cols<NT>() / 8;
   for (int i = threadIdx.x; i < kStep * kBPieces; i += kThreads) {
     const int row = i / kBPieces, piece = i % kBPieces;
     const int64_t kk = r0 + row, col = col0 + piece * 8;
@@ -119,21 +144,24 @@ __device__ __forceinline__ void load_stage(const TcArgs& p, const uint16_t* __re
   constexpr int kAPieces = kStep / 8;
   for (int i = threadIdx.x; i < MT * 16 * kAPieces; i += kThreads) {
     const int row = i / kAPieces, piece = i % kAPieces;
-    const int64_t kk = r0 + piece * 8;
+    const int64_t kk = r0 + piece * 8, at = row0 + row;
     uint16_t* dst = as + row * kAStride + piece * 8;
     if (p.vec_a) {
-      const bool ok = row < p.m && kk < k1;
-      cp_async16(dst, ok ? p.a + row * p.k + kk : p.a, ok);
+      const bool ok = at < p.m && kk < k1;
+      cp_async16(dst, ok ? p.a + at * p.k + kk : p.a, ok);
     } else {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) dst[j] = row < p.m && kk + j < k1 ? p.a[row * p.k + kk + j] : 0;
+      for (int j = 0; j < 8; ++j) dst[j] = at < p.m && kk + j < k1 ? p.a[at * p.k + kk + j] : 0;
     }
   }
 }
 
-// One (column tile, chunk, weight g) a block; rows g * m + r of C. MT: 16-row tiles of A.
-template <int MT>
+// One (row tile, column tile, chunk, weight g) a block; rows g * m + r of C. MT: 16-row
+// tiles of A a block, NT: 8-column mma tiles a warp.
+template <int MT, int NT>
 __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
+  constexpr int kCols = tile_cols<NT>();
+  constexpr int kBStride = b_stride<NT>();
   extern __shared__ __align__(16) uint16_t smem[];
   __shared__ bool last;
   const int g = static_cast<int>(blockIdx.z);
@@ -141,27 +169,28 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
   const uint16_t* __restrict__ b = p.w[g];
   const int64_t k0 = chunk * p.kc, k1 = k0 + p.kc < p.k ? k0 + p.kc : p.k;
   const int steps = static_cast<int>((k1 - k0 + kStep - 1) / kStep);
-  const int64_t col0 = tile * kTile;
+  const int64_t row0 = tile / p.col_tiles * (MT * 16), col0 = tile % p.col_tiles * kCols;
+  const int64_t row1 = row0 + MT * 16 < p.m ? row0 + MT * 16 : p.m;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  auto stage = [&](int s) { return smem + (s % kStages) * stage_elems<MT>(); };
+  auto stage = [&](int s) { return smem + (s % kStages) * stage_elems<MT, NT>(); };
 
-  float acc[MT][4][4];
+  float acc[MT][NT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
 
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < steps) load_stage<MT>(p, b, k0, k1, col0, s, stage(s));
+    if (s < steps) load_stage<MT, NT>(p, b, k0, k1, row0, col0, s, stage(s));
     cp_commit();
   }
   for (int s = 0; s < steps; ++s) {
     cp_wait<kStages - 2>();
     __syncthreads();  // stage s is in; every warp is done with stage s - 1, reloaded next
     if (s + kStages - 1 < steps)
-      load_stage<MT>(p, b, k0, k1, col0, s + kStages - 1, stage(s + kStages - 1));
+      load_stage<MT, NT>(p, b, k0, k1, row0, col0, s + kStages - 1, stage(s + kStages - 1));
     cp_commit();
     const uint16_t* bs = stage(s);
     const uint16_t* as = bs + kStep * kBStride;
@@ -171,20 +200,25 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
         ldsm_x4(af[mt], as + (mt * 16 + lane % 16) * kAStride + kk + (lane / 16) * 8);
-      uint32_t bf[4][2];
+      uint32_t bf[NT][2];
+      const uint16_t* brow = bs + (kk + lane % 16) * kBStride + warp * (NT * 8);
+      if constexpr (NT == 1) {
+        ldsm_x2_trans(bf[0], brow);
+      } else {
 #pragma unroll
-      for (int pr = 0; pr < 2; ++pr) {
-        uint32_t r[4];
-        ldsm_x4_trans(r, bs + (kk + lane % 16) * kBStride + warp * 32 + pr * 16 + (lane / 16) * 8);
-        bf[2 * pr][0] = r[0];
-        bf[2 * pr][1] = r[1];
-        bf[2 * pr + 1][0] = r[2];
-        bf[2 * pr + 1][1] = r[3];
+        for (int pr = 0; pr < NT / 2; ++pr) {
+          uint32_t r[4];
+          ldsm_x4_trans(r, brow + pr * 16 + (lane / 16) * 8);
+          bf[2 * pr][0] = r[0];
+          bf[2 * pr][1] = r[1];
+          bf[2 * pr + 1][0] = r[2];
+          bf[2 * pr + 1][1] = r[3];
+        }
       }
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) mma_bf16(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
     }
   }
   cp_wait<0>();
@@ -196,11 +230,11 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t r = mt * 16 + lane / 4 + (e / 2) * 8;
-        const int64_t col = col0 + warp * 32 + nt * 8 + 2 * (lane % 4) + e % 2;
+        const int64_t r = row0 + mt * 16 + lane / 4 + (e / 2) * 8;
+        const int64_t col = col0 + warp * (NT * 8) + nt * 8 + 2 * (lane % 4) + e % 2;
         if (r >= p.m || col >= p.n) continue;
         const int64_t at = (g * p.m + r) * p.n + col;
         const float v = acc[mt][nt][e];
@@ -228,10 +262,11 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
   // Four columns a thread where rows are whole 16-byte groups (the partials are then
   // aligned), kBatch chunks' loads in flight; each output's sum still in chunk order.
   constexpr int kBatch = 8;
+  const int64_t rows = row1 - row0;
   if (p.n % 4 == 0) {
-    constexpr int kQuads = kTile / 4;
-    for (int i = static_cast<int>(threadIdx.x); i < p.m * kQuads; i += kThreads) {
-      const int64_t r = i / kQuads, col = col0 + (i % kQuads) * 4;
+    constexpr int kQuads = kCols / 4;
+    for (int i = static_cast<int>(threadIdx.x); i < rows * kQuads; i += kThreads) {
+      const int64_t r = row0 + i / kQuads, col = col0 + (i % kQuads) * 4;
       if (col >= p.n) continue;
       const int64_t at = (g * p.m + r) * p.n + col;
       float4 sum = __ldcg(reinterpret_cast<const float4*>(p.partial + at));
@@ -260,8 +295,8 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
     }
     return;
   }
-  for (int i = static_cast<int>(threadIdx.x); i < p.m * kTile; i += kThreads) {
-    const int64_t r = i / kTile, col = col0 + i % kTile;
+  for (int i = static_cast<int>(threadIdx.x); i < rows * kCols; i += kThreads) {
+    const int64_t r = row0 + i / kCols, col = col0 + i % kCols;
     if (col >= p.n) continue;
     const int64_t at = (g * p.m + r) * p.n + col;
     float sum = __ldcg(p.partial + at);
@@ -279,21 +314,70 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
   }
 }
 
-template <int MT>
-void launch(const TcArgs& args, dim3 grid) {
-  // More than the default 48 KiB of shared memory at MT 4, and as much of each
+template <int MT, int NT>
+void launch(TcArgs args, int64_t row_tiles, int64_t chunks, int64_t groups) {
+  // More than the default 48 KiB of shared memory at the large tiles, and as much of each
   // multiprocessor's L1 as shared memory as it gives, so that as many blocks (and their
   // stages in flight) fit as the registers allow.
   static const bool sized = [] {
     SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(
-        tc_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<MT>()));
-    SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(tc_kernel<MT>,
+        tc_kernel<MT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<MT, NT>()));
+    SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(tc_kernel<MT, NT>,
                                                cudaFuncAttributePreferredSharedMemoryCarveout,
                                                cudaSharedmemCarveoutMaxShared));
     return true;
   }();
   (void)sized;
-  tc_kernel<MT><<<grid, kThreads, smem_bytes<MT>(), stream()>>>(args);
+  args.col_tiles = (args.n + tile_cols<NT>() - 1) / tile_cols<NT>();
+  const int64_t tiles = row_tiles * args.col_tiles;
+  if (tiles * groups > kTileCounters)
+    throw std::logic_error("a tensor-core product of too many tiles");
+  if (chunks > 1) args.counters = tile_counters(stream());
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks),
+                  static_cast<unsigned>(groups));
+  tc_kernel<MT, NT><<<grid, kThreads, smem_bytes<MT, NT>(), stream()>>>(args);
+}
+
+// SPLITCHECK_CUDA_TC_TILE=RxC (R rows in 16..64 by 16, C columns 32, 64 or 128) takes that
+// tile for every product, "whole" every row by 128 columns, to measure the shapes against
+// each other (the same bits); unset, tile_shape's rule.
+std::optional<TcTile> forced_tile() {
+  static const std::optional<TcTile> forced = []() -> std::optional<TcTile> {
+    const char* v = std::getenv("SPLITCHECK_CUDA_TC_TILE");
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    if (std::string(v) == "whole") return TcTile{};
+    int rows = 0, cols = 0;
+    if (std::sscanf(v, "%dx%d", &rows, &cols) != 2 || !valid_tc_tile(TcTile{rows, cols}) ||
+        rows == 0)
+      throw std::invalid_argument(std::string("SPLITCHECK_CUDA_TC_TILE=") + v +
+                                  ": expected RxC, R 16, 32, 48 or 64 and C 32, 64 or 128");
+    return TcTile{rows, cols};
+  }();
+  return forced;
+}
+
+// The launch's tile: every row in one tile and 128 columns a block (the weight read once)
+// where that already gives kSpreadBlocks blocks or more; else smaller tiles until it does
+// (narrower first, then fewer rows), each weight then read once per row tile from L2.
+TcTile tile_shape(int64_t m, int64_t n, int64_t blocks_per_tile) {
+  if (const std::optional<TcTile> f = forced_tile()) return *f;
+  int mt = static_cast<int>((m + 15) / 16), nt = 4;
+  const auto blocks = [&] {
+    return (m + 16 * mt - 1) / (16 * mt) * ((n + 32 * nt - 1) / (32 * nt)) * blocks_per_tile;
+  };
+  while (blocks() < kSpreadBlocks && nt > 1) nt /= 2;
+  while (blocks() < kSpreadBlocks && mt > 1) mt = (mt + 1) / 2;
+  return TcTile{16 * mt, 32 * nt};
+}
+
+template <int MT>
+void launch_cols(const TcArgs& args, int nt, int64_t row_tiles, int64_t chunks, int64_t groups) {
+  if (nt == 1)
+    launch<MT, 1>(args, row_tiles, chunks, groups);
+  else if (nt == 2)
+    launch<MT, 2>(args, row_tiles, chunks, groups);
+  else
+    launch<MT, 4>(args, row_tiles, chunks, groups);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -304,14 +388,27 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // added in sequence), each a whole number of stages and at least kMinChunk rows (a weight
 // of at most kMinChunk rows is one chunk: its sums go straight to C).
 int64_t tc_chunk_rows(int64_t n, int64_t k) {
-  const int64_t tiles = (n + kTile - 1) / kTile;
+  const int64_t tiles = (n + kTcTile - 1) / kTcTile;
   const int64_t chunks = std::clamp<int64_t>((kBlocksPerWeight + tiles - 1) / tiles, 1, kMaxChunks);
   const int64_t kc = ((k + chunks - 1) / chunks + kStep - 1) / kStep * kStep;
   return std::max<int64_t>(kc, kMinChunk);
 }
 
+bool valid_tc_tile(const TcTile& t) {
+  return t.rows >= 0 && t.rows <= kTcMaxRows && t.rows % 16 == 0 &&
+         (t.cols == 32 || t.cols == 64 || t.cols == 128);
+}
+
 void tc_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
                    uint16_t* c_bf16, int64_t m, int64_t n, int64_t k) {
+  tc_multi_gemm(a, bs, c, c_bf16, m, n, k, std::nullopt);
+}
+
+void tc_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
+                   uint16_t* c_bf16, int64_t m, int64_t n, int64_t k, std::optional<TcTile> tile) {
+  if (tile && !valid_tc_tile(*tile))
+    throw std::logic_error("tc_multi_gemm: a tile of " + std::to_string(tile->rows) + " rows by " +
+                           std::to_string(tile->cols) + " columns");
   if (m < 1 || m > kTcMaxRows || bs.empty() || bs.size() > static_cast<size_t>(kTcMaxWeights))
     throw std::logic_error("tc_multi_gemm: 1 to " + std::to_string(kTcMaxRows) + " rows and 1 to " +
                            std::to_string(kTcMaxWeights) + " weights, got " + std::to_string(m) +
@@ -341,25 +438,22 @@ void tc_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float
     args.w[i] = bs[i];
     args.vec_b = args.vec_b && aligned16(bs[i]);
   }
-  const int64_t tiles = (n + kTile - 1) / kTile;
-  if (tiles * groups > kTileCounters)
-    throw std::logic_error("a tensor-core product of too many tiles");
   if (args.chunks > 1) {
-    args.counters = tile_counters(stream());
     SPLITCHECK_CUDA_CHECK(cudaMallocAsync(
         &args.partial, static_cast<size_t>(args.chunks * groups * m * n) * sizeof(float),
         stream()));
   }
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(args.chunks),
-                  static_cast<unsigned>(groups));
-  if (m <= 16)
-    launch<1>(args, grid);
-  else if (m <= 32)
-    launch<2>(args, grid);
-  else if (m <= 48)
-    launch<3>(args, grid);
+  TcTile t = tile ? *tile : tile_shape(m, n, args.chunks * groups);
+  const int mt = t.rows == 0 ? static_cast<int>((m + 15) / 16) : t.rows / 16, nt = t.cols / 32;
+  const int64_t row_tiles = (m + 16 * mt - 1) / (16 * mt);
+  if (mt == 1)
+    launch_cols<1>(args, nt, row_tiles, args.chunks, groups);
+  else if (mt == 2)
+    launch_cols<2>(args, nt, row_tiles, args.chunks, groups);
+  else if (mt == 3)
+    launch_cols<3>(args, nt, row_tiles, args.chunks, groups);
   else
-    launch<4>(args, grid);
+    launch_cols<4>(args, nt, row_tiles, args.chunks, groups);
   SPLITCHECK_CUDA_CHECK(cudaGetLastError());
   if (args.partial != nullptr) SPLITCHECK_CUDA_CHECK(cudaFreeAsync(args.partial, stream()));
 }

@@ -10,6 +10,10 @@
 //   (six square projections and beta's) and its state read and written, per call, against
 //   the copy of as many bytes; at 16 tokens the recurrence runs token by token, so the gap
 //   to 1 token is its cost (a prefill's KDA against a decode's).
+// - The tensor-core product (tc_multi_gemm) at the shapes of k3-tiny's batched serving
+//   step (48 rows; H 256, expert width 64, vocabulary 512) and of a 16-token prefill: the
+//   device's time per launch, queued back to back (SPLITCHECK_CUDA_TC_TILE picks a tile
+//   shape to measure against the rule's).
 // The copy moves the same bytes (half read, half written). An op's calls queue on the
 // stream without waiting, so each timed loop starts and ends with a wait for the device:
 // its time is the device's for every call it queued. Without a CUDA build or device it
@@ -32,6 +36,7 @@
 #include "reference/weights.h"
 #ifdef SPLITCHECK_HAVE_CUDA
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/tc.h"
 #endif
 
 namespace splitcheck {
@@ -148,9 +153,8 @@ void BM_CudaMoe(benchmark::State& state) {
     std::sort(logits.begin(), logits.end());
     for (int k = 0; k < kTopK; ++k) picked.insert(logits[k].second);
   }
-  const double bytes = static_cast<double>((static_cast<int64_t>(picked.size()) + 1) * 3 * kH *
-                                               kInter * 2 +
-                                           kH * kExperts * 2);
+  const double bytes = static_cast<double>(
+      (static_cast<int64_t>(picked.size()) + 1) * 3 * kH * kInter * 2 + kH * kExperts * 2);
   report_against_copy(state, bytes, call_s);
   state.counters["experts_read"] = static_cast<double>(picked.size()) + 1;
   state.counters["weight_TBps"] = bytes / call_s / 1e12;
@@ -169,15 +173,44 @@ void BM_CudaKda(benchmark::State& state) {
   Tensor kda_state =
       Tensor::zeros(DType::kF32, {int64_t{kHeads} * kHeadDim * kHeadDim}, Device::kCuda);
   Tensor out = Tensor::zeros(DType::kBF16, {t, kH}, Device::kCuda);
-  KdaArgs a{&x,        &square[0], &square[1], &square[2], &w_b,       &square[3], &square[4],
-            &o_norm,   &square[5], kHeads,     kHeadDim,   1e-6f,      &kda_state, &out};
+  KdaArgs a{&x,      &square[0], &square[1], &square[2], &w_b,  &square[3], &square[4],
+            &o_norm, &square[5], kHeads,     kHeadDim,   1e-6f, &kda_state, &out};
   const double call_s = seconds_per_call(state, [&] { kda_attention(KernelContext{}, a); });
-  const double bytes = static_cast<double>(6 * kH * kH * 2 + kH * kHeads * 2 +
-                                           2 * kda_state.nbytes());
+  const double bytes =
+      static_cast<double>(6 * kH * kH * 2 + kH * kHeads * 2 + 2 * kda_state.nbytes());
   report_against_copy(state, bytes, call_s);
   state.counters["weight_TBps"] = bytes / call_s / 1e12;
 }
 
+// One tc_multi_gemm of range(0) rows by range(3) weights [range(2), range(1)] per iteration.
+void BM_CudaTcGemm(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const int64_t g = state.range(3);
+  Tensor x = pattern({m, k}, 31, 1.0f);
+  std::vector<Tensor> ws;
+  std::vector<const uint16_t*> bs;
+  for (int64_t i = 0; i < g; ++i) {
+    ws.push_back(pattern({k, n}, 32 + static_cast<uint64_t>(i), 0.05f));
+    bs.push_back(static_cast<const uint16_t*>(ws.back().address()));
+  }
+  Tensor out = Tensor::zeros(DType::kBF16, {g * m, n}, Device::kCuda);
+  const auto* a = static_cast<const uint16_t*>(x.address());
+  auto* c = static_cast<uint16_t*>(out.address());
+  const double call_s =
+      seconds_per_call(state, [&] { cuda::tc_multi_gemm(a, bs, nullptr, c, m, n, k); });
+  state.counters["us_per_call"] = call_s * 1e6;
+}
+
+BENCHMARK(BM_CudaTcGemm)
+    ->ArgNames({"m", "n", "k", "weights"})
+    ->Args({48, 256, 256, 1})
+    ->Args({48, 64, 256, 2})
+    ->Args({48, 256, 64, 1})
+    ->Args({48, 512, 256, 1})
+    ->Args({16, 256, 256, 3})
+    ->Args({64, 256, 256, 1})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CudaCopy)->Arg(64)->Arg(1024)->Arg(8192)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CudaAttnRes, native, "native")
     ->Arg(64)

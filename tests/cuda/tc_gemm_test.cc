@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -35,9 +36,10 @@ Tensor weight(int64_t k, int64_t n, uint64_t seed) {
   return random_bf16({k, n}, seed, 1.0f / std::sqrt(static_cast<float>(k))).to(Device::kCuda);
 }
 
-// Rows [begin, end) of x times each weight by tc_multi_gemm, on the host: [G * m, n].
+// Rows [begin, end) of x times each weight by tc_multi_gemm, on the host: [G * m, n]; with
+// `tile`, in blocks of that shape (else the kernel's choice).
 Tensor product(const Tensor& x, int64_t begin, int64_t end, const std::vector<const Tensor*>& ws,
-               DType out_type) {
+               DType out_type, std::optional<cuda::TcTile> tile = std::nullopt) {
   const int64_t m = end - begin, k = x.dim(1), n = ws[0]->dim(1);
   std::vector<const uint16_t*> bs;
   for (const Tensor* w : ws) bs.push_back(static_cast<const uint16_t*>(w->address()));
@@ -46,7 +48,7 @@ Tensor product(const Tensor& x, int64_t begin, int64_t end, const std::vector<co
   const bool f32 = out_type == DType::kF32;
   cuda::tc_multi_gemm(static_cast<const uint16_t*>(rows.address()), bs,
                       f32 ? static_cast<float*>(out.address()) : nullptr,
-                      f32 ? nullptr : static_cast<uint16_t*>(out.address()), m, n, k);
+                      f32 ? nullptr : static_cast<uint16_t*>(out.address()), m, n, k, tile);
   return out.on_host();
 }
 
@@ -134,6 +136,36 @@ TEST(CudaTcGemmTest, ARowHasTheSameBitsWhateverRowsShareItsProduct) {
   }
 }
 
+// A block's tile (rows of A by columns of a weight) is the kernel's choice for speed: every
+// shape, from 16 x 32 to every row by 128, gives every element the bits of the kernel's own
+// choice, in one chunk or many, with aligned and unaligned operands, one weight or three.
+TEST(CudaTcGemmTest, EveryTileShapeGivesTheSameBits) {
+  SPLITCHECK_REQUIRE_GPU();
+  for (auto [k, n] : kShapes) {
+    const Tensor w0 = weight(k, n, 120 + n), w1 = weight(k, n, 121 + n), w2 = weight(k, n, 122);
+    for (int64_t m : {9, 17, 48, 64}) {
+      const Tensor x = random_bf16({m, k}, 123 + k + m, 1.0f).to(Device::kCuda);
+      for (const std::vector<const Tensor*>& ws :
+           {std::vector<const Tensor*>{&w0}, std::vector<const Tensor*>{&w0, &w1, &w2}}) {
+        const Tensor chosen = product(x, 0, m, ws, DType::kF32);
+        const Tensor chosen_bf16 = product(x, 0, m, ws, DType::kBF16);
+        for (int rows : {0, 16, 32, 48, 64}) {
+          for (int cols : {32, 64, 128}) {
+            const cuda::TcTile tile{rows, cols};
+            const int64_t g = static_cast<int64_t>(ws.size());
+            EXPECT_EQ(differing_rows(product(x, 0, m, ws, DType::kF32, tile), chosen, 0, g * m), 0)
+                << "k " << k << " n " << n << " m " << m << " weights " << g << ": tile " << rows
+                << " x " << cols;
+            EXPECT_TRUE(product(x, 0, m, ws, DType::kBF16, tile).bit_equal(chosen_bf16))
+                << "k " << k << " n " << n << " m " << m << " weights " << g << ": tile " << rows
+                << " x " << cols << " (bf16)";
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaTcGemmTest, EachWeightOfALaunchHasItsOwnProductsBitsAndBf16IsTheRoundedFloat) {
   SPLITCHECK_REQUIRE_GPU();
   for (auto [k, n] : kShapes) {
@@ -176,6 +208,10 @@ TEST(CudaTcGemmTest, RefusesMoreRowsOrWeightsThanItTakes) {
   EXPECT_THROW(product(x, 0, 65, {&w}, DType::kF32), std::logic_error);
   std::vector<const Tensor*> nine(9, &w);
   EXPECT_THROW(product(x, 0, 16, nine, DType::kF32), std::logic_error);
+  for (const cuda::TcTile tile :
+       {cuda::TcTile{8, 128}, cuda::TcTile{80, 128}, cuda::TcTile{16, 48}})
+    EXPECT_THROW(product(x, 0, 16, {&w}, DType::kF32, tile), std::logic_error)
+        << tile.rows << " x " << tile.cols;
 }
 #endif  // SPLITCHECK_HAVE_CUDA
 
