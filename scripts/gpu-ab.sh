@@ -12,8 +12,9 @@
 #
 # `run` prints, for each round and side, the k3-shape 16-token prefill and decode (ms)
 # and their ratio, one MoE layer at 1, 16 and 64 tokens and one KDA layer at 1 and 16
-# (us); then each side's medians and A's over B's; then whether the two full dumps are
-# equal.
+# (us), and k3-tiny serving on the GPU in one micro-batch (tokens/s batched and one
+# request at a time, and their ratio); then each side's medians and A's over B's; then
+# whether the two full dumps are equal.
 # Exit 0: both sides measured and their dumps equal; 1: the dumps differ (or a side's
 # run failed); 2: usage, .ab/ missing, or a build failed.
 set -uo pipefail
@@ -95,7 +96,7 @@ run() {
   [[ -f "$ab/REV" ]] || { echo "gpu-ab: no .ab/ here: run 'scripts/gpu-ab.sh prepare BASE' first and carry .ab" >&2; exit 2; }
   [[ -d "$root/.xt/usr/lib/x86_64-linux-gnu" ]] &&
     export LD_LIBRARY_PATH="$root/.xt/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:}${LD_LIBRARY_PATH:-}"
-  local out="$build/gpu-ab" bins=(splitcheck k3_forward_benchmark cuda_benchmark)
+  local out="$build/gpu-ab" bins=(splitcheck k3_forward_benchmark cuda_benchmark serving_benchmark)
   mkdir -p "$out/A" "$out/B"
 
   echo "== gpu-ab: build A (the working tree)"
@@ -128,22 +129,26 @@ PY
       local log="$out/$side/round$r.log"
       "$out/$side/k3_forward_benchmark" k3-shape 16 >"$log" 2>&1
       "$out/$side/cuda_benchmark" --benchmark_filter='BM_Cuda(Moe|Kda)/' >>"$log" 2>&1
-      local pre dec moe kda
+      "$out/$side/serving_benchmark" --benchmark_filter='BatchedServingVsOneAtATime/gpu:1/shared_forward:1' \
+        >>"$log" 2>&1
+      local pre dec moe kda serve
       pre="$(sed -nE 's/^k3 forward: prefill 16 tokens \(median of [0-9]+\) ([0-9.]+) ms.*/\1/p' "$log")"
       dec="$(sed -nE 's/^k3 forward: decode \(1 token\) median of [0-9]+ ([0-9.]+) ms.*/\1/p' "$log")"
       moe="$(sed -nE 's|^BM_CudaMoe/.* us_per_call=([0-9.]+[kM]?).*|\1|p' "$log" | paste -sd/)"
       kda="$(sed -nE 's|^BM_CudaKda/.* us_per_call=([0-9.]+[kM]?).*|\1|p' "$log" | paste -sd/)"
+      serve="$(sed -nE 's|^BM_BatchedServing.* batched_tokens_per_s=([0-9.]+k?) .* one_at_a_time_tokens_per_s=([0-9.]+k?) speedup_cpu=[0-9.]+ speedup_wall=([0-9.]+).*|\1 vs \2 = \3x|p' "$log")"
+      [[ -n "$serve" ]] && echo "$serve" | sed -E 's/.*= ([0-9.]+)x/\1/' >>"$out/$side/serving"
       [[ -n "$pre" && -n "$dec" ]] || { echo "gpu-ab: side $side round $r measured nothing:"; tail -5 "$log"; status=1; continue; }
       echo "$pre" >>"$out/$side/prefill"
       echo "$dec" >>"$out/$side/decode"
       echo "$pre $dec" | awk '{print $1 / $2}' >>"$out/$side/ratio"
-      printf 'round %d %s  prefill %6.1f ms  decode %6.2f ms  ratio %.3f  moe 1/16/64 %s us  kda 1/16 %s us\n' \
-        "$r" "$side" "$pre" "$dec" "$(tail -1 "$out/$side/ratio")" "${moe:--}" "${kda:--}"
+      printf 'round %d %s  prefill %6.1f ms  decode %6.2f ms  ratio %.3f  moe 1/16/64 %s us  kda 1/16 %s us  serving %s\n' \
+        "$r" "$side" "$pre" "$dec" "$(tail -1 "$out/$side/ratio")" "${moe:--}" "${kda:--}" "${serve:--}"
     done
   done
   echo "medians over $rounds rounds (A: the working tree, B: $(cat "$ab/REV")'s sources):"
   local what a b
-  for what in prefill decode ratio; do
+  for what in prefill decode ratio serving; do
     a="$(median <"$out/A/$what" 2>/dev/null)"
     b="$(median <"$out/B/$what" 2>/dev/null)"
     printf '  %-8s A %-8s B %-8s A/B %s\n' "$what" "$a" "$b" \

@@ -4,11 +4,11 @@
 // A few tokens' experts run in two routed launches with the picks read on the device (no
 // host wait); more are grouped by expert as on the CPU after one wait for the picks.
 #include <algorithm>
+#include <cstdint>
 #include <iterator>
 #include <optional>
 #include <span>
 #include <stdexcept>
-#include <cstdint>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -34,6 +34,8 @@ __global__ void round_f32_kernel(float* v, int64_t n) {
 // products (SkinnyRows) are written too: slot t*top_k + k picks its expert for token t,
 // then row slots + i*t_count + t picks shared expert i (as expert n_exp + i) for token t.
 constexpr int kRouteWarps = 4;
+// Shared experts of at least this many weight bytes run on the side stream (moe()).
+constexpr size_t kSharedSideMinBytes = size_t{1} << 20;
 constexpr int kMaxExperts = 256;
 __global__ void route_kernel(const float* logits, int64_t t_count, int n_exp, int top_k,
                              int n_shared, int32_t* pick_expert, float* pick_weight,
@@ -90,7 +92,8 @@ __global__ void gather_rows_kernel(const uint16_t* x, const int32_t* rows, int64
 __global__ void scatter_rows_kernel(const float* ys, const int32_t* slots, int64_t h,
                                     uint16_t* out) {
   const int64_t i = blockIdx.x;
-  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) out[slots[i] * h + c] = f_to_bf(ys[i * h + c]);
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
+    out[slots[i] * h + c] = f_to_bf(ys[i * h + c]);
 }
 
 // out[t][d] = bf16(sum_k w[t][k] * out_row[t*top_k + k][d] + sum_s out_row[slots + s*t_count
@@ -107,10 +110,9 @@ __global__ void combine_kernel(const uint16_t* expert_out, const float* weights,
   out[i] = f_to_bf(acc);
 }
 
-// One SwiGLU expert on bf16 rows x [rows, h] -> out float32 [rows, h], values bf16-exact.
-void swiglu(Staging& s, const uint16_t* x, int64_t rows, int64_t h, const SwiGluWeights& w,
-            float* out) {
-  if (rows == 0) return;
+// SwiGLU's bf16 hidden [rows, inter] of bf16 rows x [rows, h]: gate and up in one launch.
+uint16_t* swiglu_hidden(Staging& s, const uint16_t* x, int64_t rows, int64_t h,
+                        const SwiGluWeights& w) {
   const int64_t inter = w.gate->dim(1);
   float* gate = s.scratch<float>(2 * rows * inter);  // gate, then up: one launch for both
   float* up = gate + rows * inter;
@@ -119,8 +121,25 @@ void swiglu(Staging& s, const uint16_t* x, int64_t rows, int64_t h, const SwiGlu
   multi_gemm(x, gate_up, gate, rows, inter, h);
   swiglu_hidden_kernel<<<blocks_for(rows * inter, 256), 256, 0, stream()>>>(gate, up, rows * inter,
                                                                             hidden);
-  gemm(hidden, as<uint16_t>(s.in(w.down)), out, rows, h, inter, false);
+  return hidden;
+}
+
+// One SwiGLU expert on bf16 rows x [rows, h] -> out float32 [rows, h], values bf16-exact.
+void swiglu(Staging& s, const uint16_t* x, int64_t rows, int64_t h, const SwiGluWeights& w,
+            float* out) {
+  if (rows == 0) return;
+  const int64_t inter = w.gate->dim(1);
+  gemm(swiglu_hidden(s, x, rows, h, w), as<uint16_t>(s.in(w.down)), out, rows, h, inter, false);
   round_f32_kernel<<<blocks_for(rows * h, 256), 256, 0, stream()>>>(out, rows * h);
+}
+
+// The same expert into bf16 out [rows, h]: the down product rounded once (gemm_bf16, in
+// its launch where the path allows), the bits of swiglu()'s values.
+void swiglu_bf16(Staging& s, const uint16_t* x, int64_t rows, int64_t h, const SwiGluWeights& w,
+                 uint16_t* out) {
+  if (rows == 0) return;
+  const int64_t inter = w.gate->dim(1);
+  gemm_bf16(swiglu_hidden(s, x, rows, h, w), as<uint16_t>(s.in(w.down)), out, rows, h, inter);
 }
 
 }  // namespace
@@ -136,9 +155,7 @@ void linear(LinearArgs& a) {
 void dense_mlp(DenseMlpArgs& a) {
   Staging s;
   const int64_t t = a.x->dim(0), h = a.x->dim(1);
-  float* out = s.scratch<float>(t * h);
-  swiglu(s, as<uint16_t>(s.in(a.x)), t, h, a.w, out);
-  round_to_bf16(out, static_cast<uint16_t*>(s.inout(a.out)), t * h);
+  swiglu_bf16(s, as<uint16_t>(s.in(a.x)), t, h, a.w, static_cast<uint16_t*>(s.inout(a.out)));
   s.done();
 }
 
@@ -161,8 +178,8 @@ struct MoeRows {
 // takes at most t_count <= kRoutedMaxRows rows.
 void experts_on_device(Staging& s, const uint16_t* x, const int32_t* row_pick,
                        const int32_t* row_token, const MoeRows& r, bool with_shared,
-                       std::span<const SwiGluWeights> experts, std::span<const SwiGluWeights> shared,
-                       uint16_t* expert_out) {
+                       std::span<const SwiGluWeights> experts,
+                       std::span<const SwiGluWeights> shared, uint16_t* expert_out) {
   const int64_t inter = experts[0].gate->dim(1);
   const int64_t rows = with_shared ? r.all() : r.slots;
   const size_t n = experts.size() + (with_shared ? shared.size() : 0);
@@ -237,22 +254,29 @@ void moe(MoeArgs& a) {
   // the host after one wait for the picks (their products through gemm()). The
   // shared experts join the routed launches where gemm() would give them the same bits.
   const auto fits = [&](int64_t experts) { return 2 * experts <= std::ssize(WeightTable{}.w); };
-  const bool on_device = r.slots > 0 && t_count <= kRoutedMaxRows && skinny_applies(1, false) &&
-                         fits(n_exp);
+  const bool on_device =
+      r.slots > 0 && t_count <= kRoutedMaxRows && skinny_applies(1, false) && fits(n_exp);
   bool shared_with_routed = on_device && skinny_applies(t_count, false) && fits(n_exp + r.n_shared);
   for (const SwiGluWeights& w : a.shared)
     shared_with_routed = shared_with_routed && w.gate->dim(1) == a.experts[0].gate->dim(1);
-  // Shared experts outside the routed launches need only x: they run on the side stream,
-  // beside the router and the routed experts, into their rows of expert_out.
+  // Shared experts outside the routed launches need only x, into their rows of
+  // expert_out. Where their weights are large they run on the side stream, beside the
+  // router and the routed experts; small ones (k3-tiny's 96 KiB) take a few microseconds
+  // of the device, less than the fork and join cost the host, and run in line.
   auto* expert_out = s.scratch<uint16_t>(r.all() * h);
   std::optional<SideWork> shared_experts;
   if (!shared_with_routed && r.n_shared > 0) {
-    shared_experts.emplace([&] {
-      float* shared = s.scratch<float>(r.n_shared * t_count * h);
+    const auto run_shared = [&] {
       for (int i = 0; i < r.n_shared; ++i)
-        swiglu(s, x, t_count, h, a.shared[i], shared + i * t_count * h);
-      round_to_bf16(shared, expert_out + r.slots * h, r.n_shared * t_count * h);
-    });
+        swiglu_bf16(s, x, t_count, h, a.shared[i], expert_out + (r.slots + i * t_count) * h);
+    };
+    size_t bytes = 0;
+    for (const SwiGluWeights& w : a.shared)
+      bytes += w.gate->nbytes() + w.up->nbytes() + w.down->nbytes();
+    if (bytes >= kSharedSideMinBytes)
+      shared_experts.emplace(run_shared);
+    else
+      run_shared();
   }
   float* logits = s.scratch<float>(t_count * n_exp);
   gemm(x, as<uint16_t>(s.in(a.router)), logits, t_count, n_exp, h, false);
