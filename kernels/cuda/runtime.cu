@@ -432,23 +432,22 @@ void Staging::done() {
   // (the host reads device tensors through copies on the same stream). Only host outputs
   // are waited for.
   if (backs_.empty() && !wait_each_kernel()) return;
+  // Each output at its own 256-byte aligned offset of the bounce buffer.
   constexpr size_t kAlign = 256;
+  std::vector<size_t> offsets;
   size_t total = 0;
-  for (const Back& b : backs_) total += (b.bytes + kAlign - 1) / kAlign * kAlign;
+  for (const Back& b : backs_) {
+    offsets.push_back(total);
+    total += (b.bytes + kAlign - 1) / kAlign * kAlign;
+  }
   auto* bounce = static_cast<std::byte*>(t_bounce.reserve(total));
-  size_t at = 0;
-  for (const Back& b : backs_) {
-    if (b.bytes > 0)
-      SPLITCHECK_CUDA_CHECK(
-          cudaMemcpyAsync(bounce + at, b.dev, b.bytes, cudaMemcpyDeviceToHost, stream()));
-    at += (b.bytes + kAlign - 1) / kAlign * kAlign;
-  }
+  for (size_t i = 0; i < backs_.size(); ++i)
+    if (backs_[i].bytes > 0)
+      SPLITCHECK_CUDA_CHECK(cudaMemcpyAsync(bounce + offsets[i], backs_[i].dev, backs_[i].bytes,
+                                            cudaMemcpyDeviceToHost, stream()));
   finish();
-  at = 0;
-  for (const Back& b : backs_) {
-    if (b.bytes > 0) std::memcpy(b.host, bounce + at, b.bytes);
-    at += (b.bytes + kAlign - 1) / kAlign * kAlign;
-  }
+  for (size_t i = 0; i < backs_.size(); ++i)
+    if (backs_[i].bytes > 0) std::memcpy(backs_[i].host, bounce + offsets[i], backs_[i].bytes);
   backs_.clear();
 }
 
