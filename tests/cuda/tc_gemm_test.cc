@@ -138,27 +138,33 @@ TEST(CudaTcGemmTest, ARowHasTheSameBitsWhateverRowsShareItsProduct) {
 
 // A block's tile (rows of A by columns of a weight) is the kernel's choice for speed: every
 // shape, from 16 x 32 to every row by 128, gives every element the bits of the kernel's own
-// choice, in one chunk or many, with aligned and unaligned operands, one weight or three.
+// choice: in one chunk or two (k 300) with aligned operands, in several with an odd width
+// (B without 16-byte loads), in one partial tile; one weight, and three in one launch with
+// their bf16 outputs too. 17 and 48 rows take every row-tile instance (16 to 64 rows).
+// (The shapes are few: compute-sanitizer's racecheck runs this test in gpu-check.sh.)
 TEST(CudaTcGemmTest, EveryTileShapeGivesTheSameBits) {
   SPLITCHECK_REQUIRE_GPU();
-  for (auto [k, n] : kShapes) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{300, 256}, {1000, 333}, {64, 40}};
+  for (auto [k, n] : shapes) {
     const Tensor w0 = weight(k, n, 120 + n), w1 = weight(k, n, 121 + n), w2 = weight(k, n, 122);
-    for (int64_t m : {9, 17, 48, 64}) {
+    for (int64_t m : {17, 48}) {
       const Tensor x = random_bf16({m, k}, 123 + k + m, 1.0f).to(Device::kCuda);
       for (const std::vector<const Tensor*>& ws :
            {std::vector<const Tensor*>{&w0}, std::vector<const Tensor*>{&w0, &w1, &w2}}) {
+        const int64_t g = static_cast<int64_t>(ws.size());
         const Tensor chosen = product(x, 0, m, ws, DType::kF32);
-        const Tensor chosen_bf16 = product(x, 0, m, ws, DType::kBF16);
+        const Tensor chosen_bf16 = g > 1 ? product(x, 0, m, ws, DType::kBF16) : Tensor();
         for (int rows : {0, 16, 32, 48, 64}) {
           for (int cols : {32, 64, 128}) {
             const cuda::TcTile tile{rows, cols};
-            const int64_t g = static_cast<int64_t>(ws.size());
             EXPECT_EQ(differing_rows(product(x, 0, m, ws, DType::kF32, tile), chosen, 0, g * m), 0)
                 << "k " << k << " n " << n << " m " << m << " weights " << g << ": tile " << rows
                 << " x " << cols;
-            EXPECT_TRUE(product(x, 0, m, ws, DType::kBF16, tile).bit_equal(chosen_bf16))
-                << "k " << k << " n " << n << " m " << m << " weights " << g << ": tile " << rows
-                << " x " << cols << " (bf16)";
+            if (g > 1) {
+              EXPECT_TRUE(product(x, 0, m, ws, DType::kBF16, tile).bit_equal(chosen_bf16))
+                  << "k " << k << " n " << n << " m " << m << " weights " << g << ": tile " << rows
+                  << " x " << cols << " (bf16)";
+            }
           }
         }
       }
