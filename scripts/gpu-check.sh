@@ -203,7 +203,8 @@ done
 
 # Serving throughput on the GPU: scenarios/serving.json's 16 requests by the PP=1 engine,
 # 8 in flight against one at a time, generated tokens per wall second of each (medians of
-# 3 alternated runs; target: batched at least 4x); then a step's time split into the host's
+# 5 runs, each side served once unmeasured first; target: batched at least 4x) and the
+# spread of the 5 ratios; then a step's time split into the host's
 # own work and its waits for the device, inside the step and after it.
 detail="16 requests, 8 in flight vs one at a time"
 rm -f "$log/serving-throughput.json"
@@ -233,7 +234,9 @@ for b in json.load(open(sys.argv[1])).get("benchmarks", []):
     print(f"   {shape}:")
     print(f"   batched (8 in flight) {b['batched_tokens_per_s']:.1f} tokens/s, one at a time "
           f"{b['one_at_a_time_tokens_per_s']:.1f} tokens/s: {x:.2f}x (target 4x: "
-          f"{'met' if x >= 4 else 'NOT met'})")
+          f"{'met' if x >= 4 else 'NOT met'})"
+          + (f"; the iterations' ratios {b['speedup_wall_min']:.2f}x to {b['speedup_wall_max']:.2f}x"
+             if "speedup_wall_min" in b else ""))
     if "bound" in b:
         print(f"   the schedule's bound: {b['forwards_one_at_a_time']:.0f} forwards one at a time, "
               f"{b['forwards_batched']:.0f} batched: at most {b['bound']:.2f}x if a forward took as "

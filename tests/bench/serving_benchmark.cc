@@ -262,6 +262,9 @@ void BM_BatchedServingVsOneAtATime(benchmark::State& state) {
   }
   state.counters["speedup_cpu"] = median(cpu_ratios);
   state.counters["speedup_wall"] = median(ratios);
+  // The spread of the iterations' wall ratios (a shared machine's noise beside the median).
+  state.counters["speedup_wall_min"] = *std::min_element(ratios.begin(), ratios.end());
+  state.counters["speedup_wall_max"] = *std::max_element(ratios.begin(), ratios.end());
   state.counters["forwards_batched"] = static_cast<double>(batched_forwards);
   state.counters["forwards_one_at_a_time"] = static_cast<double>(alone_forwards);
   state.counters["bound"] =
