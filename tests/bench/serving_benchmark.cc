@@ -230,14 +230,17 @@ void BM_BatchedServingVsOneAtATime(benchmark::State& state) {
   // product shape's first call. The run that went first in a cold first iteration (the
   // batched one, with the most row counts) was charged those one-off costs, which pulled
   // the median of the ratios low.
-  serve(batched, engine, engine.weights(), *setup.source, setup.workload);
-  serve(alone, engine, engine.weights(), *setup.source, setup.workload);
+  const auto serve_as = [&](const Scenario& s) {
+    return serve(s, engine, engine.weights(), *setup.source, setup.workload);
+  };
+  serve_as(batched);
+  serve_as(alone);
   bool batched_first = true;  // the order alternates, so neither run always follows the other
   for (auto _ : state) {
     Served b, a;
-    if (batched_first) b = serve(batched, engine, engine.weights(), *setup.source, setup.workload);
-    a = serve(alone, engine, engine.weights(), *setup.source, setup.workload);
-    if (!batched_first) b = serve(batched, engine, engine.weights(), *setup.source, setup.workload);
+    if (batched_first) b = serve_as(batched);
+    a = serve_as(alone);
+    if (!batched_first) b = serve_as(batched);
     batched_first = !batched_first;
     if (b.tokens != a.tokens) std::abort();
     batched_forwards = b.forwards;  // the same every iteration: the schedule is fixed
