@@ -18,7 +18,7 @@ Tensor sum_of(const char* name, DType dtype, const Tensor& a, const Tensor& b) {
     throw std::invalid_argument(std::string(name) + ": operands of shapes " +
                                 shape_string(a.shape()) + " and " + shape_string(b.shape()) +
                                 " (or dtypes, devices) differ");
-  return Tensor::zeros(dtype, a.shape(), a.device());
+  return Tensor::for_overwrite(dtype, a.shape(), a.device());
 }
 
 }  // namespace

@@ -36,12 +36,13 @@ const char* device_name(Device device) { return device == Device::kCuda ? "cuda"
 
 namespace {
 
-// Owned storage of `bytes` zero bytes on `device`.
-std::shared_ptr<void> allocate(size_t bytes, Device device) {
+// Owned storage of `bytes` bytes on `device`: zeros, except on kCuda when not `cleared`.
+std::shared_ptr<void> allocate(size_t bytes, Device device, bool cleared) {
   if (device == Device::kCuda) {
 #ifdef SPLITCHECK_HAVE_CUDA
-    return cuda::device_zeros(bytes);
+    return cleared ? cuda::device_zeros(bytes) : cuda::device_uncleared(bytes);
 #else
+    (void)cleared;
     throw std::runtime_error("this build has no CUDA backend (configure with SPLITCHECK_CUDA=ON)");
 #endif
   }
@@ -81,14 +82,22 @@ int64_t Tensor::numel() const {
   return n;
 }
 
-Tensor Tensor::zeros(DType dtype, Shape shape, Device device) {
+Tensor Tensor::owned(DType dtype, Shape shape, Device device, bool cleared) {
   Tensor t;
   t.dtype_ = dtype;
   t.device_ = device;
   t.shape_ = std::move(shape);
-  t.owner_ = allocate(t.nbytes(), device);
+  t.owner_ = allocate(t.nbytes(), device, cleared);
   t.data_ = t.nbytes() ? t.owner_.get() : nullptr;  // an empty tensor has no bytes to view
   return t;
+}
+
+Tensor Tensor::zeros(DType dtype, Shape shape, Device device) {
+  return owned(dtype, std::move(shape), device, true);
+}
+
+Tensor Tensor::for_overwrite(DType dtype, Shape shape, Device device) {
+  return owned(dtype, std::move(shape), device, false);
 }
 
 Tensor Tensor::borrow(DType dtype, Shape shape, void* data) {
@@ -102,7 +111,7 @@ Tensor Tensor::borrow(DType dtype, Shape shape, void* data) {
 Tensor Tensor::clone() const { return to(device_); }
 
 Tensor Tensor::to(Device device) const {
-  Tensor t = zeros(dtype_, shape_, device);
+  Tensor t = for_overwrite(dtype_, shape_, device);
   copy_bytes(t.data_, data_, nbytes(), device, device_);
   return t;
 }

@@ -42,6 +42,11 @@ class Tensor {
   // A zero-filled owned tensor on `device` (throws std::runtime_error when this build or
   // machine has no such device).
   static Tensor zeros(DType dtype, Shape shape, Device device = Device::kCpu);
+  // An owned tensor for a maker that writes every byte before anything reads one (a copy's
+  // destination, a kernel's full output): on kCuda its bytes are not cleared (no launch
+  // for it; compute-sanitizer's initcheck, in scripts/gpu-check.sh, finds a read of one
+  // nobody wrote), on the host they are zeros as for zeros().
+  static Tensor for_overwrite(DType dtype, Shape shape, Device device = Device::kCpu);
   // A view of bytes owned elsewhere.
   static Tensor borrow(DType dtype, Shape shape, void* data);
 
@@ -96,6 +101,7 @@ class Tensor {
   bool bit_equal(const Tensor& other) const;
 
  private:
+  static Tensor owned(DType dtype, Shape shape, Device device, bool cleared);
   [[noreturn]] void throw_not_on_host() const;
 
   DType dtype_ = DType::kF32;

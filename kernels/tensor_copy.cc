@@ -76,7 +76,7 @@ void copy_tensor(Tensor& dst, const Tensor& src) {
 }
 
 Tensor clone_queued(const Tensor& t) {
-  Tensor out = Tensor::zeros(t.dtype(), t.shape(), t.device());
+  Tensor out = Tensor::for_overwrite(t.dtype(), t.shape(), t.device());
   copy_tensor(out, t);
   return out;
 }

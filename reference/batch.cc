@@ -63,7 +63,7 @@ Tensor concat_field(const std::vector<ResidualState>& parts, Tensor ResidualStat
                                   " (or dtypes, devices) differ");
   }
   for (const ResidualState& p : parts) shape[0] += (p.*field).dim(0);
-  Tensor out = Tensor::zeros(first.dtype(), shape, first.device());
+  Tensor out = Tensor::for_overwrite(first.dtype(), shape, first.device());
   size_t at = 0;
   for (const ResidualState& p : parts) {
     const Tensor& t = p.*field;
@@ -107,7 +107,10 @@ void attn_res_rows(const std::vector<KernelContext>& ctxs, int l, Site site, con
   }
 }
 
-Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.dtype(), t.shape(), t.device()); }
+// A tensor of t's dtype, shape and device for kernels that write all of its rows.
+Tensor output_like(const Tensor& t) {
+  return Tensor::for_overwrite(t.dtype(), t.shape(), t.device());
+}
 
 }  // namespace
 
@@ -172,7 +175,7 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
   };
 
   // 1. x = attn_res(P, D, bank, ...) at site pre_attn, over every segment's rows.
-  Tensor x = zeros_like(st.prefix);
+  Tensor x = output_like(st.prefix);
   attn_res_rows(ctxs, l, Site::kPreAttn, rows, pre_attn_args(c, l, w, st, native, &x));
   record_rows("pre_attn", x);
 
@@ -184,7 +187,7 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
   // a cache, else one after another. On a device each helper queues on its own stream: a
   // segment after the caller's work so far (step 1), the caller's step 4 after every
   // segment, through stream marks (kernels/tensor.h), so no host waits.
-  Tensor a = zeros_like(st.prefix);
+  Tensor a = output_like(st.prefix);
   std::set<const void*> distinct(caches.begin(), caches.end());
   const bool own_caches = distinct.size() == n;
   if (n > 1 && own_caches && st.prefix.device() != Device::kCpu && same_context(ctxs)) {
@@ -211,7 +214,7 @@ void run_layer_batch(const std::vector<KernelContext>& ctxs, const ModelConfig& 
   take_attention(c, l, st, a);
 
   // 4. y = attn_res(P, D, bank, ...) at site pre_mlp, over every segment's rows.
-  Tensor y = zeros_like(st.prefix);
+  Tensor y = output_like(st.prefix);
   attn_res_rows(ctxs, l, Site::kPreMlp, rows, pre_mlp_args(c, l, w, st, native, &y));
   record_rows("pre_mlp", y);
 

@@ -30,7 +30,8 @@ class Binder {
   std::string missing_;
 };
 
-Tensor like(const Tensor& t) { return Tensor::zeros(t.dtype(), t.shape(), t.device()); }
+// A tensor of t's dtype, shape and device for a kernel that writes all of it.
+Tensor like(const Tensor& t) { return Tensor::for_overwrite(t.dtype(), t.shape(), t.device()); }
 
 }  // namespace
 
@@ -292,7 +293,7 @@ ResidualState embed_state(const KernelContext& ctx, const ModelConfig& c, const 
                           const Tensor& ids) {
   const int64_t t = ids.dim(0);
   ResidualState st;
-  st.prefix = Tensor::zeros(DType::kBF16, {t, c.hidden_size}, table.device());
+  st.prefix = Tensor::for_overwrite(DType::kBF16, {t, c.hidden_size}, table.device());
   EmbedArgs args{&ids, &table, &st.prefix};
   embed(ctx.at(-1, Site::kEmbed), args);
   st.bank = Tensor::zeros(DType::kBF16, {t, c.num_blocks(), c.hidden_size}, table.device());
@@ -328,7 +329,7 @@ HeadOutput run_head(const KernelContext& ctx, const ModelConfig& c, ResidualStat
   RmsNormArgs norm{&out.output, &store.get("norm.weight"), c.rms_norm_eps, &h};
   rms_norm(ctx.at(-1, Site::kFinalNorm), norm);
   const Tensor& lm_head_w = store.get("lm_head.weight");
-  out.logits = Tensor::zeros(DType::kF32, {t, c.vocab_size}, lm_head_w.device());
+  out.logits = Tensor::for_overwrite(DType::kF32, {t, c.vocab_size}, lm_head_w.device());
   LmHeadArgs head{&h, &lm_head_w, &out.logits};
   lm_head(ctx.at(-1, Site::kLmHead), head);
   // The next tokens go to the host, which reads them: the one wait of a forward.

@@ -87,7 +87,7 @@ std::vector<std::byte> encode_payload(const HandoffPayload& p) {
 Tensor payload_body(const HandoffPayload& p, Device device) {
   const size_t a = p.hidden.nbytes(), b = p.bank.nbytes(), c = p.aux.nbytes();
   Tensor body =
-      Tensor::zeros(DType::kBF16, {static_cast<int64_t>((a + b + c) / sizeof(bf16))}, device);
+      Tensor::for_overwrite(DType::kBF16, {static_cast<int64_t>((a + b + c) / sizeof(bf16))}, device);
   copy_tensor_runs(body, 0, a, p.hidden, 0, a, a, 1);
   copy_tensor_runs(body, a, b, p.bank, 0, b, b, 1);
   copy_tensor_runs(body, a + b, c, p.aux, 0, c, c, 1);
@@ -174,9 +174,9 @@ Result<HandoffPayload> decode_payload(const std::vector<std::byte>& header, cons
   p.forward = h.forward;
   p.aux_ids = h.aux_ids;
   const Device d = body.device();
-  p.hidden = Tensor::zeros(DType::kBF16, {h.tokens, h.hidden}, d);
-  p.bank = Tensor::zeros(DType::kBF16, {h.tokens, h.rows, h.hidden}, d);
-  p.aux = Tensor::zeros(DType::kBF16, {h.tokens, n_aux * h.hidden}, d);
+  p.hidden = Tensor::for_overwrite(DType::kBF16, {h.tokens, h.hidden}, d);
+  p.bank = Tensor::for_overwrite(DType::kBF16, {h.tokens, h.rows, h.hidden}, d);
+  p.aux = Tensor::for_overwrite(DType::kBF16, {h.tokens, n_aux * h.hidden}, d);
   size_t at = 0;
   for (Tensor* t : {&p.hidden, &p.bank, &p.aux}) {
     copy_tensor_runs(*t, 0, t->nbytes(), body, at, t->nbytes(), t->nbytes(), 1);

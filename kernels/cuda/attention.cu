@@ -570,14 +570,19 @@ void mla_attention(MlaArgs& a) {
   const size_t n = segs.owners.size();
   const auto* x = as<uint16_t>(s.in(a.x));
   // q and g together (one launch for a few tokens), q rounded to bf16 after.
-  // On the side stream, beside the latents' path below (they meet at attention()).
+  // On the side stream, beside the latents' path below (they meet at attention()), where
+  // the call's weights are large enough for the overlap to pay.
   float* qg = s.scratch<float>(2 * t_count * qd);
   uint16_t* q = s.scratch<uint16_t>(t_count * qd);
   const uint16_t* qg_w[2] = {as<uint16_t>(s.in(a.w_q)), as<uint16_t>(s.in(a.w_g))};
-  SideWork q_and_g([&] {
-    multi_gemm(x, qg_w, qg, t_count, qd, h);
-    round_to_bf16(qg, q, t_count * qd);
-  });
+  const size_t weight_bytes = a.w_q->nbytes() + a.w_g->nbytes() + a.w_dkv->nbytes() +
+                              a.w_uk->nbytes() + a.w_uv->nbytes() + a.w_o->nbytes();
+  SideWork q_and_g(
+      [&] {
+        multi_gemm(x, qg_w, qg, t_count, qd, h);
+        round_to_bf16(qg, q, t_count * qd);
+      },
+      weight_bytes >= kSideMinBytes);
   const float* g = qg + t_count * qd;
 
   // Each cache, in device memory: earlier latents, then its segment's latents appended.
@@ -637,7 +642,10 @@ void kda_attention(KdaArgs& a) {
                                as<uint16_t>(s.in(a.w_v)), as<uint16_t>(s.in(a.w_a)),
                                as<uint16_t>(s.in(a.w_g))};
   const auto* w_b = as<uint16_t>(s.in(a.w_b));
-  SideWork beta_logits([&] { gemm(x, w_b, b, t_count, a.heads, h, false); });  // beside
+  size_t weight_bytes = a.w_b->nbytes() + a.w_o->nbytes();
+  for (const Tensor* w : {a.w_q, a.w_k, a.w_v, a.w_a, a.w_g}) weight_bytes += w->nbytes();
+  SideWork beta_logits([&] { gemm(x, w_b, b, t_count, a.heads, h, false); },  // beside
+                       weight_bytes >= kSideMinBytes);
   multi_gemm(x, square, proj, t_count, qd, h);
   beta_logits.join();
   uint16_t* og = s.scratch<uint16_t>(t_count * qd);

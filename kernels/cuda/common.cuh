@@ -40,18 +40,25 @@ void finish();
 // at the latest (so declare it after the Staging whose scratch `work` takes: that is
 // freed on the thread's stream). Work that reads only what was ready at the start then
 // overlaps the thread's own (MoE's shared experts beside its routed ones), with the same
-// kernels and bits, and the host waits for neither.
+// kernels and bits, and the host waits for neither. Where `beside` is false (work too
+// small for the overlap to pay for the fork and join: kSideMinBytes), `work` runs in line
+// on the thread's stream.
 class SideWork {
  public:
-  explicit SideWork(const std::function<void()>& work);
+  explicit SideWork(const std::function<void()>& work, bool beside = true);
   SideWork(const SideWork&) = delete;
   SideWork& operator=(const SideWork&) = delete;
   ~SideWork();
   void join();
 
  private:
-  std::shared_ptr<void> done_;
+  bool pending_ = false;  // queued on the side stream, not yet joined
 };
+
+// Calls whose products read fewer weight bytes than this run their side work in line:
+// the products beside it take the device a few microseconds, less than a fork and a join
+// cost the host (MoE's shared experts, MLA's q and g, KDA's beta on k3-tiny).
+constexpr size_t kSideMinBytes = size_t{1} << 20;
 
 // Device buffers of one kernel call: scratch space, and device views of host tensors
 // (copied in; outputs copied back by done()). Device tensors are used in place. Scratch

@@ -29,40 +29,48 @@ void check(cudaError_t e, const char* what) {
 
 namespace {
 
-// Streams outlive their threads: a thread takes one from this pool at its first CUDA call
-// and gives it back, drained, when it ends, so a stream handle a device tensor recorded at
-// its allocation stays valid for as long as the tensor.
-struct StreamPool {
-  std::mutex mu;
-  std::vector<cudaStream_t> idle;
+// Streams and events outlive their threads: a thread takes its stream (and its side
+// stream, and its ordering event) from these pools at first use and gives them back,
+// drained, when it ends, so a stream handle a device tensor recorded at its allocation
+// stays valid for as long as the tensor. Never destroyed: threads end after main.
+template <typename Handle>
+class HandlePool {
+ public:
+  explicit HandlePool(cudaError_t (*create)(Handle*)) : create_(create) {}
+  Handle take() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!idle_.empty()) {
+        const Handle h = idle_.back();
+        idle_.pop_back();
+        return h;
+      }
+    }
+    Handle h = nullptr;
+    SPLITCHECK_CUDA_CHECK(create_(&h));
+    return h;
+  }
+  void give_back(Handle h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_.push_back(h);
+  }
+
+ private:
+  cudaError_t (*create_)(Handle*);
+  std::mutex mu_;
+  std::vector<Handle> idle_;
 };
-StreamPool& stream_pool() {
-  static StreamPool* pool = new StreamPool;  // never destroyed: threads end after main
+
+HandlePool<cudaStream_t>& stream_pool() {
+  static auto* pool = new HandlePool<cudaStream_t>(
+      [](cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); });
   return *pool;
 }
 
-cudaStream_t take_stream() {
-  StreamPool& pool = stream_pool();
-  std::lock_guard<std::mutex> lock(pool.mu);
-  if (!pool.idle.empty()) {
-    const cudaStream_t s = pool.idle.back();
-    pool.idle.pop_back();
-    return s;
-  }
-  cudaStream_t s = nullptr;
-  SPLITCHECK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  return s;
-}
-
-// Queues `later`'s next work after what `earlier` has queued so far, through an event (no
-// host wait); false where the runtime refuses one (once it has shut down).
-bool queue_after_stream(cudaStream_t earlier, cudaStream_t later) {
-  cudaEvent_t e = nullptr;
-  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return false;
-  const bool queued =
-      cudaEventRecord(e, earlier) == cudaSuccess && cudaStreamWaitEvent(later, e, 0) == cudaSuccess;
-  cudaEventDestroy(e);  // freed once the wait has passed it
-  return queued;
+HandlePool<cudaEvent_t>& event_pool() {
+  static auto* pool = new HandlePool<cudaEvent_t>(
+      [](cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDisableTiming); });
+  return *pool;
 }
 
 // The calling thread's stream. A plain handle (nothing to destroy), so a tensor freed
@@ -70,6 +78,10 @@ bool queue_after_stream(cudaStream_t earlier, cudaStream_t later) {
 thread_local cudaStream_t t_stream = nullptr;
 // Its second stream, for work that overlaps its own (SideWork), taken at first use.
 thread_local cudaStream_t t_side = nullptr;
+// Its event for ordering one stream after another (queue_after_stream), taken with its
+// stream. One is enough: a wait binds to the record made just before it, and a later
+// record of the same event leaves the waits queued so far as they were.
+thread_local cudaEvent_t t_order = nullptr;
 
 // Seconds this thread has waited for its stream (host_wait_seconds).
 thread_local double t_waited = 0.0;
@@ -88,10 +100,9 @@ struct GiveBack {
     for (cudaStream_t s : {t_stream, t_side}) {
       if (s == nullptr) continue;
       cudaStreamSynchronize(s);
-      StreamPool& pool = stream_pool();
-      std::lock_guard<std::mutex> lock(pool.mu);
-      pool.idle.push_back(s);
+      stream_pool().give_back(s);
     }
+    if (t_order != nullptr) event_pool().give_back(t_order);
   }
 };
 thread_local GiveBack t_give_back;
@@ -100,11 +111,25 @@ thread_local GiveBack t_give_back;
 
 cudaStream_t stream() {
   if (t_stream == nullptr) {
-    t_stream = take_stream();
+    t_stream = stream_pool().take();
+    t_order = event_pool().take();
     [[maybe_unused]] GiveBack* armed = &t_give_back;  // constructed now, destroyed at exit
   }
   return t_stream;
 }
+
+namespace {
+
+// Queues `later`'s next work after what `earlier` has queued so far, through the calling
+// thread's ordering event (no host wait); false where the runtime refuses (once it has
+// shut down).
+bool queue_after_stream(cudaStream_t earlier, cudaStream_t later) {
+  stream();  // takes the thread's event with its stream
+  return cudaEventRecord(t_order, earlier) == cudaSuccess &&
+         cudaStreamWaitEvent(later, t_order, 0) == cudaSuccess;
+}
+
+}  // namespace
 
 namespace {
 
@@ -120,35 +145,36 @@ bool side_streams() {
 
 }  // namespace
 
-SideWork::SideWork(const std::function<void()>& work) {
-  if (!side_streams()) {
+SideWork::SideWork(const std::function<void()>& work, bool beside) {
+  if (!beside || !side_streams()) {
     work();
     return;
   }
   const cudaStream_t own = stream();
-  if (t_side == nullptr) t_side = take_stream();
+  if (t_side == nullptr) t_side = stream_pool().take();
   if (!queue_after_stream(own, t_side))
     throw std::runtime_error("CUDA error: a side stream cannot wait for its thread's stream");
   t_stream = t_side;  // what `work` queues goes to the side stream
   try {
     work();
-    done_ = mark_stream();
   } catch (...) {
     t_stream = own;
     if (!queue_after_stream(t_side, own)) cudaStreamSynchronize(t_side);
     throw;
   }
   t_stream = own;
+  pending_ = true;
 }
 
 void SideWork::join() {
-  queue_after(done_);
-  done_ = nullptr;
+  if (!pending_) return;
+  pending_ = false;
+  if (!queue_after_stream(t_side, stream()))
+    throw std::runtime_error("CUDA error: a thread's stream cannot wait for its side stream");
 }
 
 SideWork::~SideWork() {
-  if (done_ == nullptr) return;
-  if (!queue_after_stream(t_side, stream())) cudaStreamSynchronize(t_side);
+  if (pending_ && !queue_after_stream(t_side, stream())) cudaStreamSynchronize(t_side);
 }
 
 void synchronize_thread() {
@@ -199,15 +225,16 @@ cudaMemPool_t device_pool() {
 }  // namespace
 
 std::shared_ptr<void> device_zeros(size_t bytes) {
+  std::shared_ptr<void> p = device_uncleared(bytes);
+  check(cudaMemsetAsync(p.get(), 0, bytes > 0 ? bytes : 1, stream()),
+        "cudaMemsetAsync (new device tensor)");
+  return p;
+}
+
+std::shared_ptr<void> device_uncleared(size_t bytes) {
   void* p = nullptr;
-  const size_t n = bytes > 0 ? bytes : 1;
   device_pool();
-  SPLITCHECK_CUDA_CHECK(cudaMallocAsync(&p, n, stream()));
-  const cudaError_t e = cudaMemsetAsync(p, 0, n, stream());
-  if (e != cudaSuccess) {
-    cudaFreeAsync(p, stream());
-    check(e, "cudaMemsetAsync (new device tensor)");
-  }
+  SPLITCHECK_CUDA_CHECK(cudaMallocAsync(&p, bytes > 0 ? bytes : 1, stream()));
   // Stream-ordered: the free waits for the work queued before it on the freeing thread's
   // stream (a tensor dropped while its kernels are in flight stays valid for them). A last
   // owner on another stream than the allocating one (a handoff body, weights every stage

@@ -16,6 +16,9 @@ namespace splitcheck::cuda {
 // backend's stream, zeroed on that stream (the host does not wait); freed on the stream
 // with the last owner. Throws std::runtime_error when the device has no room.
 std::shared_ptr<void> device_zeros(size_t bytes);
+// The same memory left as the pool gives it (whatever bytes it held last), for a maker
+// that writes every byte before anything reads one: no clearing launch.
+std::shared_ptr<void> device_uncleared(size_t bytes);
 // The device's memory as a new allocation sees it: `free` counts the driver's free bytes
 // plus what the backend's pool holds unused; `total` the card's.
 struct DeviceMemory {

@@ -14,6 +14,7 @@
 
 #include "harness/dump/digest.h"
 #include "kernels/dispatch.h"
+#include "kernels/elementwise.h"
 #include "kernels/ops.h"
 #include "tests/cuda/gpu_test_support.h"
 #ifdef SPLITCHECK_HAVE_CUDA
@@ -287,6 +288,30 @@ TEST(CudaRuntimeTest, AHostReadCountsAsAWaitAndQueuedWorkDoesNot) {
   double other = -1.0;
   std::thread([&] { other = thread_device_wait_seconds(); }).join();
   EXPECT_EQ(other, 0.0) << "another thread's count includes this thread's waits";
+}
+
+// zeros() clears what the pool hands back: a block that held other bytes a moment ago
+// comes back as zeros (for_overwrite's would not be).
+TEST(CudaRuntimeTest, ZerosClearsMemoryThePoolReuses) {
+  SPLITCHECK_REQUIRE_GPU();
+  for (int i = 0; i < 4; ++i) {
+    Tensor used = on_gpu(random_bf16({256, 256}, 30 + i, 1.0f));
+    finish_thread_device_work();
+  }  // freed to the pool, which keeps their bytes
+  const Tensor z = Tensor::zeros(DType::kBF16, {256, 256}, Device::kCuda).to(Device::kCpu);
+  const auto* u = z.data<uint16_t>();
+  EXPECT_TRUE(std::all_of(u, u + z.numel(), [](uint16_t v) { return v == 0; }));
+}
+
+// scripts/gpu-check.sh's negative control for compute-sanitizer's initcheck (run there,
+// disabled here: it passes as a test and means something only under initcheck): a kernel
+// adds two device tensors made for overwriting that nobody wrote, and initcheck must say so.
+TEST(CudaRuntimeTest, DISABLED_InitcheckProbeReadsBytesNobodyWrote) {
+  SPLITCHECK_REQUIRE_GPU();
+  const Tensor a = Tensor::for_overwrite(DType::kBF16, {64, 64}, Device::kCuda);
+  const Tensor b = Tensor::for_overwrite(DType::kBF16, {64, 64}, Device::kCuda);
+  const Tensor sum = add_bf16(a, b).to(Device::kCpu);
+  EXPECT_EQ(sum.numel(), 64 * 64);
 }
 
 TEST(CudaOpsTest, LinearDenseMlpAndMoeAreCloseToTheCpu) {
