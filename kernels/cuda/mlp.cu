@@ -34,8 +34,6 @@ __global__ void round_f32_kernel(float* v, int64_t n) {
 // products (SkinnyRows) are written too: slot t*top_k + k picks its expert for token t,
 // then row slots + i*t_count + t picks shared expert i (as expert n_exp + i) for token t.
 constexpr int kRouteWarps = 4;
-// Shared experts of at least this many weight bytes run on the side stream (moe()).
-constexpr size_t kSharedSideMinBytes = size_t{1} << 20;
 constexpr int kMaxExperts = 256;
 __global__ void route_kernel(const float* logits, int64_t t_count, int n_exp, int top_k,
                              int n_shared, int32_t* pick_expert, float* pick_weight,
@@ -110,14 +108,20 @@ __global__ void combine_kernel(const uint16_t* expert_out, const float* weights,
   out[i] = f_to_bf(acc);
 }
 
-// SwiGLU's bf16 hidden [rows, inter] of bf16 rows x [rows, h]: gate and up in one launch.
+// SwiGLU's bf16 hidden [rows, inter] of bf16 rows x [rows, h]: gate and up in one launch,
+// then the hidden in a second; where the tensor-core kernel takes the products, all of it
+// in one (tc_swiglu: the same bits, no float32 products stored).
 uint16_t* swiglu_hidden(Staging& s, const uint16_t* x, int64_t rows, int64_t h,
                         const SwiGluWeights& w) {
   const int64_t inter = w.gate->dim(1);
-  float* gate = s.scratch<float>(2 * rows * inter);  // gate, then up: one launch for both
-  float* up = gate + rows * inter;
   uint16_t* hidden = s.scratch<uint16_t>(rows * inter);
   const uint16_t* gate_up[2] = {as<uint16_t>(s.in(w.gate)), as<uint16_t>(s.in(w.up))};
+  if (tc_applies(rows, h, false)) {
+    tc_swiglu(x, gate_up[0], gate_up[1], hidden, rows, inter, h);
+    return hidden;
+  }
+  float* gate = s.scratch<float>(2 * rows * inter);  // gate, then up: one launch for both
+  float* up = gate + rows * inter;
   multi_gemm(x, gate_up, gate, rows, inter, h);
   swiglu_hidden_kernel<<<blocks_for(rows * inter, 256), 256, 0, stream()>>>(gate, up, rows * inter,
                                                                             hidden);
@@ -266,17 +270,15 @@ void moe(MoeArgs& a) {
   auto* expert_out = s.scratch<uint16_t>(r.all() * h);
   std::optional<SideWork> shared_experts;
   if (!shared_with_routed && r.n_shared > 0) {
-    const auto run_shared = [&] {
-      for (int i = 0; i < r.n_shared; ++i)
-        swiglu_bf16(s, x, t_count, h, a.shared[i], expert_out + (r.slots + i * t_count) * h);
-    };
     size_t bytes = 0;
     for (const SwiGluWeights& w : a.shared)
       bytes += w.gate->nbytes() + w.up->nbytes() + w.down->nbytes();
-    if (bytes >= kSharedSideMinBytes)
-      shared_experts.emplace(run_shared);
-    else
-      run_shared();
+    shared_experts.emplace(
+        [&] {
+          for (int i = 0; i < r.n_shared; ++i)
+            swiglu_bf16(s, x, t_count, h, a.shared[i], expert_out + (r.slots + i * t_count) * h);
+        },
+        bytes >= kSideMinBytes);
   }
   float* logits = s.scratch<float>(t_count * n_exp);
   gemm(x, as<uint16_t>(s.in(a.router)), logits, t_count, n_exp, h, false);

@@ -38,6 +38,13 @@ bool valid_tc_tile(const TcTile& tile);
 void tc_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float* c,
                    uint16_t* c_bf16, int64_t m, int64_t n, int64_t k, std::optional<TcTile> tile);
 
+// SwiGLU's hidden in one launch: hidden [m, n] = bf16(silu(bf16(A gate)) * bf16(A up)) for
+// gate and up bf16 [k, n] of at most kTcMaxDepth rows (device memory), 1 <= m <= kTcMaxRows:
+// each product's sums are the bits tc_multi_gemm gives it, and no float32 product is
+// stored. Throws std::logic_error on other shapes or a tile not valid_tc_tile().
+void tc_swiglu(const uint16_t* a, const uint16_t* gate, const uint16_t* up, uint16_t* hidden,
+               int64_t m, int64_t n, int64_t k, std::optional<TcTile> tile = std::nullopt);
+
 inline constexpr int kTcTile = 128;  // columns of a weight that the chunking counts a block
 inline constexpr int kTcStep = 32;   // rows of k a pipeline stage
 int64_t tc_chunk_rows(int64_t n, int64_t k);

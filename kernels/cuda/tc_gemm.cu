@@ -156,25 +156,16 @@ __device__ __forceinline__ void load_stage(const TcArgs& p, const uint16_t* __re
   }
 }
 
-// One (row tile, column tile, chunk, weight g) a block; rows g * m + r of C. MT: 16-row
-// tiles of A a block, NT: 8-column mma tiles a warp.
+// A block's sums of its tile over [k0, k1) of weight b, into acc (one per (row, column)
+// of the tile, from zero): the stages in flight, then 16 rows of k an mma step, ascending.
 template <int MT, int NT>
-__global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
-  constexpr int kCols = tile_cols<NT>();
+__device__ __forceinline__ void tile_sums(const TcArgs& p, const uint16_t* __restrict__ b,
+                                          int64_t k0, int64_t k1, int64_t row0, int64_t col0,
+                                          uint16_t* smem, float (&acc)[MT][NT][4]) {
   constexpr int kBStride = b_stride<NT>();
-  extern __shared__ __align__(16) uint16_t smem[];
-  __shared__ bool last;
-  const int g = static_cast<int>(blockIdx.z);
-  const int64_t tile = blockIdx.x, chunk = blockIdx.y;
-  const uint16_t* __restrict__ b = p.w[g];
-  const int64_t k0 = chunk * p.kc, k1 = k0 + p.kc < p.k ? k0 + p.kc : p.k;
   const int steps = static_cast<int>((k1 - k0 + kStep - 1) / kStep);
-  const int64_t row0 = tile / p.col_tiles * (MT * 16), col0 = tile % p.col_tiles * kCols;
-  const int64_t row1 = row0 + MT * 16 < p.m ? row0 + MT * 16 : p.m;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   auto stage = [&](int s) { return smem + (s % kStages) * stage_elems<MT, NT>(); };
-
-  float acc[MT][NT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -222,11 +213,13 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
     }
   }
   cp_wait<0>();
+}
 
-  // The accumulators: c0, c1 at row lane / 4, columns 2 (lane % 4) and + 1; c2, c3 eight
-  // rows down. One chunk: straight into C; else into the chunk's partial sums.
-  const bool direct = p.chunks == 1;
-  const int64_t stride = int64_t{gridDim.z} * p.m * p.n;  // one chunk's partial sums
+// Calls f(mt, nt, e, r, col) for each accumulator of the tile inside the product: c0, c1
+// at row lane / 4, columns 2 (lane % 4) and + 1; c2, c3 eight rows down.
+template <int MT, int NT, typename F>
+__device__ __forceinline__ void each_output(const TcArgs& p, int64_t row0, int64_t col0, F f) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -235,16 +228,50 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
       for (int e = 0; e < 4; ++e) {
         const int64_t r = row0 + mt * 16 + lane / 4 + (e / 2) * 8;
         const int64_t col = col0 + warp * (NT * 8) + nt * 8 + 2 * (lane % 4) + e % 2;
-        if (r >= p.m || col >= p.n) continue;
-        const int64_t at = (g * p.m + r) * p.n + col;
-        const float v = acc[mt][nt][e];
-        if (!direct) {
-          p.partial[chunk * stride + at] = v;
-          continue;
-        }
-        if (p.c != nullptr) p.c[at] = v;
-        if (p.c_bf16 != nullptr) p.c_bf16[at] = f_to_bf(v);
+        if (r < p.m && col < p.n) f(mt, nt, e, r, col);
       }
+}
+
+// One (row tile, column tile, chunk, weight g) a block; rows g * m + r of C. MT: 16-row
+// tiles of A a block, NT: 8-column mma tiles a warp. kPair (tc_swiglu): one chunk and two
+// weights, gate (w[0]) and up (w[1]); the block sums its tile of each in turn, as their
+// blocks of a two-weight launch do, and writes SwiGLU's hidden into c_bf16 [m, n].
+template <int MT, int NT, bool kPair>
+__global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
+  constexpr int kCols = tile_cols<NT>();
+  extern __shared__ __align__(16) uint16_t smem[];
+  __shared__ bool last;
+  const int g = static_cast<int>(blockIdx.z);
+  const int64_t tile = blockIdx.x, chunk = blockIdx.y;
+  const int64_t k0 = chunk * p.kc, k1 = k0 + p.kc < p.k ? k0 + p.kc : p.k;
+  const int64_t row0 = tile / p.col_tiles * (MT * 16), col0 = tile % p.col_tiles * kCols;
+  const int64_t row1 = row0 + MT * 16 < p.m ? row0 + MT * 16 : p.m;
+
+  float acc[MT][NT][4];
+  tile_sums<MT, NT>(p, p.w[kPair ? 0 : g], k0, k1, row0, col0, smem, acc);
+  if constexpr (kPair) {
+    float up[MT][NT][4];
+    __syncthreads();  // every warp is done with the gate's last stages, reloaded now
+    tile_sums<MT, NT>(p, p.w[1], k0, k1, row0, col0, smem, up);
+    each_output<MT, NT>(p, row0, col0, [&](int mt, int nt, int e, int64_t r, int64_t col) {
+      p.c_bf16[r * p.n + col] = f_to_bf(dsilu(round_bf(acc[mt][nt][e])) * round_bf(up[mt][nt][e]));
+    });
+    return;
+  }
+
+  // One chunk: straight into C; else into the chunk's partial sums.
+  const bool direct = p.chunks == 1;
+  const int64_t stride = int64_t{gridDim.z} * p.m * p.n;  // one chunk's partial sums
+  each_output<MT, NT>(p, row0, col0, [&](int mt, int nt, int e, int64_t r, int64_t col) {
+    const int64_t at = (g * p.m + r) * p.n + col;
+    const float v = acc[mt][nt][e];
+    if (!direct) {
+      p.partial[chunk * stride + at] = v;
+      return;
+    }
+    if (p.c != nullptr) p.c[at] = v;
+    if (p.c_bf16 != nullptr) p.c_bf16[at] = f_to_bf(v);
+  });
   if (direct) return;
 
   // The last block of this (tile, g) to finish adds the chunk sums in chunk order and
@@ -314,15 +341,16 @@ __global__ void __launch_bounds__(kThreads) tc_kernel(TcArgs p) {
   }
 }
 
-template <int MT, int NT>
+template <int MT, int NT, bool kPair>
 void launch(TcArgs args, int64_t row_tiles, int64_t chunks, int64_t groups) {
   // More than the default 48 KiB of shared memory at the large tiles, and as much of each
   // multiprocessor's L1 as shared memory as it gives, so that as many blocks (and their
   // stages in flight) fit as the registers allow.
   static const bool sized = [] {
     SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(
-        tc_kernel<MT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<MT, NT>()));
-    SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(tc_kernel<MT, NT>,
+        tc_kernel<MT, NT, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        smem_bytes<MT, NT>()));
+    SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(tc_kernel<MT, NT, kPair>,
                                                cudaFuncAttributePreferredSharedMemoryCarveout,
                                                cudaSharedmemCarveoutMaxShared));
     return true;
@@ -335,7 +363,7 @@ void launch(TcArgs args, int64_t row_tiles, int64_t chunks, int64_t groups) {
   if (chunks > 1) args.counters = tile_counters(stream());
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks),
                   static_cast<unsigned>(groups));
-  tc_kernel<MT, NT><<<grid, kThreads, smem_bytes<MT, NT>(), stream()>>>(args);
+  tc_kernel<MT, NT, kPair><<<grid, kThreads, smem_bytes<MT, NT>(), stream()>>>(args);
 }
 
 // SPLITCHECK_CUDA_TC_TILE=RxC (R rows in 16..64 by 16, C columns 32, 64 or 128) takes that
@@ -370,14 +398,31 @@ TcTile tile_shape(int64_t m, int64_t n, int64_t blocks_per_tile) {
   return TcTile{16 * mt, 32 * nt};
 }
 
-template <int MT>
+template <int MT, bool kPair>
 void launch_cols(const TcArgs& args, int nt, int64_t row_tiles, int64_t chunks, int64_t groups) {
   if (nt == 1)
-    launch<MT, 1>(args, row_tiles, chunks, groups);
+    launch<MT, 1, kPair>(args, row_tiles, chunks, groups);
   else if (nt == 2)
-    launch<MT, 2>(args, row_tiles, chunks, groups);
+    launch<MT, 2, kPair>(args, row_tiles, chunks, groups);
   else
-    launch<MT, 4>(args, row_tiles, chunks, groups);
+    launch<MT, 4, kPair>(args, row_tiles, chunks, groups);
+}
+
+// The launch of `args` in tile t (rows 0: every row), grid z `groups`.
+template <bool kPair>
+void launch_tile(const TcArgs& args, TcTile t, int64_t groups) {
+  const int mt = t.rows == 0 ? static_cast<int>((args.m + 15) / 16) : t.rows / 16;
+  const int nt = t.cols / 32;
+  const int64_t row_tiles = (args.m + 16 * mt - 1) / (16 * mt);
+  if (mt == 1)
+    launch_cols<1, kPair>(args, nt, row_tiles, args.chunks, groups);
+  else if (mt == 2)
+    launch_cols<2, kPair>(args, nt, row_tiles, args.chunks, groups);
+  else if (mt == 3)
+    launch_cols<3, kPair>(args, nt, row_tiles, args.chunks, groups);
+  else
+    launch_cols<4, kPair>(args, nt, row_tiles, args.chunks, groups);
+  SPLITCHECK_CUDA_CHECK(cudaGetLastError());
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -443,19 +488,36 @@ void tc_multi_gemm(const uint16_t* a, std::span<const uint16_t* const> bs, float
         &args.partial, static_cast<size_t>(args.chunks * groups * m * n) * sizeof(float),
         stream()));
   }
-  TcTile t = tile ? *tile : tile_shape(m, n, args.chunks * groups);
-  const int mt = t.rows == 0 ? static_cast<int>((m + 15) / 16) : t.rows / 16, nt = t.cols / 32;
-  const int64_t row_tiles = (m + 16 * mt - 1) / (16 * mt);
-  if (mt == 1)
-    launch_cols<1>(args, nt, row_tiles, args.chunks, groups);
-  else if (mt == 2)
-    launch_cols<2>(args, nt, row_tiles, args.chunks, groups);
-  else if (mt == 3)
-    launch_cols<3>(args, nt, row_tiles, args.chunks, groups);
-  else
-    launch_cols<4>(args, nt, row_tiles, args.chunks, groups);
-  SPLITCHECK_CUDA_CHECK(cudaGetLastError());
+  launch_tile<false>(args, tile ? *tile : tile_shape(m, n, args.chunks * groups), groups);
   if (args.partial != nullptr) SPLITCHECK_CUDA_CHECK(cudaFreeAsync(args.partial, stream()));
+}
+
+void tc_swiglu(const uint16_t* a, const uint16_t* gate, const uint16_t* up, uint16_t* hidden,
+               int64_t m, int64_t n, int64_t k, std::optional<TcTile> tile) {
+  if (tile && !valid_tc_tile(*tile))
+    throw std::logic_error("tc_swiglu: a tile of " + std::to_string(tile->rows) + " rows by " +
+                           std::to_string(tile->cols) + " columns");
+  if (m < 1 || m > kTcMaxRows || k > kTcMaxDepth)
+    throw std::logic_error("tc_swiglu: 1 to " + std::to_string(kTcMaxRows) +
+                           " rows and weights of at most " + std::to_string(kTcMaxDepth) +
+                           " rows, got " + std::to_string(m) + " rows and " + std::to_string(k));
+  if (n == 0) return;
+  if (k == 0) {  // every sum is empty: silu(0) * 0
+    SPLITCHECK_CUDA_CHECK(cudaMemsetAsync(hidden, 0, m * n * sizeof(uint16_t), stream()));
+    return;
+  }
+  TcArgs args{.a = a,
+              .c_bf16 = hidden,
+              .m = m,
+              .n = n,
+              .k = k,
+              .kc = tc_chunk_rows(n, k),
+              .chunks = 1,
+              .vec_a = k % 8 == 0 && aligned16(a),
+              .vec_b = n % 8 == 0 && aligned16(gate) && aligned16(up)};
+  args.w[0] = gate;
+  args.w[1] = up;
+  launch_tile<true>(args, tile ? *tile : tile_shape(m, n, 2), 1);
 }
 
 }  // namespace splitcheck::cuda

@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/math.h"
 #include "kernels/ops.h"
 #include "tests/cuda/gpu_test_support.h"
 #ifdef SPLITCHECK_HAVE_CUDA
@@ -205,6 +207,55 @@ TEST(CudaTcGemmTest, TheRegistrysProductsOfNineTo64RowsTakeIt) {
     run_variant("linear", "matmul", &args);
     EXPECT_TRUE(out.on_host().bit_equal(product(x, 0, m, {&w}, DType::kBF16))) << "m " << m;
   }
+}
+
+// SwiGLU's hidden in one launch (tc_swiglu) is, element for element, bf16(silu(bf16(g)) *
+// bf16(u)) of the floats tc_multi_gemm gives the gate and the up (the silu of
+// kernels/math.h, which the device's matches operation for operation), whatever the
+// tile: k3-tiny's experts (256 x 64), a k that is no multiple of 8 and an odd width, a
+// weight of one partial tile, and no k at all; 9 to 64 rows.
+TEST(CudaTcGemmTest, SwigluIsTheHiddenOfItsTwoProducts) {
+  SPLITCHECK_REQUIRE_GPU();
+  for (auto [k, n] :
+       std::vector<std::pair<int64_t, int64_t>>{{256, 64}, {100, 333}, {64, 40}, {0, 64}}) {
+    const Tensor gate = weight(k, n, 130 + n), up = weight(k, n, 131 + n);
+    for (int64_t m : {9, 17, 48, 64}) {
+      const Tensor x = random_bf16({m, k}, 132 + k + m, 1.0f).to(Device::kCuda);
+      const Tensor gu = product(x, 0, m, {&gate, &up}, DType::kF32);
+      const float* g = gu.data<float>();
+      const float* u = g + m * n;
+      for (const std::optional<cuda::TcTile> tile :
+           {std::optional<cuda::TcTile>{}, std::optional{cuda::TcTile{16, 32}},
+            std::optional{cuda::TcTile{64, 128}}, std::optional{cuda::TcTile{0, 64}}}) {
+        Tensor hidden = Tensor::for_overwrite(DType::kBF16, {m, n}, Device::kCuda);
+        cuda::tc_swiglu(static_cast<const uint16_t*>(x.address()),
+                        static_cast<const uint16_t*>(gate.address()),
+                        static_cast<const uint16_t*>(up.address()),
+                        static_cast<uint16_t*>(hidden.address()), m, n, k, tile);
+        const Tensor got = hidden.on_host();
+        int64_t differ = 0;
+        for (int64_t i = 0; i < m * n; ++i) {
+          const bf16 want = to_bf16(fmath::silu(round_bf16(g[i])) * round_bf16(u[i]));
+          differ += got.data<bf16>()[i].bits != want.bits;
+        }
+        EXPECT_EQ(differ, 0) << "k " << k << " n " << n << " m " << m << " tile "
+                             << (tile ? std::to_string(tile->rows) + " x " +
+                                            std::to_string(tile->cols)
+                                      : std::string("chosen"));
+      }
+    }
+  }
+  const Tensor w = weight(64, 64, 140), deep = weight(257, 64, 141);
+  const Tensor x = random_bf16({65, 257}, 142, 1.0f).to(Device::kCuda);
+  Tensor out = Tensor::zeros(DType::kBF16, {65, 64}, Device::kCuda);
+  const auto swiglu = [&](const Tensor& wt, int64_t m, int64_t k) {
+    cuda::tc_swiglu(static_cast<const uint16_t*>(x.address()),
+                    static_cast<const uint16_t*>(wt.address()),
+                    static_cast<const uint16_t*>(wt.address()),
+                    static_cast<uint16_t*>(out.address()), m, 64, k);
+  };
+  EXPECT_THROW(swiglu(w, 65, 64), std::logic_error);     // more rows than it takes
+  EXPECT_THROW(swiglu(deep, 16, 257), std::logic_error);  // a weight of more than one chunk
 }
 
 TEST(CudaTcGemmTest, RefusesMoreRowsOrWeightsThanItTakes) {
