@@ -3,7 +3,8 @@
 # same tree with the changed sources as they were at a base revision (B) are each built
 # once, then measured in alternation on the same machine (these machines differ by a few
 # percent from one to the next, so only a same-machine ratio says what a change gains),
-# and their k3-shape full dumps are compared bit for bit.
+# and their PP=1 dumps are compared bit for bit: k3-shape's and k3-tiny's default scenario
+# with every tensor, and k3-tiny's serving scenario (batched steps) with its layers.
 #
 #   scripts/gpu-ab.sh prepare BASE   here, in the git checkout: writes .ab/ (the base's
 #                                    version of every source that differs from it)
@@ -14,7 +15,7 @@
 # and their ratio, one MoE layer at 1, 16 and 64 tokens and one KDA layer at 1 and 16
 # (us), and k3-tiny serving on the GPU in one micro-batch (tokens/s batched and one
 # request at a time, and their ratio); then each side's medians and A's over B's; then
-# whether the two full dumps are equal.
+# whether each pair of dumps is equal.
 # Exit 0: both sides measured and their dumps equal; 1: the dumps differ (or a side's
 # run failed); 2: usage, .ab/ missing, or a build failed.
 set -uo pipefail
@@ -112,16 +113,22 @@ run() {
   swap_to_a
   trap - EXIT
 
-  # Full dumps of k3-shape's PP=1 run (its workload path made absolute).
-  local scenario="$out/k3-shape-full.json"
-  python3 - "$root/scenarios/gpu/k3-shape.json" "$scenario" <<'PY'
+  # The scenarios whose PP=1 dumps A and B must give bit for bit: k3-shape and k3-tiny's
+  # default with every tensor (full), and k3-tiny's serving (batched steps, layers); on
+  # the GPU, workload paths made absolute.
+  python3 - "$root/scenarios" "$out" <<'PY'
 import json, os, sys
-src, dst = sys.argv[1], sys.argv[2]
-s = json.load(open(src))
-s["engine"]["dump_level"] = "full"
-wl = s["workload"]
-wl["file"] = os.path.normpath(os.path.join(os.path.dirname(src), wl["file"]))
-json.dump(s, open(dst, "w"), indent=2)
+src, out = sys.argv[1], sys.argv[2]
+for name, path, level in [("k3-shape", "gpu/k3-shape.json", "full"),
+                          ("k3-tiny-default", "default.json", "full"),
+                          ("k3-tiny-serving", "serving.json", "layer")]:
+    path = os.path.join(src, path)
+    s = json.load(open(path))
+    s["backend"] = "cuda"
+    s.setdefault("engine", {})["dump_level"] = level
+    wl = s["workload"]
+    wl["file"] = os.path.normpath(os.path.join(os.path.dirname(path), wl["file"]))
+    json.dump(s, open(os.path.join(out, name + ".json"), "w"), indent=2)
 PY
   local side r status=0
   for ((r = 1; r <= rounds; ++r)); do
@@ -155,18 +162,23 @@ PY
       "$(awk -v a="$a" -v b="$b" 'BEGIN {if (a + 0 > 0 && b + 0 > 0) printf "%.3f", a / b; else print "-"}')"
   done
 
-  echo "== gpu-ab: k3-shape full dumps, A against B"
-  for side in A B; do
-    "$out/$side/splitcheck" run "$scenario" --out "$out/$side/full.h5" >"$out/$side/run.log" 2>&1 ||
-      { echo "gpu-ab: side $side's run failed:"; tail -5 "$out/$side/run.log"; status=1; }
+  local name rc
+  for name in k3-shape k3-tiny-default k3-tiny-serving; do
+    echo "== gpu-ab: $name dumps, A against B"
+    local ran=1
+    for side in A B; do
+      "$out/$side/splitcheck" run "$out/$name.json" --out "$out/$side/$name.h5" \
+        >"$out/$side/run-$name.log" 2>&1 ||
+        { echo "gpu-ab: side $side's run failed:"; tail -5 "$out/$side/run-$name.log"; ran=0; status=1; }
+    done
+    if [[ $ran -eq 1 ]]; then
+      "$out/A/splitcheck" compare "$out/B/$name.h5" "$out/A/$name.h5" >"$out/compare-$name.log" 2>&1
+      rc=$?
+      head -3 "$out/compare-$name.log"
+      [[ $rc -eq 0 ]] || status=1
+    fi
+    rm -f "$out/A/$name.h5" "$out/B/$name.h5"
   done
-  if [[ $status -eq 0 ]]; then
-    "$out/A/splitcheck" compare "$out/B/full.h5" "$out/A/full.h5" >"$out/compare.log" 2>&1
-    local rc=$?
-    head -3 "$out/compare.log"
-    [[ $rc -eq 0 ]] || status=1
-  fi
-  rm -f "$out/A/full.h5" "$out/B/full.h5"
   exit "$status"
 }
 
