@@ -4,6 +4,7 @@
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdlib>
@@ -231,10 +232,37 @@ std::shared_ptr<void> device_zeros(size_t bytes) {
   return p;
 }
 
+namespace {
+
+std::atomic<int>& uncleared_fill() {
+  static std::atomic<int> fill = [] {
+    const char* v = std::getenv("SPLITCHECK_CUDA_UNCLEARED_FILL");
+    if (v == nullptr || *v == '\0') return -1;
+    char* end = nullptr;
+    const long byte = std::strtol(v, &end, 0);
+    if (*end != '\0' || byte < 0 || byte > 255)
+      throw std::invalid_argument(std::string("SPLITCHECK_CUDA_UNCLEARED_FILL=") + v +
+                                  ": expected a byte, 0 to 255 (0xff)");
+    return static_cast<int>(byte);
+  }();
+  return fill;
+}
+
+}  // namespace
+
+void set_uncleared_fill(int byte) { uncleared_fill().store(byte); }
+
 std::shared_ptr<void> device_uncleared(size_t bytes) {
   void* p = nullptr;
   device_pool();
   SPLITCHECK_CUDA_CHECK(cudaMallocAsync(&p, bytes > 0 ? bytes : 1, stream()));
+  if (const int fill = uncleared_fill().load(); fill >= 0) {
+    const cudaError_t e = cudaMemsetAsync(p, fill, bytes > 0 ? bytes : 1, stream());
+    if (e != cudaSuccess) {
+      cudaFreeAsync(p, stream());
+      check(e, "cudaMemsetAsync (SPLITCHECK_CUDA_UNCLEARED_FILL)");
+    }
+  }
   // Stream-ordered: the free waits for the work queued before it on the freeing thread's
   // stream (a tensor dropped while its kernels are in flight stays valid for them). A last
   // owner on another stream than the allocating one (a handoff body, weights every stage

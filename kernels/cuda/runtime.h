@@ -19,6 +19,11 @@ std::shared_ptr<void> device_zeros(size_t bytes);
 // The same memory left as the pool gives it (whatever bytes it held last), for a maker
 // that writes every byte before anything reads one: no clearing launch.
 std::shared_ptr<void> device_uncleared(size_t bytes);
+// The check of that promise: with a fill byte set (SPLITCHECK_CUDA_UNCLEARED_FILL=0..255 in
+// the environment, e.g. 0xff, or this call; -1 none, the default), device_uncleared fills
+// its memory with it. Two runs with different fills give the same bits only if no kernel
+// reads a byte its maker did not write (scripts/gpu-check.sh's uncleared-fill step).
+void set_uncleared_fill(int byte);
 // The device's memory as a new allocation sees it: `free` counts the driver's free bytes
 // plus what the backend's pool holds unused; `total` the card's.
 struct DeviceMemory {

@@ -19,6 +19,7 @@
 #include "tests/cuda/gpu_test_support.h"
 #ifdef SPLITCHECK_HAVE_CUDA
 #include "kernels/cuda/kda.h"
+#include "kernels/cuda/runtime.h"
 #include "kernels/cuda/skinny.h"
 #endif
 
@@ -303,15 +304,29 @@ TEST(CudaRuntimeTest, ZerosClearsMemoryThePoolReuses) {
   EXPECT_TRUE(std::all_of(u, u + z.numel(), [](uint16_t v) { return v == 0; }));
 }
 
-// scripts/gpu-check.sh's negative control for compute-sanitizer's initcheck (run there,
-// disabled here: it passes as a test and means something only under initcheck): a kernel
-// adds two device tensors made for overwriting that nobody wrote, and initcheck must say so.
-TEST(CudaRuntimeTest, DISABLED_InitcheckProbeReadsBytesNobodyWrote) {
+// The check behind Tensor::for_overwrite (gpu-check's uncleared-fill step): under two fill
+// bytes a read of bytes nobody wrote gives two results (here an add of two tensors made for
+// overwriting and never written), and work that writes what it reads gives one (a copy to
+// the device, then an add of the copies).
+TEST(CudaRuntimeTest, TwoFillsOfUnclearedMemoryShowAReadOfBytesNobodyWrote) {
   SPLITCHECK_REQUIRE_GPU();
-  const Tensor a = Tensor::for_overwrite(DType::kBF16, {64, 64}, Device::kCuda);
-  const Tensor b = Tensor::for_overwrite(DType::kBF16, {64, 64}, Device::kCuda);
-  const Tensor sum = add_bf16(a, b).to(Device::kCpu);
-  EXPECT_EQ(sum.numel(), 64 * 64);
+#ifdef SPLITCHECK_HAVE_CUDA
+  const Tensor x = random_bf16({64, 64}, 40, 1.0f);
+  const auto run = [&](int fill) {
+    cuda::set_uncleared_fill(fill);
+    const Tensor a = Tensor::for_overwrite(DType::kBF16, {64, 64}, Device::kCuda);
+    const Tensor b = Tensor::for_overwrite(DType::kBF16, {64, 64}, Device::kCuda);
+    const Tensor unwritten = add_bf16(a, b).to(Device::kCpu);
+    const Tensor g = on_gpu(x);
+    const Tensor written = add_bf16(g, g).to(Device::kCpu);
+    cuda::set_uncleared_fill(-1);
+    return std::pair{unwritten, written};
+  };
+  const auto [unwritten_0, written_0] = run(0x00);
+  const auto [unwritten_1, written_1] = run(0x3f);
+  EXPECT_FALSE(unwritten_0.bit_equal(unwritten_1)) << "the fills did not reach the kernel";
+  EXPECT_TRUE(written_0.bit_equal(written_1));
+#endif
 }
 
 TEST(CudaOpsTest, LinearDenseMlpAndMoeAreCloseToTheCpu) {
