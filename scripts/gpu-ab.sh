@@ -8,7 +8,8 @@
 #
 #   scripts/gpu-ab.sh prepare BASE   here, in the git checkout: writes .ab/ (the base's
 #                                    version of every source that differs from it)
-#   scripts/gpu-ab.sh run [--rounds N] [--build-dir DIR]   (logs and binaries: DIR/gpu-ab/)
+#   scripts/gpu-ab.sh run [--rounds N] [--build-dir DIR]   (default build-ab; logs and binaries:
+#                                    DIR/gpu-ab/)
 #                                    on the device, with carry [".xt", ".ab"]
 #
 # `run` prints, for each round and side, the k3-shape 16-token prefill and decode (ms)
@@ -23,7 +24,7 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ab="$root/.ab"
 usage() {
-  sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -86,7 +87,10 @@ swap_to_a() {
 median() { sort -g | awk '{v[NR]=$1} END {if (NR) print v[int((NR + 1) / 2)]; else print "-"}'; }
 
 run() {
-  local rounds=3 build="$root/build-gpu"
+  # Its own build folder: the base's objects it leaves would look newer than the working
+  # tree's sources to a later build there (a device call copies the tree with its times),
+  # so a gpu-check in build-gpu after it would run B's code.
+  local rounds=3 build="$root/build-ab"
   while [[ $# -gt 0 ]]; do
     case "$1" in
       --rounds) rounds="$2"; shift 2 ;;
