@@ -44,8 +44,8 @@ class Tensor {
   static Tensor zeros(DType dtype, Shape shape, Device device = Device::kCpu);
   // An owned tensor for a maker that writes every byte before anything reads one (a copy's
   // destination, a kernel's full output): on kCuda its bytes are not cleared (no launch
-  // for it; compute-sanitizer's initcheck, in scripts/gpu-check.sh, finds a read of one
-  // nobody wrote), on the host they are zeros as for zeros().
+  // for it; scripts/gpu-check.sh's uncleared-fill step finds a read of one nobody wrote),
+  // on the host they are zeros as for zeros().
   static Tensor for_overwrite(DType dtype, Shape shape, Device device = Device::kCpu);
   // A view of bytes owned elsewhere.
   static Tensor borrow(DType dtype, Shape shape, void* data);
