@@ -86,8 +86,8 @@ std::vector<std::byte> encode_payload(const HandoffPayload& p) {
 
 Tensor payload_body(const HandoffPayload& p, Device device) {
   const size_t a = p.hidden.nbytes(), b = p.bank.nbytes(), c = p.aux.nbytes();
-  Tensor body =
-      Tensor::for_overwrite(DType::kBF16, {static_cast<int64_t>((a + b + c) / sizeof(bf16))}, device);
+  Tensor body = Tensor::for_overwrite(DType::kBF16,
+                                      {static_cast<int64_t>((a + b + c) / sizeof(bf16))}, device);
   copy_tensor_runs(body, 0, a, p.hidden, 0, a, a, 1);
   copy_tensor_runs(body, a, b, p.bank, 0, b, b, 1);
   copy_tensor_runs(body, a + b, c, p.aux, 0, c, c, 1);

@@ -130,10 +130,6 @@ bool queue_after_stream(cudaStream_t earlier, cudaStream_t later) {
          cudaStreamWaitEvent(later, t_order, 0) == cudaSuccess;
 }
 
-}  // namespace
-
-namespace {
-
 // SPLITCHECK_CUDA_SIDE_STREAM=0: side work runs on the thread's own stream, in the order
 // it is queued (the same bits; measures what the overlap gains, or rules it out).
 bool side_streams() {
@@ -225,15 +221,9 @@ cudaMemPool_t device_pool() {
 
 }  // namespace
 
-std::shared_ptr<void> device_zeros(size_t bytes) {
-  std::shared_ptr<void> p = device_uncleared(bytes);
-  check(cudaMemsetAsync(p.get(), 0, bytes > 0 ? bytes : 1, stream()),
-        "cudaMemsetAsync (new device tensor)");
-  return p;
-}
-
 namespace {
 
+// SPLITCHECK_CUDA_UNCLEARED_FILL, or set_uncleared_fill's byte; -1 none.
 std::atomic<int>& uncleared_fill() {
   static std::atomic<int> fill = [] {
     const char* v = std::getenv("SPLITCHECK_CUDA_UNCLEARED_FILL");
@@ -248,19 +238,18 @@ std::atomic<int>& uncleared_fill() {
   return fill;
 }
 
-}  // namespace
-
-void set_uncleared_fill(int byte) { uncleared_fill().store(byte); }
-
-std::shared_ptr<void> device_uncleared(size_t bytes) {
+// `bytes` bytes (at least one) from the pool, each set to `fill` on the stream (none
+// where fill is -1).
+std::shared_ptr<void> device_bytes(size_t bytes, int fill) {
   void* p = nullptr;
+  const size_t n = bytes > 0 ? bytes : 1;
   device_pool();
-  SPLITCHECK_CUDA_CHECK(cudaMallocAsync(&p, bytes > 0 ? bytes : 1, stream()));
-  if (const int fill = uncleared_fill().load(); fill >= 0) {
-    const cudaError_t e = cudaMemsetAsync(p, fill, bytes > 0 ? bytes : 1, stream());
+  SPLITCHECK_CUDA_CHECK(cudaMallocAsync(&p, n, stream()));
+  if (fill >= 0) {
+    const cudaError_t e = cudaMemsetAsync(p, fill, n, stream());
     if (e != cudaSuccess) {
       cudaFreeAsync(p, stream());
-      check(e, "cudaMemsetAsync (SPLITCHECK_CUDA_UNCLEARED_FILL)");
+      check(e, "cudaMemsetAsync (new device tensor)");
     }
   }
   // Stream-ordered: the free waits for the work queued before it on the freeing thread's
@@ -281,6 +270,16 @@ std::shared_ptr<void> device_uncleared(size_t bytes) {
     if (mine != owner && !queue_after_stream(owner, mine)) cudaStreamSynchronize(owner);
     cudaFreeAsync(q, mine);
   });
+}
+
+}  // namespace
+
+void set_uncleared_fill(int byte) { uncleared_fill().store(byte); }
+
+std::shared_ptr<void> device_zeros(size_t bytes) { return device_bytes(bytes, 0); }
+
+std::shared_ptr<void> device_uncleared(size_t bytes) {
+  return device_bytes(bytes, uncleared_fill().load());
 }
 
 DeviceMemory device_memory() {

@@ -347,9 +347,9 @@ void launch(TcArgs args, int64_t row_tiles, int64_t chunks, int64_t groups) {
   // multiprocessor's L1 as shared memory as it gives, so that as many blocks (and their
   // stages in flight) fit as the registers allow.
   static const bool sized = [] {
-    SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(
-        tc_kernel<MT, NT, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        smem_bytes<MT, NT>()));
+    SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(tc_kernel<MT, NT, kPair>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               smem_bytes<MT, NT>()));
     SPLITCHECK_CUDA_CHECK(cudaFuncSetAttribute(tc_kernel<MT, NT, kPair>,
                                                cudaFuncAttributePreferredSharedMemoryCarveout,
                                                cudaSharedmemCarveoutMaxShared));

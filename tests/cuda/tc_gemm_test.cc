@@ -254,7 +254,7 @@ TEST(CudaTcGemmTest, SwigluIsTheHiddenOfItsTwoProducts) {
                     static_cast<const uint16_t*>(wt.address()),
                     static_cast<uint16_t*>(out.address()), m, 64, k);
   };
-  EXPECT_THROW(swiglu(w, 65, 64), std::logic_error);     // more rows than it takes
+  EXPECT_THROW(swiglu(w, 65, 64), std::logic_error);      // more rows than it takes
   EXPECT_THROW(swiglu(deep, 16, 257), std::logic_error);  // a weight of more than one chunk
 }
 
