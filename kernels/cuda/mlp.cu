@@ -109,14 +109,15 @@ __global__ void combine_kernel(const uint16_t* expert_out, const float* weights,
 }
 
 // SwiGLU's bf16 hidden [rows, inter] of bf16 rows x [rows, h]: gate and up in one launch,
-// then the hidden in a second; where the tensor-core kernel takes the products, all of it
-// in one (tc_swiglu: the same bits, no float32 products stored).
+// then the hidden in a second; where the tensor-core kernel takes the products in one
+// chunk, all of it in one (tc_swiglu: the same bits, no float32 products stored). Deeper
+// weights reach the kernel only under SPLITCHECK_CUDA_TC=all, through multi_gemm.
 uint16_t* swiglu_hidden(Staging& s, const uint16_t* x, int64_t rows, int64_t h,
                         const SwiGluWeights& w) {
   const int64_t inter = w.gate->dim(1);
   uint16_t* hidden = s.scratch<uint16_t>(rows * inter);
   const uint16_t* gate_up[2] = {as<uint16_t>(s.in(w.gate)), as<uint16_t>(s.in(w.up))};
-  if (tc_applies(rows, h, false)) {
+  if (tc_applies(rows, h, false) && h <= kTcMaxDepth) {
     tc_swiglu(x, gate_up[0], gate_up[1], hidden, rows, inter, h);
     return hidden;
   }
