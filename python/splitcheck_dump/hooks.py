@@ -2,15 +2,29 @@
 
 import numpy as np
 
+from . import _encoding
+
 
 def bf16_bits(tensor):
-    """A torch tensor as bf16 bit patterns (uint16) [rows, last axis], leading axes flattened."""
+    """A torch tensor as bf16 bit patterns (uint16) [rows, last axis], leading axes flattened.
+
+    float32 and float16 are rounded as kernels/bf16.h does (`to_bf16_bits`: to nearest even,
+    NaN keeps its sign and payload), on the tensor's device, and cross to the host once as
+    2-byte patterns; bfloat16 tensors give their bits; other dtypes go through torch's cast.
+    """
     import torch
 
-    t = tensor.detach().to("cpu").to(torch.bfloat16).contiguous()
-    if t.dim() > 2:
-        t = t.reshape(-1, t.shape[-1])
-    return t.view(torch.int16).numpy().view(np.uint16)
+    t = tensor.detach()
+    if t.dtype == torch.bfloat16:
+        bits = _encoding.tensor_to_host(t.view(torch.int16))
+    elif t.dtype in (torch.float32, torch.float16):
+        bits = _encoding.to_bf16_bits(t)
+    else:
+        bits = _encoding.tensor_to_host(t.to(torch.bfloat16).view(torch.int16))
+    bits = np.ascontiguousarray(bits).view(np.uint16)
+    if bits.ndim > 2:
+        bits = bits.reshape(-1, bits.shape[-1])
+    return bits
 
 
 def record_forward_hooks(model, writer, forward_index, modules=None):

@@ -11,33 +11,111 @@ from .version import FORMAT, FORMAT_VERSION, __version__
 
 DEFAULT_VOLATILE = "created,partition,producer,env"
 LAYER_SITES = ("pre_attn", "attn_out", "pre_mlp", "mlp_out", "prefix")
+_DTYPES = ("bfloat16", "float32", "int32")
+_INT32_MIN, _INT32_MAX = -2 ** 31, 2 ** 31 - 1
 
 
-def as_array(value, dtype=None):
-    """(numpy array, dtype name) for a numpy array, a list or a CPU/GPU torch tensor.
+def as_array(value, dtype=None, path=None):
+    """(numpy array, dtype name) for a numpy array, a list, a Python number or a CPU/GPU
+    torch tensor, refusing values the dtype cannot hold (ValueError naming `path`).
 
-    A torch bfloat16 tensor becomes its bit patterns (uint16); dtype "bfloat16" on float
-    input rounds to nearest even; by default float -> float32 and integer -> int32.
+    dtype "bfloat16": float input is rounded to nearest even (`to_bf16_bits`), uint16 input
+    and torch bfloat16 tensors are taken as bf16 bits. "float32": float input is rounded to
+    float32. "int32": integer input, and float input that holds whole numbers, as long as
+    every value fits int32. By default float16/float32 -> float32, integer -> int32, a torch
+    bfloat16 tensor -> bfloat16; float64 needs dtype="float32" or "bfloat16" spelled out.
+
+    A torch tensor off the CPU is converted to bf16 bits on its device and copied to the
+    host once (pinned memory, non_blocking, on CUDA).
     """
-    if hasattr(value, "detach"):  # a torch tensor, without importing torch
-        t = value.detach().to("cpu").contiguous()
-        if str(t.dtype) == "torch.bfloat16":
-            import torch
-            value = t.view(torch.int16).numpy().view(np.uint16)
-            dtype = dtype or "bfloat16"
-        else:
-            value = t.numpy()
+    where = path or "as_array"
+    if dtype is not None and dtype not in _DTYPES:
+        raise ValueError(f"{where}: unsupported dtype {dtype!r}; known: {', '.join(_DTYPES)}")
+    if _encoding._is_tensor(value):
+        value, dtype = _tensor_input(value, dtype)
     a = np.asarray(value)
     if dtype is None:
-        dtype = "float32" if np.issubdtype(a.dtype, np.floating) else "int32"
+        dtype = _default_dtype(a, where)
     if dtype == "bfloat16":
-        data = a if a.dtype == np.uint16 else _encoding.to_bf16_bits(a)
-        return np.ascontiguousarray(data, dtype="<u2"), dtype
+        if a.dtype == np.uint16:
+            return np.ascontiguousarray(a, dtype="<u2"), dtype
+        _refuse_unconvertible(a, where, dtype)
+        return np.ascontiguousarray(_encoding.to_bf16_bits(a), dtype="<u2"), dtype
     if dtype == "float32":
+        _refuse_unconvertible(a, where, dtype)
         return np.ascontiguousarray(a, dtype="<f4"), dtype
-    if dtype == "int32":
-        return np.ascontiguousarray(a, dtype="<i4"), dtype
-    raise ValueError(f"unsupported dtype {dtype!r}; known: bfloat16, float32, int32")
+    return np.ascontiguousarray(_checked_int32(a, where), dtype="<i4"), dtype
+
+
+def _tensor_input(t, dtype):
+    """A torch tensor -> (numpy array or bf16 bits, dtype), crossing to the host once."""
+    import torch
+
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        if dtype in (None, "bfloat16"):
+            return _encoding.tensor_to_host(t.view(torch.int16)).view(np.uint16), "bfloat16"
+        t = t.to(torch.float32)  # exact; then as float32 input
+    if t.device.type != "cpu" and t.is_floating_point():
+        if dtype == "bfloat16":  # 2 bytes a value cross, not 4
+            return _encoding.tensor_to_host(_encoding.torch_bf16_bits(t)).view(np.uint16), dtype
+        if dtype == "float32" and t.dtype == torch.float64:
+            t = t.to(torch.float32)
+    return _encoding.tensor_to_host(t), dtype
+
+
+def _default_dtype(a, where):
+    if a.dtype.kind == "f":
+        if a.dtype.itemsize > 4:
+            raise ValueError(
+                f"{where}: {a.dtype} input needs its dtype spelled out: pass dtype=\"float32\" "
+                f"or dtype=\"bfloat16\" (a dump holds no {a.dtype}, and rounding it is the "
+                f"caller's call)")
+        return "float32"
+    if a.dtype.kind in "iub" or a.dtype == object:
+        return "int32"
+    raise ValueError(f"{where}: cannot store {a.dtype} input; known dtypes: {', '.join(_DTYPES)}")
+
+
+def _refuse_unconvertible(a, where, dtype):
+    if a.dtype.kind not in "iufb":
+        raise ValueError(f"{where}: cannot store {a.dtype} input as {dtype}")
+
+
+def _checked_int32(a, where):
+    """`a` as int32, or ValueError naming the first value int32 cannot hold and its index."""
+    kind = a.dtype.kind
+    if kind == "b" or (kind in "iu" and np.can_cast(a.dtype, np.int32)):
+        return a
+    if kind in "iu":
+        if a.size == 0 or (a.min() >= _INT32_MIN and a.max() <= _INT32_MAX):
+            return a
+        bad = (a < _INT32_MIN) | (a > _INT32_MAX)
+        what = "does not fit int32 (-2147483648..2147483647)"
+    elif kind == "f":
+        # Bounds as powers of two, exact in every float type (2**31 - 1 is not in float32).
+        ok = np.isfinite(a) & (a == np.trunc(a)) & (a >= -2.0 ** 31) & (a < 2.0 ** 31)
+        if ok.all():
+            return a
+        bad = ~ok
+        what = "is not a whole number within int32"
+    elif a.dtype == object:  # Python ints too large for int64 or uint64
+        flat = a.reshape(-1)
+        bad = np.array([not (isinstance(v, int) and _INT32_MIN <= v <= _INT32_MAX)
+                        for v in flat.tolist()],
+                       dtype=bool).reshape(a.shape)
+        if not bad.any():
+            return np.array(flat.tolist(), dtype=np.int32).reshape(a.shape)
+        what = "is not an integer within int32"
+    else:
+        raise ValueError(f"{where}: cannot store {a.dtype} input as int32")
+    first = int(np.flatnonzero(bad)[0])
+    index = [int(i) for i in np.unravel_index(first, a.shape)]
+    value = a.reshape(-1)[first]
+    value = value.item() if hasattr(value, "item") else value
+    raise ValueError(f"{where}: value {value!r} at index {index} {what}; "
+                     f"{int(np.count_nonzero(bad))} of {a.size} values are refused: the writer "
+                     f"does not truncate; narrow or clip them yourself")
 
 
 class DumpWriter:
@@ -81,9 +159,11 @@ class DumpWriter:
         """Writes `array` at `dataset_path` ("/forward/0/logits"); returns the dataset.
 
         dtype: "bfloat16" (float input is rounded; uint16 input is taken as bf16 bits),
-        "float32" or "int32"; by default float -> float32, integer -> int32.
+        "float32" or "int32"; by default float32 -> float32, integer -> int32. Values the
+        dtype cannot hold are refused with ValueError (int64 beyond int32, fractions as
+        int32), as is float64 without a dtype: pass dtype="float32" or "bfloat16".
         """
-        data, dtype = as_array(array, dtype)
+        data, dtype = as_array(array, dtype, path=dataset_path)
         if dataset_path in self._file:
             raise ValueError(f"{dataset_path}: written twice")
         ds = self._file.create_dataset(dataset_path, data=data)
