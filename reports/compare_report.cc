@@ -198,9 +198,9 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
                               ? "partitions-differ"
                               : "not-asked";
   j["placement_judgement"] = {{"judgement", placement},
-                    {"stages_a", r.stages_a},
-                    {"stages_b", r.stages_b},
-                    {"line", placement_line(r)}};
+                              {"stages_a", r.stages_a},
+                              {"stages_b", r.stages_b},
+                              {"line", placement_line(r)}};
   j["cases"] = cases;
   return j;
 }

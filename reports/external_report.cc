@@ -34,7 +34,15 @@ std::vector<std::pair<std::string, std::string>> engine_rows(const nlohmann::jso
   std::vector<std::pair<std::string, std::string>> rows;
   if (!r.contains("engine") || !r["engine"].is_object()) return rows;
   const nlohmann::json& e = r["engine"];
-  const nlohmann::json& p = obj_field(r, "provenance");
+  const nlohmann::json& p = obj_field(r, "judged_by");
+  const nlohmann::json& producer = obj_field(e, "producer");
+  std::string engine = str_field(producer, "producer", "(no producer attribute)");
+  if (const std::string v = str_field(producer, "version"); !v.empty()) engine += " " + v;
+  if (const std::string g = str_field(producer, "git_revision"); !g.empty())
+    engine += " (" + g + ")";
+  if (const std::string b = str_field(producer, "backend"); !b.empty()) engine += ", backend " + b;
+  rows.emplace_back("engine", engine + " (its PP=1 dump's producer)");
+  rows.emplace_back("command", display_argv(e.value("command_template", nlohmann::json())));
   rows.emplace_back("command (PP=1)", display_argv(e.value("pp1_command", nlohmann::json())));
   rows.emplace_back("PP=1", str_field(e, "pp1_outcome"));
   rows.emplace_back("cwd", str_field(e, "cwd"));
@@ -51,6 +59,11 @@ std::vector<std::pair<std::string, std::string>> engine_rows(const nlohmann::jso
   rows.emplace_back("work directory", str_field(e, "work_dir"));
   rows.emplace_back("engine time",
                     fmt::format("{:.2f} s over every run", e.value("engine_seconds", 0.0)));
+  const nlohmann::json& ev = obj_field(e, "evidence");
+  rows.emplace_back("evidence", ev.contains("waived")
+                                    ? "WAIVED by the scenario: " + str_field(ev, "waived")
+                                    : "required: " + str_field(ev, "rule"));
+  rows.emplace_back("PP=1 content", "sha256 " + str_field(e, "pp1_content_sha256"));
   rows.emplace_back("splitcheck",
                     fmt::format("{} ({})", str_field(p, "version"), str_field(p, "git_revision")));
   return rows;

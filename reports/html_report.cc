@@ -44,6 +44,7 @@ constexpr const char* kRejected = "#d4c26a";
 constexpr const char* kError = "#b39ddb";
 constexpr const char* kSkipped = "#e1e4e8";
 constexpr const char* kWaived = "#8fb8de";
+constexpr const char* kUnproven = "#f0b37e";
 
 std::string map_svg(const nlohmann::json& r) {
   const nlohmann::json& cases = r["cases"];
@@ -88,6 +89,10 @@ std::string map_svg(const nlohmann::json& r) {
         colour = kSkipped, state = "skipped";
       } else if (verdict == "waived") {
         colour = kWaived, state = "waived";
+      } else if (verdict == "unproven") {
+        colour = kUnproven, state = "unproven";
+      } else if (verdict == "interrupted") {
+        colour = kSkipped, state = "interrupted";
       } else if (verdict == "diverged" && first >= 0 && l == first) {
         colour = kFirst, state = "first divergence";
       } else if (verdict == "diverged" && (first < 0 || l > first)) {
@@ -484,9 +489,10 @@ std::string render_html(const nlohmann::json& r) {
       "<table "
       "id=\"counts\"><thead><tr><th>pass</th><th>diverged</th><th>config-rejected</th><th>error</"
       "th>"
-      "<th>skipped</th><th>waived</th><th>total</th></tr></thead><tbody><tr>";
-  for (const char* k :
-       {"pass", "diverged", "config_rejected", "error", "skipped", "waived", "total"})
+      "<th>skipped</th><th>waived</th><th>unproven</th><th>interrupted</th><th>total</th></tr></"
+      "thead><tbody><tr>";
+  for (const char* k : {"pass", "diverged", "config_rejected", "error", "skipped", "waived",
+                        "unproven", "interrupted", "total"})
     out += fmt::format("<td class=\"num\" data-count=\"{}\">{}</td>", k, counts.value(k, 0));
   out += "</tr></tbody></table>\n";
   if (verdict == "refused") {

@@ -25,8 +25,10 @@ std::string render_junit(const nlohmann::json& r) {
   const int64_t total =
       counts.value("total", 0) + (expect_unmet ? 1 : 0) + (refused ? 1 : 0) + (no_data ? 1 : 0);
   const int64_t failures = counts.value("diverged", 0) + counts.value("config_rejected", 0) +
-                           (expect_unmet ? 1 : 0) + (no_data_fails ? 1 : 0);
-  const int64_t errors = counts.value("error", 0) + (refused ? 1 : 0);
+                           counts.value("unproven", 0) + (expect_unmet ? 1 : 0) +
+                           (no_data_fails ? 1 : 0);
+  const int64_t errors =
+      counts.value("error", 0) + counts.value("interrupted", 0) + (refused ? 1 : 0);
   const int64_t skipped = counts.value("skipped", 0);
   const double seconds = r.contains("timing") ? r["timing"].value("total_seconds", 0.0) : 0.0;
   const std::string suite =
@@ -79,6 +81,15 @@ std::string render_junit(const nlohmann::json& r) {
     if (c.contains("computed") && r.contains("computed"))
       out += fmt::format("      <system-out>computed: {}</system-out>\n",
                          xml_escape(computed_text(c["computed"], obj_field(r["computed"], "pp1"))));
+    // What this case could not judge, and a waived evidence: on every case, passes included.
+    std::string caveats;
+    for (const std::string& line : not_judged_lines(c))
+      caveats += (caveats.empty() ? "" : "\n") + line;
+    if (str_field(c, "evidence") == "waived")
+      caveats += std::string(caveats.empty() ? "" : "\n") + "partition evidence WAIVED: " +
+                 str_field(obj_field(obj_field(r, "engine"), "evidence"), "waived");
+    if (!caveats.empty())
+      out += fmt::format("      <system-out>{}</system-out>\n", xml_escape(caveats));
     if (verdict == "pass") {
       out += "    </testcase>\n";
       continue;
@@ -87,7 +98,7 @@ std::string render_junit(const nlohmann::json& r) {
     for (const auto& f : c.value("failed_checks", nlohmann::json::array()))
       checks += (checks.empty() ? "" : ", ") + f.get<std::string>();
     if (c.contains("cause")) checks += "; cause: " + str_field(c, "cause");
-    if (verdict == "diverged" || verdict == "config-rejected") {
+    if (verdict == "diverged" || verdict == "config-rejected" || verdict == "unproven") {
       out += fmt::format(
           "      <failure type=\"{}\" message=\"{}\">layout {}; failed checks: "
           "{}\n{}{}</failure>\n",
@@ -97,11 +108,11 @@ std::string render_junit(const nlohmann::json& r) {
       // A known divergence under a waiver: shown apart from passes, not a failure.
       out += fmt::format("      <skipped type=\"waived\" message=\"{}\">{}</skipped>\n",
                          xml_escape(waiver_line(c)), message);
-    } else if (verdict == "error") {
+    } else if (verdict == "error" || verdict == "interrupted") {
       const std::string tail = str_field(c, "stderr_tail");
       out +=
-          fmt::format("      <error type=\"error\" message=\"{}\">{}{}</error>\n", message, message,
-                      tail.empty() ? "" : xml_escape("\nengine stderr (tail):\n" + tail));
+          fmt::format("      <error type=\"{}\" message=\"{}\">{}{}</error>\n", verdict, message,
+                      message, tail.empty() ? "" : xml_escape("\nengine stderr (tail):\n" + tail));
     } else {
       out += fmt::format("      <skipped message=\"{}\"/>\n", message);
     }

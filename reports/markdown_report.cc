@@ -1,6 +1,8 @@
 // summary.md: a short report for a PR comment.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "reports/report.h"
 #include "reports/writers.h"
 
@@ -92,12 +94,15 @@ std::string render_markdown(const nlohmann::json& r) {
         cell(str_field(sc, "first_difference")));
   }
   // Waived (known divergences under a waiver) is a column of its own, never in pass.
-  out += "| pass | diverged | config-rejected | error | skipped | total | waived |\n";
-  out += "|---:|---:|---:|---:|---:|---:|---:|\n";
-  out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n\n", counts.value("pass", 0),
+  out +=
+      "| pass | diverged | config-rejected | error | skipped | total | waived | unproven | "
+      "interrupted |\n";
+  out += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n\n", counts.value("pass", 0),
                      counts.value("diverged", 0), counts.value("config_rejected", 0),
                      counts.value("error", 0), counts.value("skipped", 0), counts.value("total", 0),
-                     counts.value("waived", 0));
+                     counts.value("waived", 0), counts.value("unproven", 0),
+                     counts.value("interrupted", 0));
   if (r.contains("placement"))
     out += fmt::format("Stages ran on {}.\n\n", cell(placement_line(r["placement"])));
   for (size_t i = 0; i < r.value("placement_by_shard", nlohmann::json::array()).size(); ++i)
@@ -109,6 +114,21 @@ std::string render_markdown(const nlohmann::json& r) {
       if (c.is_string()) names += (names.empty() ? "" : ", ") + c.get<std::string>();
     out += fmt::format("Checks evaluated: {}.\n\n", cell(names));
   }
+  // Per case: what it could not judge, and a waived evidence of the partition (passes too).
+  std::string case_caveats;
+  const std::vector<std::string> sweep_wide = not_judged_lines(r);
+  for (const nlohmann::json& c : r.value("cases", nlohmann::json::array())) {
+    for (const nlohmann::json& n : c.value("not_judged", nlohmann::json::array()))
+      if (std::none_of(sweep_wide.begin(), sweep_wide.end(), [&](const std::string& w) {
+            return w.rfind(str_field(n, "check") + ":", 0) == 0;
+          }))
+        case_caveats += fmt::format("- `{}`: {}: not judged ({})\n", cell(str_field(c, "key")),
+                                    cell(str_field(n, "check")), cell(str_field(n, "reason")));
+    if (str_field(c, "evidence") == "waived")
+      case_caveats += fmt::format("- `{}`: partition evidence WAIVED\n", cell(str_field(c, "key")));
+  }
+  if (!case_caveats.empty())
+    out += "**Per split point** (not passed on evidence):\n\n" + case_caveats + "\n";
   if (const std::vector<std::string> nj = not_judged_lines(r); !nj.empty()) {
     out += "**Not judged** (no evidence in the dumps; not passed):\n\n";
     for (const std::string& line : nj) out += fmt::format("- {}\n", cell(line));

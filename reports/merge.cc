@@ -62,7 +62,7 @@ std::string unsharded_command(const std::string& command, const std::string& rep
 
 Result<Verdict> parse_verdict(const std::string& name) {
   for (Verdict v : {Verdict::kPass, Verdict::kDiverged, Verdict::kConfigRejected, Verdict::kError,
-                    Verdict::kSkipped, Verdict::kWaived})
+                    Verdict::kSkipped, Verdict::kWaived, Verdict::kUnproven, Verdict::kInterrupted})
     if (name == verdict_name(v)) return v;
   return invalid_input("unknown verdict \"" + name + "\"");
 }
@@ -111,6 +111,22 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
       return invalid_input(fmt::format(
           "{} and {}: different scenarios (scenario.sha256 {} vs {}): shards of different sweeps",
           paths[0], paths[i], sha, other));
+    // Like with like: the same PP=1, engine, scenario and splitcheck in every shard.
+    const nlohmann::json none = nlohmann::json::object();
+    const nlohmann::json& id0 = first.contains("identity") ? first["identity"] : none;
+    const nlohmann::json& idi = reports[i].contains("identity") ? reports[i]["identity"] : none;
+    for (const char* field :
+         {"pp1_content_sha256", "engine_command", "scenario_sha256", "splitcheck_version"}) {
+      const nlohmann::json a = id0.is_object() ? id0.value(field, nlohmann::json()) : nullptr;
+      const nlohmann::json b = idi.is_object() ? idi.value(field, nlohmann::json()) : nullptr;
+      if (a != b)
+        return invalid_input(fmt::format(
+            "{} and {}: different identity.{} ({} vs {}): shards of different runs cannot be "
+            "merged",
+            paths[0], paths[i], field,
+            a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+            b.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+    }
     const std::string f = option_value(reports[i].value("command", ""), "--filter");
     if (f != filter)
       return invalid_input(fmt::format("{} and {}: different --filter (\"{}\" vs \"{}\")", paths[0],
@@ -309,7 +325,9 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
                       {"config_rejected", result.count(Verdict::kConfigRejected)},
                       {"error", result.count(Verdict::kError)},
                       {"skipped", result.count(Verdict::kSkipped)},
-                      {"waived", result.count(Verdict::kWaived)}};
+                      {"waived", result.count(Verdict::kWaived)},
+                      {"unproven", result.count(Verdict::kUnproven)},
+                      {"interrupted", result.count(Verdict::kInterrupted)}};
   double pp1 = 0, total = 0;
   int threads = 0;
   for (const nlohmann::json& r : reports) {

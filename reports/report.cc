@@ -8,6 +8,7 @@
 #include <map>
 
 #include "harness/build_info.h"
+#include "harness/dump/printable.h"
 #include "harness/engine/partition.h"
 #include "harness/verdict/checks.h"
 #include "harness/verdict/faults.h"
@@ -18,6 +19,10 @@
 
 namespace splitcheck {
 namespace {
+
+constexpr const char* kEvidenceRule =
+    "a pass needs each dump's /stages equal to the partition asked, and PP=1's dump one stage "
+    "over every layer";
 
 Status write_atomically(const std::filesystem::path& path, const std::string& text) {
   const std::filesystem::path tmp = path.string() + ".partial";
@@ -207,23 +212,52 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                                   ? r.scenario["model"]["overrides"].value("num_hidden_layers", 0)
                                   : 0},
                    {"resolved", r.scenario}};
-  j["provenance"] = provenance_json(r.scenario.value("backend", "cpu"));
+  if (r.external) {
+    // An external engine's report speaks of the engine: its own producer and backend, as its
+    // PP=1 dump declares them; the comparator that judged it is `judged_by`.
+    const ExternalRunInfo& e = *r.external;
+    nlohmann::json producer = nlohmann::json::parse(e.producer, nullptr, false, false);
+    if (!producer.is_object()) producer = {{"name", e.producer}};
+    auto field = [&](const char* a, const char* b) {
+      for (const char* k : {a, b})
+        if (producer.contains(k) && producer[k].is_string()) return producer[k].get<std::string>();
+      return std::string();
+    };
+    j["provenance"] = {{"producer", field("name", "producer")},
+                       {"version", field("version", "version")},
+                       {"git_revision", field("git_revision", "revision")},
+                       {"backend", e.backend}};
+    j["judged_by"] = provenance_json("cpu");
+  } else {
+    j["provenance"] = provenance_json(r.scenario.value("backend", "cpu"));
+  }
   j["command"] = ctx.command;
+  // What `merge` requires equal across shards: the same PP=1 (an external engine's PP=1 dump
+  // content), the same engine command, scenario and splitcheck.
+  j["identity"] = {
+      {"scenario_sha256", r.scenario_sha256},
+      {"splitcheck_version", std::string(SPLITCHECK_VERSION) + " " + SPLITCHECK_GIT_REVISION},
+      {"engine_command",
+       r.external ? nlohmann::json(r.external->command_template) : nlohmann::json("built-in")},
+      {"pp1_content_sha256", r.external ? r.external->pp1_content_sha256 : ""}};
   j["counts"] = {{"total", r.cases.size()},
                  {"pass", r.count(Verdict::kPass)},
                  {"diverged", r.count(Verdict::kDiverged)},
                  {"config_rejected", r.count(Verdict::kConfigRejected)},
                  {"error", r.count(Verdict::kError)},
                  {"skipped", r.count(Verdict::kSkipped)},
-                 {"waived", r.count(Verdict::kWaived)}};
+                 {"waived", r.count(Verdict::kWaived)},
+                 {"unproven", r.count(Verdict::kUnproven)},
+                 {"interrupted", r.count(Verdict::kInterrupted)}};
   // Waived cases and expired waivers (harness/verdict/waivers.h).
   j["waivers"] = {{"failures", r.waiver_failures}};
-  j["placement"] = placement_json(r.placement);
+  if (!r.external) j["placement"] = placement_json(r.placement);
   j["timing"] = {{"pp1_seconds", r.pp1_seconds},
                  {"total_seconds", r.total_seconds},
                  {"threads", r.threads},
                  {"cost_in_pp1_runs", r.pp1_seconds > 0 ? r.total_seconds / r.pp1_seconds : 0.0}};
-  j["computed"] = sweep_computed_json(r);
+  // What the built-in engine computed; an external engine's cases count datasets compared.
+  if (!r.external) j["computed"] = sweep_computed_json(r);
   j["lane"] = {{"name", "exact"}, {"rule", "bitwise on the integer bit pattern; no tolerance"}};
   nlohmann::json faults = nlohmann::json::array();
   for (const auto& id : r.scenario.value("faults", std::vector<std::string>{})) {
@@ -289,7 +323,9 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                         {"parameter_bytes", s.parameter_bytes},
                         {"tensors", s.tensors}});
     cj["stages"] = stages;
-    cj["computed"] = computed_json(c.computed);
+    if (!r.external) cj["computed"] = computed_json(c.computed);
+    if (!c.evidence.empty()) cj["evidence"] = c.evidence;
+    if (r.external) cj["engine_seconds"] = c.engine_seconds;
     if (c.drafter.method != "none") {
       cj["drafter"] = {{"stage", c.drafter.stage},
                        {"embedding_source", c.drafter.embedding_source},
@@ -312,18 +348,26 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
     const ExternalRunInfo& e = *r.external;
     nlohmann::json env = nlohmann::json::object();
     for (const auto& [k, v] : e.env) env[k] = v;
-    j["engine"] = {{"pp1_command", e.pp1_command},
-                   {"cwd", e.cwd},
-                   {"env", env},
-                   {"timeout_s", e.timeout_s},
-                   {"golden", e.golden},
-                   {"work_dir", e.work_dir},
-                   {"jobs_requested", e.jobs_requested},
-                   {"jobs", e.jobs},
-                   {"pp1_outcome", e.pp1_outcome},
-                   {"pp1_failed", e.pp1_failed},
-                   {"pp1_stderr_tail", e.pp1_stderr_tail},
-                   {"engine_seconds", e.engine_seconds}};
+    j["engine"] = {
+        {"pp1_command", e.pp1_command},
+        {"command_template", e.command_template},
+        {"producer", j["provenance"]},
+        {"kernels", e.kernels},
+        {"pp1_content_sha256", e.pp1_content_sha256},
+        {"evidence", e.evidence_waived.empty()
+                         ? nlohmann::json{{"rule", kEvidenceRule}}
+                         : nlohmann::json{{"rule", kEvidenceRule}, {"waived", e.evidence_waived}}},
+        {"cwd", e.cwd},
+        {"env", env},
+        {"timeout_s", e.timeout_s},
+        {"golden", e.golden},
+        {"work_dir", e.work_dir},
+        {"jobs_requested", e.jobs_requested},
+        {"jobs", e.jobs},
+        {"pp1_outcome", e.pp1_outcome},
+        {"pp1_failed", e.pp1_failed},
+        {"pp1_stderr_tail", e.pp1_stderr_tail},
+        {"engine_seconds", e.engine_seconds}};
     j["not_judged"] = nlohmann::json::array();
     for (const NotJudged& n : e.not_judged)
       j["not_judged"].push_back({{"check", n.check}, {"reason", n.reason}});
@@ -387,7 +431,10 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   return j;
 }
 
-Status write_reports(const std::string& dir, const nlohmann::json& report) {
+Status write_reports(const std::string& dir, const nlohmann::json& untrusted) {
+  // Engine stderr, dataset and file names may hold any bytes: every form is written from
+  // the printable model, so no byte an engine emits can lose a report.
+  const nlohmann::json report = printable_json(untrusted);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return invalid_input(dir + ": cannot create report directory: " + ec.message());

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "harness/cli/external_cli.h"
+#include "harness/runner/interrupt.h"
 #include "harness/verdict/bisect.h"
 #include "reports/report.h"
 
@@ -20,6 +21,11 @@ void BisectCli::add_to(CLI::App& app) {
   command->add_option("--threads", threads, "Split points run at once in the first sweep");
   command->add_option("--report", report,
                       "Directory for report.json, report.html, junit.xml, summary.md");
+  command->add_option("--work-dir", work_dir,
+                      "External engines: directory for the dumps and each run's stdout/stderr "
+                      "(kept; default: a new directory under $TMPDIR, removed at the end)");
+  command->add_flag("--keep-runs", keep_runs,
+                    "External engines: keep the directory made under $TMPDIR");
 }
 
 int BisectCli::run() {
@@ -29,7 +35,14 @@ int BisectCli::run() {
   };
   Result<Scenario> s = load_scenario(scenario);
   if (!s.is_ok()) return fail(s.status());
-  if (s->external) return external_bisect(*s, threads, out, report, command_line);
+  if (s->external) {
+    ExternalSweepOptions options;
+    options.jobs = threads;
+    options.work_dir = work_dir;
+    options.keep_runs = keep_runs;
+    const InterruptWatch watch;
+    return external_bisect(*s, options, out, report, command_line);
+  }
   BisectOptions opts;
   opts.threads = threads;
   Result<BisectResult> r = bisect(*s, opts);

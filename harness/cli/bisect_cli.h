@@ -13,6 +13,8 @@ struct BisectCli {
   std::string out;
   int threads = 0;
   std::string report;        // --report DIR: the report's four forms; empty: none
+  std::string work_dir;      // external engines: where dumps and engine output are kept
+  bool keep_runs = false;    // external engines: keep the work directory made under $TMPDIR
   std::string command_line;  // the invocation, recorded in the report
   void add_to(CLI::App& app);
   // Runs bisect; returns 1 when a divergence was found and minimised, 0 when the sweep

@@ -44,6 +44,13 @@ int cmd_run(const std::string& scenario_path, const std::string& out,
   if (!s.is_ok()) return report_status(s.status());
   Result<ReferenceRun> run = split.empty() ? run_reference(*s) : run_partitioned(*s, split);
   if (!run.is_ok()) return report_status(run.status());
+  if (split.empty()) {
+    // The reference engine is one stage over every layer, holding the embedding: what a
+    // runner needs as the evidence of PP=1's partition (docs/external-engines.md).
+    run->record.set_attr("stages/0", "layer_begin", int64_t{0});
+    run->record.set_attr("stages/0", "layer_end", int64_t{s->model.num_hidden_layers});
+    run->record.set_attr("stages/0", "embedding", std::string("real"));
+  }
   const auto& seqs = run->generation.sequences;
   const std::string layout = split.empty() ? "PP=1" : fmt::format("cuts {}", fmt::join(split, ","));
   fmt::print("scenario {} ({}, L={}, H={}): {}, {} prompts, {} forwards\n", s->name,

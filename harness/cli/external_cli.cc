@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <fstream>
+
+#include "harness/dump/printable.h"
 #include "harness/verdict/bisect.h"
 #include "reports/report.h"
 #include "reports/writers.h"
@@ -21,18 +25,46 @@ void print_tail(const std::string& tail) {
   while (start < tail.size()) {
     size_t end = tail.find('\n', start);
     if (end == std::string::npos) end = tail.size();
-    fmt::print("      | {}\n", tail.substr(start, end - start));
+    fmt::print("      | {}\n", printable(tail.substr(start, end - start), false));
     start = end + 1;
   }
 }
 
 void print_opening(const nlohmann::json& report) {
-  for (const auto& [k, v] : engine_rows(report)) fmt::print("{:<16} {}\n", k + ":", v);
+  for (const auto& [k, v] : engine_rows(report))
+    fmt::print("{:<16} {}\n", k + ":", printable(v, false));
   const std::string tail = str_field(obj_field(report, "engine"), "pp1_stderr_tail");
   if (!tail.empty()) {
     fmt::print("PP=1 stderr (tail):\n");
     print_tail(tail);
   }
+}
+
+// The scenario as its author wrote it (or, unreadable, resolved), narrowed to `cuts`, with
+// the engine block's paths made absolute; only the engine's blocks when it takes no
+// {scenario} (the model, workload and drafter blocks describe K3-mini, not the engine).
+nlohmann::json engine_repro(const Scenario& s, const std::vector<int>& cuts) {
+  nlohmann::json j;
+  if (std::ifstream in(s.source_path); in) j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object()) j = resolved_scenario_json(s);
+  const ExternalEngine& e = *s.external;
+  nlohmann::json engine = j.value("engine", nlohmann::json::object());
+  engine["cwd"] = e.cwd;
+  if (!e.golden.empty()) engine["golden"] = e.golden;
+  engine["seed"] = e.seed;
+  j["engine"] = engine;
+  const bool reads_scenario = std::any_of(e.command.begin(), e.command.end(), [](const auto& t) {
+    return t.find("{scenario}") != std::string::npos;
+  });
+  if (!reads_scenario) {
+    nlohmann::json kept = nlohmann::json::object();
+    for (const char* key : {"name", "description", "engine", "checks", "faults"})
+      if (j.contains(key)) kept[key] = j[key];
+    j = kept;
+  }
+  j["partitions"] = {{"pp", cuts.size() + 1}, {"splits", nlohmann::json::array({cuts})}};
+  j.erase("expect");
+  return j;
 }
 
 }  // namespace
@@ -45,17 +77,29 @@ int external_sweep_and_report(const Scenario& s, const ExternalSweepOptions& opt
   apply_waivers(waivers, utc_today(), *r);
   const nlohmann::json report = sweep_report(*r, ReportContext{command_line});
   print_opening(report);
+  if (r->self_check.ran)
+    fmt::print("self-check: {}\n",
+               r->self_check.reproduced
+                   ? fmt::format("PP=1 run twice, bit-identical ({} datasets)",
+                                 r->self_check.datasets_compared)
+                   : fmt::format("PP=1 run twice DIFFERS ({} of {} datasets): {}; no split point "
+                                 "judged (exit 4)",
+                                 r->self_check.datasets_differing, r->self_check.datasets_compared,
+                                 printable(r->self_check.first_difference, false)));
   fmt::print("sweep {} ({} split points, external engine)\n", s.name, r->cases.size());
   for (const CaseResult& c : r->cases) {
-    fmt::print("  {:<16} {:<16} {}\n", c.key, verdict_name(c.verdict), c.message);
+    fmt::print("  {:<16} {:<16} {}\n", c.key, verdict_name(c.verdict), printable(c.message, false));
+    // What this case could not judge, beyond what the sweep as a whole could not.
+    for (const NotJudged& n : c.not_judged)
+      if (std::none_of(r->external->not_judged.begin(), r->external->not_judged.end(),
+                       [&](const NotJudged& w) { return w.check == n.check; }))
+        fmt::print("      {}: not judged ({})\n", n.check, printable(n.reason, false));
     if (!c.stderr_tail.empty()) print_tail(c.stderr_tail);
   }
   fmt::print("checks: {}\n", fmt::join(r->checks, ", "));
-  for (const std::string& line : not_judged_lines(report)) fmt::print("  {}\n", line);
-  fmt::print("summary: {} pass, {} diverged, {} config-rejected, {} error, {} skipped, {} waived\n",
-             r->count(Verdict::kPass), r->count(Verdict::kDiverged),
-             r->count(Verdict::kConfigRejected), r->count(Verdict::kError),
-             r->count(Verdict::kSkipped), r->count(Verdict::kWaived));
+  for (const std::string& line : not_judged_lines(report))
+    fmt::print("  {}\n", printable(line, false));
+  fmt::print("summary: {}\n", r->counts_line());
   fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s with {} jobs; engine runs {:.2f} s in all\n",
              r->pp1_seconds, r->total_seconds, r->threads, r->external->engine_seconds);
   if (r->pp1_acceptance.speculative) {
@@ -71,15 +115,14 @@ int external_sweep_and_report(const Scenario& s, const ExternalSweepOptions& opt
   for (const std::string& f : r->expect_failures) fmt::print("expect: NOT MET: {}\n", f);
   if (!report_dir.empty()) {
     if (Status st = write_reports(report_dir, report); !st.is_ok()) return fail(st);
-    fmt::print("report: {}/report.json\n", report_dir);
+    fmt::print("report: {}/report.json\n", printable(report_dir, false));
   }
   return r->exit_code();
 }
 
-int external_bisect(const Scenario& s, int jobs, const std::string& repro_path,
-                    const std::string& report_dir, const std::string& command_line) {
-  ExternalSweepOptions options;
-  options.jobs = jobs;
+int external_bisect(const Scenario& s, const ExternalSweepOptions& options,
+                    const std::string& repro_path, const std::string& report_dir,
+                    const std::string& command_line) {
   Result<SweepResult> r = run_external_sweep(s, options);
   if (!r.is_ok()) return fail(r.status());
   BisectResult b;
@@ -93,11 +136,7 @@ int external_bisect(const Scenario& s, int jobs, const std::string& repro_path,
     b.finding = *f;
     // The external engine cannot be shrunk from here: the repro is the scenario narrowed to
     // the failing split point.
-    Scenario narrowed = s;
-    narrowed.partitions.mode = "list";
-    narrowed.partitions.cuts = {f->cuts};
-    narrowed.expect = nlohmann::json::object();
-    b.repro = resolved_scenario_json(narrowed);
+    b.repro = engine_repro(s, f->cuts);
     b.after.partitions = 1;
     b.steps.push_back(
         "external engine: layers, prompts and tokens are the engine's; kept the "
@@ -130,6 +169,7 @@ int external_bisect(const Scenario& s, int jobs, const std::string& repro_path,
                f->forward, f->layer, f->site, f->token, f->channel, f->dataset);
   fmt::print("  detail: {}\n  cause: {}\n  repro: {} (replay: splitcheck sweep {})\n", f->message,
              f->cause, path, path);
+  if (r->interrupted_by != 0) return 128 + r->interrupted_by;
   return f->verdict == Verdict::kError ? 3 : 1;
 }
 

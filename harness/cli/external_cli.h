@@ -21,7 +21,11 @@ int external_sweep_and_report(const Scenario& s, const ExternalSweepOptions& opt
 // `bisect` of an external engine: sweeps it, names the first failing split point in
 // enumeration order with its first divergence and cause, and writes the scenario narrowed
 // to that split point to `repro_path`. Exit 0 when conformant, 1 when a split point fails.
-int external_bisect(const Scenario& s, int jobs, const std::string& repro_path,
-                    const std::string& report_dir, const std::string& command_line);
+// The repro holds the blocks the engine uses: the scenario as its author wrote it (the
+// engine may read any of it through {scenario}), or only `engine`, `partitions`, `checks`
+// and `faults` when the command does not take {scenario}.
+int external_bisect(const Scenario& s, const ExternalSweepOptions& options,
+                    const std::string& repro_path, const std::string& report_dir,
+                    const std::string& command_line);
 
 }  // namespace splitcheck

@@ -8,8 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "harness/cli/rank_launcher.h"
 #include "harness/cli/external_cli.h"
+#include "harness/cli/rank_launcher.h"
+#include "harness/runner/interrupt.h"
 #include "harness/verdict/sweep.h"
 #include "reports/report.h"
 #if SPLITCHECK_HAVE_MPI
@@ -57,7 +58,10 @@ void SweepCli::add_to(CLI::App& app) {
                       "External engines: engine runs at once (default: --threads, one per core)");
   command->add_option("--work-dir", work_dir,
                       "External engines: directory for the dumps and each run's stdout/stderr "
-                      "(default: <report>/runs, else a new directory under $TMPDIR)");
+                      "(default: <report>/runs, else a new directory under $TMPDIR, removed at "
+                      "the end unless --keep-runs)");
+  command->add_flag("--keep-runs", keep_runs,
+                    "External engines: keep the work directory made under $TMPDIR");
   command->add_option("--waivers", waivers,
                       "Waiver file (JSON): known divergences with reason, link and expiry; a "
                       "covered split point is reported as waived, an expired waiver fails");
@@ -100,6 +104,8 @@ int SweepCli::run_here() {
     ext.filter = filter;
     ext.work_dir = work_dir.empty() && !report_dir.empty() ? report_dir + "/runs" : work_dir;
     ext.progress = progress || isatty(STDERR_FILENO) != 0;
+    ext.keep_runs = keep_runs;
+    ext.self_check = self_check;
     if (!shard.empty() &&
         std::sscanf(shard.c_str(), "%d/%d", &ext.shard_index, &ext.shard_count) != 2) {
       fmt::print(stderr, "splitcheck: error: --shard {}: expected i/N with 0 <= i < N\n", shard);
@@ -109,6 +115,8 @@ int SweepCli::run_here() {
       fmt::print(stderr, "splitcheck: error: --shard {}: expected i/N with 0 <= i < N\n", shard);
       return 2;
     }
+    // SIGINT, SIGTERM, SIGHUP stop every engine; the report of what finished is written.
+    const InterruptWatch watch;
     return external_sweep_and_report(*s, ext, report_dir, command_line, waiver_list_);
   }
   SweepOptions opts;
@@ -255,10 +263,7 @@ int SweepCli::sweep_and_report(const Scenario& scenario_in, SweepOptions& opts) 
   }
   fmt::print("checks: {}\n", fmt::join(r->checks, ", "));
   fmt::print("stages: {}\n", placement_line(placement_json(r->placement)));
-  fmt::print("summary: {} pass, {} diverged, {} config-rejected, {} error, {} skipped, {} waived\n",
-             r->count(Verdict::kPass), r->count(Verdict::kDiverged),
-             r->count(Verdict::kConfigRejected), r->count(Verdict::kError),
-             r->count(Verdict::kSkipped), r->count(Verdict::kWaived));
+  fmt::print("summary: {}\n", r->counts_line());
   for (const std::string& f : r->waiver_failures) fmt::print("waiver: EXPIRED: {}\n", f);
   fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s on {} threads ({:.1f} PP=1 runs)\n",
              r->pp1_seconds, r->total_seconds, r->threads,

@@ -23,9 +23,10 @@ struct SweepCli {
   std::vector<std::string> args;   // the arguments after the program name, as given
   int ranks = 0;                   // --ranks N: start mpirun -np N and supervise it
   bool self_check = false;
-  std::string waivers;   // waiver file (harness/verdict/waivers.h)
-  int jobs = 0;          // external engines: runs at once (0: as --threads, one per core)
-  std::string work_dir;  // external engines: where dumps and engine output are kept
+  std::string waivers;     // waiver file (harness/verdict/waivers.h)
+  int jobs = 0;            // external engines: runs at once (0: as --threads, one per core)
+  std::string work_dir;    // external engines: where dumps and engine output are kept
+  bool keep_runs = false;  // external engines: keep the work directory made under $TMPDIR
   void add_to(CLI::App& app);
   // Runs the sweep when its subcommand was given; returns the exit code. Under the `mpi`
   // transport every rank calls it: rank 0 sweeps and reports, the others serve stages.

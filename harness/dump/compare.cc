@@ -592,6 +592,7 @@ Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
     if (ignored(da.path, options.ignore_prefixes)) continue;
     const DatasetInfo* db = rb.find(da.path);
     if (db == nullptr) {
+      if (result.only_in_a.empty()) result.only_in_a_first_order = da.order;
       result.only_in_a.push_back(da.path);
     } else if (da.dtype != db->dtype || da.shape != db->shape) {
       result.structural_errors.push_back(
@@ -754,8 +755,14 @@ std::string placement_line(const CompareResult& r) {
 
 std::string verdict(const CompareResult& result) {
   if (!result.structural_errors.empty()) return result.structural_errors.front();
-  if (const TensorDiff* d = result.first_divergence()) return verdict_line(*d);
-  if (!result.only_in_a.empty()) return "dataset " + result.only_in_a.front() + " only in A";
+  // The first divergence in A's execution order, whether a dataset differs or B lacks it
+  // (a stage that skips a layer is named at that layer, not at the next that differs).
+  const TensorDiff* d = result.first_divergence();
+  if (!result.only_in_a.empty() && (d == nullptr || result.only_in_a_first_order < d->order))
+    return "dataset " + result.only_in_a.front() + " only in A (missing from B" +
+           (result.only_in_a.front().find("/layers/") != std::string::npos ? ": layer not computed)"
+                                                                           : ")");
+  if (d != nullptr) return verdict_line(*d);
   if (!result.only_in_b.empty()) return "dataset " + result.only_in_b.front() + " only in B";
   if (!result.attribute_diffs.empty()) return attribute_line(result.attribute_diffs.front());
   std::string line = "equal (" + std::to_string(result.datasets_compared) + " datasets)";

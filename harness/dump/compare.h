@@ -123,6 +123,8 @@ struct CompareResult {
   // Differing or problematic datasets, in A's execution order.
   std::vector<TensorDiff> diffs;
   std::vector<std::string> only_in_a, only_in_b;
+  // The `order` (A's execution order) of only_in_a's first dataset; -1 when none.
+  int64_t only_in_a_first_order = -1;
   // Shape or dtype mismatches, one human-readable line each, naming the dataset.
   std::vector<std::string> structural_errors;
   // Attributes compared by compare_dumps() that differ (docs/dump-format.md lists which).

@@ -146,6 +146,23 @@ Result<ExternalEngine> parse_external_engine(const json& j, const std::string& s
     if (!it->is_string()) return type_error("/golden", *it, "string");
     if (!it->get<std::string>().empty()) e.golden = resolve(it->get<std::string>(), base_dir);
   }
+  if (auto it = j.find("seed"); it != j.end()) {
+    if (!it->is_number_integer()) return type_error("/seed", *it, "integer");
+    e.seed = it->get<int64_t>();
+  }
+  if (auto it = j.find("evidence"); it != j.end()) {
+    // Only an explicit waiver with its reason; anything else is a mistake to name.
+    const json& ev = *it;
+    if (!ev.is_object()) return type_error("/evidence", ev, "object {\"waived\": \"<reason>\"}");
+    for (const auto& [key, value] : ev.items())
+      if (key != "waived") return error("/evidence/" + key, "unknown key (known: waived)");
+    auto w = ev.find("waived");
+    if (w == ev.end()) return error("/evidence", "expected {\"waived\": \"<reason>\"}");
+    if (!w->is_string()) return type_error("/evidence/waived", *w, "string (the reason)");
+    if (w->get<std::string>().find_first_not_of(" \t\n") == std::string::npos)
+      return error("/evidence/waived", "a waiver needs its reason (a non-empty string)");
+    e.evidence_waived = w->get<std::string>();
+  }
   return e;
 }
 
@@ -159,6 +176,8 @@ json external_engine_json(const ExternalEngine& e) {
          {"num_hidden_layers", e.num_hidden_layers}};
   if (e.attn_res_block_size > 0) j["attn_res_block_size"] = e.attn_res_block_size;
   if (!e.golden.empty()) j["golden"] = e.golden;
+  j["seed"] = e.seed;
+  if (!e.evidence_waived.empty()) j["evidence"] = {{"waived", e.evidence_waived}};
   return j;
 }
 

@@ -3,7 +3,8 @@
 //
 //   "engine": {"command": ["python3", "run.py", "--cuts", "{cuts}", "--out", "{out}"],
 //              "cwd": ".", "env": {"KEY": "VALUE"}, "timeout_s": 120,
-//              "num_hidden_layers": 16, "attn_res_block_size": 4, "golden": "pp1.h5"}
+//              "num_hidden_layers": 16, "attn_res_block_size": 4, "golden": "pp1.h5",
+//              "seed": 7, "evidence": {"waived": "engine writes no /stages yet, issue 12"}}
 //
 // Placeholders expand in one left-to-right pass ({pp}, {cuts}, {split}, {out},
 // {scenario}, {seed}; "{{" and "}}" stand for literal braces), each inside the one argv
@@ -33,11 +34,18 @@ struct ExternalEngine {
   int num_hidden_layers = 0;
   int attn_res_block_size = 0;  // 0: not given (the model preset's)
   std::string golden;           // absolute path of a PP=1 dump to take instead of running PP=1
+  // What {seed} expands to: the block's "seed" (the engine's own), else 0.
+  int64_t seed = 0;
+  // Why the scenario waives the evidence of the partition (every dump's /stages equal to the
+  // partition asked, PP=1 one stage over every layer): `"evidence": {"waived": "<reason>"}`.
+  // Empty: the evidence is required, and a case without it is `unproven`, never a pass.
+  std::string evidence_waived;
 };
 
 // The keys of an external engine block, beside the built-in engine's own.
 inline constexpr const char* kExternalEngineKeys[] = {
-    "command", "cwd", "env", "timeout_s", "num_hidden_layers", "attn_res_block_size", "golden"};
+    "command", "cwd",  "env",     "timeout_s", "num_hidden_layers", "attn_res_block_size",
+    "golden",  "seed", "evidence"};
 
 // Reads the external part of the scenario's `engine` object `j` (which has "command").
 // Errors are invalid input "<source>: /engine/<key>: <what>", e.g. an unknown placeholder

@@ -29,6 +29,18 @@ struct ExternalRunInfo {
   bool pp1_failed = false;
   std::vector<NotJudged> not_judged;
   double engine_seconds = 0;  // the engine runs' own time, summed (PP=1 included)
+  // The engine's own word on itself, from the PP=1 dump's root attributes: `producer`
+  // (JSON: name, version, ...), `backend`, and the dispatch trace's `kernels` (names by code).
+  std::string producer;
+  std::string backend;
+  std::string kernels;
+  std::vector<std::string> command_template;  // the scenario's engine.command, unexpanded
+  // SHA-256 over the PP=1 dump's datasets (path, dtype, shape, bytes, in order): what
+  // `merge` requires equal across shards.
+  std::string pp1_content_sha256;
+  std::string evidence_waived;   // the scenario's reason for waiving the partition's evidence
+  int interrupted_by = 0;        // the signal that ended the sweep early (0: none)
+  bool pp1_interrupted = false;  // PP=1's run was stopped by it: no case ran
 };
 
 }  // namespace splitcheck

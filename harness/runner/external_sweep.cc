@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,9 +17,11 @@
 
 #include "harness/dump/digest.h"
 #include "harness/dump/dump.h"
+#include "harness/dump/printable.h"
 #include "harness/dump/verify.h"
 #include "harness/engine/partition.h"
 #include "harness/runner/engine_process.h"
+#include "harness/runner/interrupt.h"
 #include "harness/verdict/checks.h"
 #include "harness/verdict/faults.h"
 
@@ -35,8 +38,9 @@ double seconds_since(Clock::time_point t0) {
 // The checks judged from datasets, by the check each dataset path belongs to.
 constexpr const char* kDatasetChecks[] = {"tensors", "taps",     "logits",
                                           "tokens",  "dispatch", "acceptance"};
-// The checks judged from /stages.
-constexpr const char* kStageChecks[] = {"partition", "embedding", "memory"};
+// The checks judged from /stages. `partition` is not among them: the evidence of the
+// partition (partition_evidence) is required of every case, selected or not.
+constexpr const char* kStageChecks[] = {"embedding", "memory"};
 
 bool is_dataset_check(const std::string& c) {
   return std::any_of(std::begin(kDatasetChecks), std::end(kDatasetChecks),
@@ -51,14 +55,42 @@ struct LoadedDump {
   std::vector<std::map<std::string, std::string>> stage_text;  // other stage attributes
   bool stage_bytes = false;  // every stage carries parameter_bytes
   AcceptanceFigures acceptance;
+  std::map<std::string, std::string> root;  // root attributes as text (producer, partition, ...)
+  std::set<int32_t> layers;                 // the layers of /forward/<f>/layers/<l> datasets
+  std::string content_sha256;  // over every dataset's path, dtype, shape and bytes, in order
+  std::string file_sha256;     // of the file's bytes
+  std::string kernels;         // a dispatch dataset's `kernels` attribute (names by code)
 };
+
+// The layer of a dataset path "forward/<f>/layers/<l>/<site>", or -1.
+int32_t layer_of_path(const std::string& path) {
+  const size_t p = path.find("/layers/");
+  if (path.rfind("forward/", 0) != 0 || p == std::string::npos) return -1;
+  return std::atoi(path.c_str() + p + 8);
+}
 
 Result<LoadedDump> load_dump(const std::string& path) {
   RETURN_IF_ERROR(verify_dump(path).status());
   ASSIGN_OR_RETURN(DumpReader r, DumpReader::open(path));
   LoadedDump d;
+  ASSIGN_OR_RETURN(d.file_sha256, sha256_file(path));
+  Sha256 content;
+  auto feed = [&](const std::string& text) {
+    const uint64_t n = text.size();
+    content.update(std::as_bytes(std::span(&n, 1)));
+    content.update(std::as_bytes(std::span(text.data(), text.size())));
+  };
+  ASSIGN_OR_RETURN(auto root, r.attributes("/"));
+  for (const auto& [name, value] : root) d.root[name] = value.text;
   for (const DatasetInfo& info : r.datasets()) {
     ASSIGN_OR_RETURN(Tensor t, r.read(info.path));
+    feed(info.path);
+    feed(dtype_name(t.dtype()));
+    feed(fmt::format("{}", fmt::join(t.shape(), ",")));
+    content.update(std::span(t.bytes(), t.nbytes()));
+    if (const int32_t l = layer_of_path(info.path.substr(1)); l >= 0) d.layers.insert(l);
+    if (info.path.ends_with("/dispatch") && d.kernels.empty())
+      if (Result<std::string> k = r.attr_string(info.path, "kernels"); k.is_ok()) d.kernels = *k;
     if (info.path.ends_with("/dispatch") &&
         (t.dtype() != DType::kI32 || t.shape().size() != 2 || t.dim(1) != 4))
       return invalid_input(
@@ -66,6 +98,7 @@ Result<LoadedDump> load_dump(const std::string& path) {
                       path, info.path));
     d.record.add(info.path.substr(1), std::move(t));
   }
+  d.content_sha256 = content.hex();
   for (int s = 0;; ++s) {
     const std::string g = fmt::format("/stages/{}", s);
     if (!r.exists(g)) break;
@@ -116,8 +149,8 @@ void fail_check(CaseResult& c, const std::string& check, const std::string& mess
 }
 
 // partition, embedding and memory from what the case's dump says its stages hold.
-void judge_stages(const std::vector<std::string>& selected, const Partition& part,
-                  const LoadedDump& pp1, const LoadedDump& d, CaseResult& c) {
+void judge_stages(const std::vector<std::string>& selected, const LoadedDump& pp1,
+                  const LoadedDump& d, CaseResult& c) {
   auto wanted = [&](const char* check) {
     return std::find(selected.begin(), selected.end(), check) != selected.end();
   };
@@ -132,20 +165,6 @@ void judge_stages(const std::vector<std::string>& selected, const Partition& par
                                          : "the PP=1 dump's /stages carry no parameter_bytes"});
   }
   if (d.stages.empty()) return;
-  if (wanted("partition")) {
-    std::vector<std::string> wrong;
-    if (static_cast<int>(d.stages.size()) != part.stages())
-      wrong.push_back(
-          fmt::format("{} stages in the dump, {} asked", d.stages.size(), part.stages()));
-    for (int s = 0; s < std::min<int>(part.stages(), static_cast<int>(d.stages.size())); ++s) {
-      const StageRange want = part.stage(s), got = d.stages[s].range;
-      if (want.begin != got.begin || want.end != got.end)
-        wrong.push_back(fmt::format("stage {} ran layers {}-{}, asked {}-{}", s, got.begin, got.end,
-                                    want.begin, want.end));
-    }
-    if (!wrong.empty())
-      fail_check(c, "partition", fmt::format("partition: {}", fmt::join(wrong, "; ")));
-  }
   if (wanted("embedding")) {
     const bool drafter = d.record.find("spec/accepted_histogram") != nullptr;
     for (size_t s = 0; s < d.stages.size(); ++s) {
@@ -193,6 +212,70 @@ void judge_stages(const std::vector<std::string>& selected, const Partition& par
   }
 }
 
+// What a dump shows of the partition its engine ran (DESIGN.md, "External engines").
+struct PartitionEvidence {
+  std::vector<std::string> contradictions;  // what shows another partition ran
+  std::string missing;                      // what is absent (no /stages); empty when shown
+  bool shown() const { return contradictions.empty() && missing.empty(); }
+};
+
+// Judges `d` against the partition asked (`part`, over `layers` layers): its /stages must
+// hold one range per stage, equal to the partition's; its root `partition` attribute, when
+// written, must name the same layout; its per-layer tensors must name no layer past the
+// model's last, and at PP=1 (one stage) every layer.
+PartitionEvidence partition_evidence(const LoadedDump& d, const Partition& part, int layers) {
+  PartitionEvidence ev;
+  auto& bad = ev.contradictions;
+  if (auto it = d.root.find("partition");
+      it != d.root.end() && !it->second.empty() && it->second != part.layout())
+    bad.push_back(fmt::format("its partition attribute says \"{}\", asked \"{}\"", it->second,
+                              part.layout()));
+  if (!d.layers.empty() && *d.layers.rbegin() >= layers)
+    bad.push_back(fmt::format(
+        "it holds tensors of layer {}, past the last of the {} layers the scenario names "
+        "(num_hidden_layers)",
+        *d.layers.rbegin(), layers));
+  if (part.stages() == 1 && !d.layers.empty() && *d.layers.rbegin() < layers &&
+      static_cast<int>(d.layers.size()) != layers)
+    bad.push_back(fmt::format("its tensors cover {} of the {} layers", d.layers.size(), layers));
+  if (d.stages.empty()) {
+    ev.missing = "the dump carries no /stages (the layer range each stage ran)";
+    return ev;
+  }
+  if (static_cast<int>(d.stages.size()) != part.stages())
+    bad.push_back(
+        fmt::format("{} stage(s) in its /stages, {} asked", d.stages.size(), part.stages()));
+  for (int s = 0; s < std::min<int>(part.stages(), static_cast<int>(d.stages.size())); ++s) {
+    const StageRange want = part.stage(s), got = d.stages[s].range;
+    if (want.begin != got.begin || want.end != got.end)
+      bad.push_back(fmt::format("stage {} ran layers {}-{}, asked {}-{}", s, got.begin, got.end,
+                                want.begin, want.end));
+  }
+  return ev;
+}
+
+// What shows that the case's dump file is not its own run: a symbolic link, the PP=1 dump's
+// file itself (a hard link), or a byte-for-byte copy of it under another partition.
+std::vector<std::string> file_identity_problems(const std::string& dump, const LoadedDump& d,
+                                                const std::string& pp1_dump, const LoadedDump& pp1,
+                                                int stages) {
+  std::vector<std::string> bad;
+  struct stat link {};
+  if (lstat(dump.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+    std::error_code ec;
+    bad.push_back(fmt::format("{{out}} is a symbolic link (to {}), not a dump the engine wrote",
+                              fs::read_symlink(dump, ec).string()));
+  }
+  struct stat a {
+  }, b{};
+  if (!pp1_dump.empty() && stat(dump.c_str(), &a) == 0 && stat(pp1_dump.c_str(), &b) == 0 &&
+      a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+    bad.push_back("its dump is the PP=1 dump's file itself");
+  else if (stages > 1 && d.file_sha256 == pp1.file_sha256)
+    bad.push_back("its dump is byte for byte the PP=1 dump");
+  return bad;
+}
+
 // The dataset checks of `selected` that the PP=1 dump gives evidence for; the others are
 // appended to `not_judged`.
 std::vector<std::string> judged_dataset_checks(const std::vector<std::string>& selected,
@@ -218,6 +301,42 @@ std::vector<std::string> judged_dataset_checks(const std::vector<std::string>& s
   return judged;
 }
 
+// A pass needs the evidence of the partition: a dump that shows another partition ran
+// fails the `partition` check (named first); one that shows none (or whose PP=1 shows none)
+// is unproven unless the scenario waives the evidence, which the case then says.
+void apply_evidence(const PartitionEvidence& ev, const std::string& pp1_unproven,
+                    const std::string& waived, CaseResult& c) {
+  if (!ev.contradictions.empty()) {
+    const std::string what = fmt::format("partition not run as asked ({}): {}", c.layout,
+                                         fmt::join(ev.contradictions, "; "));
+    if (std::find(c.failed_checks.begin(), c.failed_checks.end(), "partition") ==
+        c.failed_checks.end())
+      c.failed_checks.insert(c.failed_checks.begin(), "partition");
+    c.message = c.verdict == Verdict::kPass ? what : what + "; " + c.message;
+    c.verdict = Verdict::kDiverged;
+    c.evidence = "contradicted";
+    return;
+  }
+  std::vector<std::string> missing;
+  if (!pp1_unproven.empty()) missing.push_back(pp1_unproven);
+  if (!ev.missing.empty()) missing.push_back("this split point: " + ev.missing);
+  if (missing.empty()) {
+    c.evidence = "shown";
+    return;
+  }
+  if (!waived.empty()) {
+    c.evidence = "waived";
+    c.message += fmt::format("; partition evidence WAIVED ({})", waived);
+    return;
+  }
+  c.evidence = "missing";
+  c.not_judged.push_back({"partition", fmt::format("{}", fmt::join(missing, "; "))});
+  if (c.verdict != Verdict::kPass) return;  // a divergence stands without it
+  c.verdict = Verdict::kUnproven;
+  c.message = fmt::format("unproven: {}; not a pass without the evidence of the partition ({})",
+                          fmt::join(missing, "; "), c.message);
+}
+
 std::string make_work_dir(const std::string& requested) {
   if (!requested.empty()) return fs::absolute(requested).lexically_normal().string();
   const char* tmp = std::getenv("TMPDIR");
@@ -225,6 +344,21 @@ std::string make_work_dir(const std::string& requested) {
       std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/splitcheck-runs-XXXXXX";
   if (mkdtemp(templ.data()) == nullptr) return "";
   return templ;
+}
+
+// "splitcheck got SIGINT (engine processes killed)".
+std::string interrupt_line(int sig) {
+  return fmt::format("splitcheck got SIG{} (engine processes killed)",
+                     sig > 0 ? sigabbrev_np(sig) : "?");
+}
+
+// Removes the work directory made under $TMPDIR unless it was asked for or is to be kept.
+void finish_work_dir(ExternalRunInfo& info, const ExternalSweepOptions& options) {
+  if (!options.work_dir.empty() || options.keep_runs) return;
+  std::error_code ec;
+  fs::remove_all(info.work_dir, ec);
+  info.work_dir += ec ? " (could not be removed: " + ec.message() + ")"
+                      : " (removed at the end; --keep-runs keeps it)";
 }
 
 // Runs the engine for one partition (or PP=1: empty cuts) into `dump`; an empty string
@@ -250,7 +384,7 @@ std::string run_engine(const Scenario& s, const std::vector<int>& cuts, const st
     why = "engine " + outcome.describe(e.timeout_s);
   else if (!fs::is_regular_file(dump, ec))
     why = fmt::format("engine exited with status 0 but wrote no dump at {}", dump);
-  if (!why.empty()) stderr_tail = file_tail(p.stderr_path);
+  if (!why.empty()) stderr_tail = printable(file_tail(p.stderr_path));
   return why;
 }
 
@@ -271,7 +405,7 @@ std::map<std::string, std::string> placeholder_values(const Scenario& s,
           {"split", split},
           {"out", out},
           {"scenario", scenario_file},
-          {"seed", std::to_string(s.model.seed)}};
+          {"seed", std::to_string(s.external ? s.external->seed : 0)}};
 }
 
 Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOptions& options) {
@@ -293,6 +427,7 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
   info.timeout_s = e.timeout_s;
   info.golden = e.golden;
   info.jobs_requested = options.jobs;
+  info.command_template = e.command;
 
   ASSIGN_OR_RETURN(
       std::vector<Partition> all,
@@ -307,6 +442,14 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
   std::error_code ec;
   if (info.work_dir.empty() || (fs::create_directories(info.work_dir, ec), ec))
     return invalid_input(fmt::format("{}: cannot create the work directory", info.work_dir));
+  // A directory made here is removed on every way out (finish_work_dir says so in the report).
+  struct RemoveOnExit {
+    std::string dir;
+    ~RemoveOnExit() {
+      std::error_code ignored;
+      if (!dir.empty()) fs::remove_all(dir, ignored);
+    }
+  } remove_on_exit{options.work_dir.empty() && !options.keep_runs ? info.work_dir : ""};
   const std::string scenario_file = info.work_dir + "/scenario.json";
   {
     std::ofstream out(scenario_file, std::ios::binary);
@@ -330,6 +473,7 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
     ProcessOutcome o;
     pp1_failure = run_engine(s, {}, pp1_dump, scenario_file, o, info.pp1_stderr_tail);
     info.engine_seconds += o.seconds;
+    info.pp1_interrupted = o.end == ProcessOutcome::End::kInterrupted;
     if (pp1_failure.empty()) {
       Result<LoadedDump> g = load_dump(pp1_dump);
       if (g.is_ok())
@@ -341,10 +485,69 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
                            ? fmt::format("exited with status 0 in {:.2f} s", o.seconds)
                            : pp1_failure;
   }
+  // The reference must be a PP=1 run: one stage over every layer. A dump that shows another
+  // partition judges nothing; one that shows none leaves every case unproven.
+  const int layers = s.model.num_hidden_layers;
+  std::string pp1_unproven;
+  if (pp1_failure.empty()) {
+    const Partition whole = *Partition::from_cuts({}, layers);
+    const PartitionEvidence ev = partition_evidence(pp1, whole, layers);
+    if (!ev.contradictions.empty())
+      pp1_failure = fmt::format("the PP=1 dump is not a run of one stage over layers 0-{}: {}",
+                                layers, fmt::join(ev.contradictions, "; "));
+    pp1_unproven = ev.missing.empty() ? "" : "PP=1: " + ev.missing;
+    if (!pp1_failure.empty()) info.pp1_outcome = pp1_failure;
+  }
+  if (options.self_check && pp1_failure.empty() && e.golden.empty()) {
+    // The engine's PP=1 must reproduce itself before anything is judged against it.
+    const auto t_self = Clock::now();
+    const std::string again = info.work_dir + "/pp1-self-check.h5";
+    ProcessOutcome o;
+    std::string tail;
+    SelfCheckResult& sc = result.self_check;
+    sc.ran = true;
+    std::string why = run_engine(s, {}, again, scenario_file, o, tail);
+    info.engine_seconds += o.seconds;
+    Result<LoadedDump> second = why.empty() ? load_dump(again) : invalid_input(why);
+    if (!second.is_ok()) {
+      pp1_failure = "the self-check's second PP=1 run failed: " + second.status().message();
+      info.pp1_stderr_tail = tail;
+    } else {
+      CaseResult probe;
+      probe.key = "pp1-self-check";
+      RETURN_IF_ERROR(compare_records(pp1.record, second->record, probe));
+      sc.datasets_compared = probe.datasets_compared;
+      sc.datasets_differing = probe.datasets_differing;
+      sc.reproduced = probe.datasets_differing == 0 && probe.datasets_compared > 0;
+      if (!sc.reproduced)
+        sc.first_difference = probe.datasets_compared == 0
+                                  ? std::string("the two runs recorded nothing to compare")
+                                  : probe.message;
+    }
+    sc.seconds = seconds_since(t_self);
+    if (result.refused_to_judge()) {
+      info.pp1_outcome += "; the self-check's second PP=1 run differs: nothing judged";
+      result.pp1_seconds = seconds_since(t_ref);
+      result.total_seconds = seconds_since(t0);
+      finish_work_dir(info, options);
+      return result;
+    }
+  }
+  info.evidence_waived = e.evidence_waived;
+  info.pp1_content_sha256 = pp1.content_sha256;
+  info.producer = pp1.root.count("producer") ? pp1.root.at("producer") : "";
+  info.backend = pp1.root.count("backend") ? pp1.root.at("backend") : "";
+  info.kernels = pp1.kernels;
   result.pp1_seconds = seconds_since(t_ref);
   result.pp1_acceptance = pp1.acceptance;
   info.pp1_failed = !pp1_failure.empty();
 
+  std::vector<std::string> kernel_names;
+  for (size_t at = 0; !pp1.kernels.empty() && at != std::string::npos;) {
+    const size_t comma = pp1.kernels.find(',', at);
+    kernel_names.push_back(pp1.kernels.substr(at, comma == std::string::npos ? comma : comma - at));
+    at = comma == std::string::npos ? comma : comma + 1;
+  }
   std::vector<NotJudged> sweep_not_judged;
   const std::vector<std::string> dataset_checks =
       judged_dataset_checks(s.checks, pp1.record, sweep_not_judged);
@@ -367,8 +570,16 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
         c.verdict = Verdict::kError;
         c.message = fmt::format("{} ({}): {}", c.key, c.layout, why);
       };
+      auto interrupted = [&](bool started) {
+        c.verdict = Verdict::kInterrupted;
+        c.message = fmt::format(
+            "{} ({}): {} {}", c.key, c.layout,
+            started ? "engine stopped:" : "not run:", interrupt_line(interrupt_signal()));
+      };
       try {
-        if (const std::string problem = part.ownership_problem(); !problem.empty()) {
+        if (interrupt_signal() != 0 || info.pp1_interrupted) {
+          interrupted(false);
+        } else if (const std::string problem = part.ownership_problem(); !problem.empty()) {
           c.verdict = Verdict::kConfigRejected;
           c.message = fmt::format("partition {}: {}", c.layout, problem);
         } else if (info.pp1_failed) {
@@ -381,24 +592,31 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
             std::lock_guard<std::mutex> lock(mu);
             info.engine_seconds += o.seconds;
           }
+          c.engine_seconds = o.seconds;
           Result<LoadedDump> d =
               why.empty() ? load_dump(c.dump) : Result<LoadedDump>(invalid_input(why));
-          if (!why.empty()) {
+          if (o.end == ProcessOutcome::End::kInterrupted) {
+            interrupted(true);
+          } else if (!why.empty()) {
             error(why);
           } else if (!d.is_ok()) {
             error("corrupt dump: " + d.status().message());
           } else {
             c.acceptance = d->acceptance;
             c.stages = d->stages;
+            PartitionEvidence ev = partition_evidence(*d, part, layers);
+            for (std::string& p : file_identity_problems(
+                     c.dump, *d, e.golden.empty() ? pp1_dump : e.golden, pp1, part.stages()))
+              ev.contradictions.insert(ev.contradictions.begin(), std::move(p));
             bool judged_any = !dataset_checks.empty();
             if (!dataset_checks.empty()) {
-              Status st = compare_records(pp1.record, d->record, c, dataset_checks);
+              Status st = compare_records(pp1.record, d->record, c, dataset_checks, kernel_names);
               if (!st.is_ok()) error(st.message());
             } else {
               c.verdict = Verdict::kPass;
             }
             if (c.verdict != Verdict::kError) {
-              judge_stages(s.checks, part, pp1, *d, c);
+              judge_stages(s.checks, pp1, *d, c);
               for (const char* check : kStageChecks) {
                 const bool selected =
                     std::find(s.checks.begin(), s.checks.end(), check) != s.checks.end();
@@ -411,6 +629,8 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
                 error("nothing judged: the dumps give no evidence for any check");
               else if (c.verdict == Verdict::kPass && dataset_checks.empty())
                 c.message = "passed every check its dump gives evidence for";
+              if (c.verdict != Verdict::kError)
+                apply_evidence(ev, pp1_unproven, e.evidence_waived, c);
             }
           }
         }
@@ -451,6 +671,9 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
     }
     if (!judged) sweep_not_judged.push_back({check, reason.empty() ? "no partition ran" : reason});
   }
+  if (!e.evidence_waived.empty())
+    sweep_not_judged.push_back(
+        {"partition", "evidence WAIVED by the scenario (engine.evidence): " + e.evidence_waived});
   info.not_judged = sweep_not_judged;
   for (const CheckInfo& check : check_registry()) {
     const std::string name(check.name);
@@ -460,6 +683,9 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
     if (selected && !not_judged) result.checks.push_back(name);
   }
   result.total_seconds = seconds_since(t0);
+  result.interrupted_by = interrupt_signal();
+  info.interrupted_by = result.interrupted_by;
+  finish_work_dir(info, options);
   const bool partial = !options.filter.empty() || options.shard_count > 1;
   result.expect_failures = evaluate_expect(partial ? nlohmann::json::object() : s.expect, result);
   return result;

@@ -24,7 +24,13 @@ struct ExternalSweepOptions {
   int shard_count = 1;
   std::string filter;    // only cases whose key contains this
   std::string work_dir;  // dumps and engine output; empty: a new directory under $TMPDIR
+  // Keep the work directory made under $TMPDIR (a `work_dir` given is always kept); by
+  // default it is removed when the sweep ends, dumps and engine output with it.
+  bool keep_runs = false;
   bool progress = false;
+  // Run the engine's PP=1 twice before judging any split point; when the two dumps differ
+  // (datasets, bit for bit), no split point is judged (SweepResult::refused_to_judge, exit 4).
+  bool self_check = false;
 };
 
 // The placeholder values of one run: pp, cuts ("" at PP=1, "5", "4,9"), split ("pp1",

@@ -50,7 +50,12 @@ BisectFinding finding_of(const CaseResult& c) {
   f.message = c.message;
   f.request = c.first_divergence_request;
   f.step = c.first_divergence_step;
-  if (c.first_divergence) {
+  if (!c.first_missing.empty()) {
+    f.dataset = c.first_missing;
+    f.forward = c.first_missing_forward;
+    f.layer = c.first_missing_layer;
+    f.site = c.first_missing.substr(c.first_missing.rfind('/') + 1);
+  } else if (c.first_divergence) {
     f.dataset = c.first_divergence->path;
     f.forward = c.first_divergence_forward;
     f.layer = c.first_divergence_layer;
@@ -87,7 +92,13 @@ struct Trial {
 std::string classify_cause(const CaseResult& c) {
   if (c.verdict == Verdict::kConfigRejected)
     return is_structural(c) ? kCauseStructural : kCauseConfigRejected;
-  if (c.verdict == Verdict::kError) return kCauseError;
+  if (c.verdict == Verdict::kError || c.verdict == Verdict::kInterrupted) return kCauseError;
+  if (c.verdict == Verdict::kUnproven || c.evidence == "contradicted")
+    return kCausePartitionEvidence;
+  if (!c.first_missing.empty())
+    return c.first_missing_extra                                   ? kCauseOnlyInPartition
+           : c.first_missing.find("/layers/") != std::string::npos ? kCauseLayerNotComputed
+                                                                   : kCauseDatasetNotComputed;
   if (has_check(c, "embedding") || has_check(c, "memory")) return kCauseEmbedding;
   if (c.first_divergence && c.first_divergence->nan_mismatch) return kCauseNan;
   // The layers, logits and output all agree and the first divergence is a tap (at most

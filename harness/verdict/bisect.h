@@ -38,6 +38,15 @@ inline constexpr const char* kCauseHandoff = "handoff input differs";
 inline constexpr const char* kCauseCarriedState = "carried state";
 inline constexpr const char* kCauseLayerWeights = "layer weights";
 inline constexpr const char* kCausePropagated = "propagated from earlier";
+// A dataset PP=1 has and the partition lacks comes first in PP=1's execution order: a
+// layer's tensors ("layer not computed") or another dataset ("dataset not computed"); or the
+// partition has a dataset PP=1 lacks ("dataset only in the partition").
+inline constexpr const char* kCauseLayerNotComputed = "layer not computed";
+inline constexpr const char* kCauseDatasetNotComputed = "dataset not computed";
+inline constexpr const char* kCauseOnlyInPartition = "dataset only in the partition";
+// The dump does not show the partition asked (external engines): unproven, or another
+// partition ran.
+inline constexpr const char* kCausePartitionEvidence = "partition evidence";
 inline constexpr const char* kCauseError = "error";
 
 // Where and why one split point first diverged from PP=1.

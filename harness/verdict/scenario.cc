@@ -17,8 +17,8 @@
 
 #include "harness/engine/partition.h"
 #include "harness/verdict/capabilities.h"
-#include "harness/verdict/device_fit.h"
 #include "harness/verdict/checks.h"
+#include "harness/verdict/device_fit.h"
 #include "harness/verdict/faults.h"
 #ifdef SPLITCHECK_HAVE_CUDA
 #include "kernels/cuda/runtime.h"
@@ -350,7 +350,7 @@ Status parse_engine(const ScenarioReader& r, const json& j, const std::string& s
   RETURN_IF_ERROR(
       r.check_object(j, ptr,
                      {"prefill_chunk", "dump_level", "command", "cwd", "env", "timeout_s",
-                      "num_hidden_layers", "attn_res_block_size", "golden"}));
+                      "num_hidden_layers", "attn_res_block_size", "golden", "seed", "evidence"}));
   if (j.contains("command")) {
     ASSIGN_OR_RETURN(ExternalEngine e, parse_external_engine(j, source, base_dir));
     s->model.num_hidden_layers = e.num_hidden_layers;
@@ -616,6 +616,16 @@ Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& sour
             std::string("/engine/") + key,
             fmt::format("{} conflicts with /model/overrides/{} ({})", value, key, v->dump()));
     }
+    // {seed} is the engine's seed: /engine/seed, else an explicit /model/seed; never the
+    // K3-mini preset's default, which an external engine knows nothing of.
+    const json engine = j.value("engine", json::object());
+    const bool engine_seed = engine.is_object() && member(engine, "seed") != nullptr;
+    const bool model_seed = model.is_object() && member(model, "seed") != nullptr;
+    if (!engine_seed && model_seed) s.external->seed = static_cast<int64_t>(s.model.seed);
+    for (size_t i = 0; i < s.external->command.size() && !engine_seed && !model_seed; ++i)
+      if (s.external->command[i].find("{seed}") != std::string::npos)
+        return r.error(fmt::format("/engine/command/{}", i),
+                       "{seed} needs the engine's seed: set /engine/seed");
   }
   RETURN_IF_ERROR(parse_speculative(r, j.value("speculative", json::object()), &s.speculative));
   if (const json* v = member(j, "serving")) {

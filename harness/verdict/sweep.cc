@@ -86,7 +86,11 @@ std::string site_of(const std::string& path) {
   return p == std::string::npos ? path : path.substr(p + 1);
 }
 
-std::string kernel_name(int32_t k) {
+// The name of kernel code `k`: as the dump declares it (its dispatch trace's `kernels`
+// attribute, names by code) where it does, else the kernel registry's row.
+std::string kernel_name(int32_t k, const std::vector<std::string>& declared) {
+  if (k >= 0 && k < static_cast<int32_t>(declared.size()) && !declared[k].empty())
+    return declared[k];
   auto reg = kernel_registry();
   if (k < 0 || k >= static_cast<int32_t>(reg.size())) return fmt::format("kernel#{}", k);
   return fmt::format("{}.{}", reg[k].op, reg[k].variant);
@@ -94,7 +98,8 @@ std::string kernel_name(int32_t k) {
 
 // Event-by-event diff of two dispatch tables [N, 4] (layer, site, kernel, aux).
 std::optional<DispatchMismatch> diff_dispatch(int32_t forward, const Tensor& a, const Tensor& b,
-                                              int64_t& mismatching_events) {
+                                              int64_t& mismatching_events,
+                                              const std::vector<std::string>& kernels) {
   const int64_t na = a.dim(0), nb = b.dim(0);
   std::optional<DispatchMismatch> first;
   const int32_t* pa = a.data<int32_t>();
@@ -110,8 +115,8 @@ std::optional<DispatchMismatch> diff_dispatch(int32_t forward, const Tensor& a, 
     const int32_t* ev = in_a ? pa + i * 4 : pb + i * 4;
     m.layer = ev[0];
     m.site = std::string(site_name(static_cast<Site>(ev[1])));
-    auto describe = [](const int32_t* e) {
-      std::string d = kernel_name(e[2]);
+    auto describe = [&](const int32_t* e) {
+      std::string d = kernel_name(e[2], kernels);
       if (static_cast<Site>(e[1]) == Site::kTap) return d + fmt::format(" (tap {})", e[3]);
       return d;
     };
@@ -151,10 +156,17 @@ void add_failed(CaseResult& c, const std::string& check) {
 
 std::string case_message(const CaseResult& c) {
   std::string msg;
+  if (!c.first_missing.empty())
+    msg = c.first_missing_extra
+              ? fmt::format("{}: only in the partitioned run (dataset only in the partition)",
+                            c.first_missing)
+              : fmt::format("{}: missing in the partitioned run ({} not computed)", c.first_missing,
+                            c.first_missing_layer >= 0 ? "layer" : "dataset");
   if (c.dispatch) {
     const DispatchMismatch& d = *c.dispatch;
-    msg = fmt::format("dispatch: forward {} layer {} {}: {} at PP=1, {} here", d.forward, d.layer,
-                      d.site, d.expected, d.actual);
+    if (!msg.empty()) msg += "; ";
+    msg += fmt::format("dispatch: forward {} layer {} {}: {} at PP=1, {} here", d.forward, d.layer,
+                       d.site, d.expected, d.actual);
   }
   if (c.first_divergence) {
     if (!msg.empty()) msg += "; first numeric divergence: ";
@@ -163,7 +175,6 @@ std::string case_message(const CaseResult& c) {
                          c.first_divergence_forward);
     msg += verdict_line(*c.first_divergence);
   }
-  if (msg.empty() && !c.failed_checks.empty()) msg = "differs in " + c.failed_checks.front();
   return msg;
 }
 
@@ -219,6 +230,10 @@ const char* verdict_name(Verdict v) {
       return "skipped";
     case Verdict::kWaived:
       return "waived";
+    case Verdict::kUnproven:
+      return "unproven";
+    case Verdict::kInterrupted:
+      return "interrupted";
   }
   return "?";
 }
@@ -226,6 +241,15 @@ const char* verdict_name(Verdict v) {
 int SweepResult::count(Verdict v) const {
   return static_cast<int>(std::count_if(cases.begin(), cases.end(),
                                         [&](const CaseResult& c) { return c.verdict == v; }));
+}
+
+std::string SweepResult::counts_line() const {
+  std::string line;
+  for (const Verdict v : {Verdict::kPass, Verdict::kDiverged, Verdict::kConfigRejected,
+                          Verdict::kError, Verdict::kSkipped, Verdict::kWaived, Verdict::kUnproven,
+                          Verdict::kInterrupted})
+    line += fmt::format("{}{} {}", line.empty() ? "" : ", ", count(v), verdict_name(v));
+  return line;
 }
 
 bool SweepResult::conformant() const {
@@ -244,12 +268,14 @@ bool SweepResult::compared_data() const {
 }
 
 std::string SweepResult::verdict_word() const {
+  if (interrupted_by != 0) return "interrupted";
   if (refused_to_judge()) return "refused";
   if (no_data_compared()) return "no-data";
   return conformant() ? "conformant" : "divergent";
 }
 
 int SweepResult::exit_code() const {
+  if (interrupted_by != 0) return 128 + interrupted_by;
   if (refused_to_judge()) return 4;
   if (count(Verdict::kError) > 0) return 3;
   // Passes that compared nothing are exit 0 only where `expect` asks for exactly that.
@@ -262,7 +288,8 @@ int SweepResult::exit_code() const {
 }
 
 Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& c,
-                       const std::vector<std::string>& checks) {
+                       const std::vector<std::string>& checks,
+                       const std::vector<std::string>& kernel_names) {
   auto selected = [&](const std::string& check) {
     return !check.empty() &&
            (checks.empty() || std::find(checks.begin(), checks.end(), check) != checks.end());
@@ -286,8 +313,16 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
     auto [it, inserted] = first_forward_of_layer.try_emplace(l, f);
     if (!inserted) it->second = std::min(it->second, f);
   }
+  // Positions in PP=1's execution order: of the first missing dataset, of the first numeric
+  // divergence, of each PP=1 dataset (to place the partition's extra datasets).
+  double missing_at = -1, numeric_at = -1;
+  std::string missing_path;
+  bool missing_extra = false;
+  std::map<std::string, double> ref_position;
+  double position = 0;
   for (const RecordEntry& e : ref.entries()) {
     const std::string check = check_of(e.path);
+    ref_position[e.path] = ++position;
     if (!selected(check)) continue;
     seen.insert(e.path);
     auto it = by_path.find(e.path);
@@ -296,13 +331,13 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
       note_request(e.path);
       ++c.datasets_differing;
       add_failed(c, check);
-      if (c.message.empty()) c.message = fmt::format("{}: missing in the partitioned run", e.path);
+      if (missing_at < 0) missing_at = position, missing_path = e.path;
       continue;
     }
     const Tensor& b = *it->second;
     if (check == "dispatch") {
       std::optional<DispatchMismatch> m =
-          diff_dispatch(forward_of(e.path), e.tensor, b, c.dispatch_mismatches);
+          diff_dispatch(forward_of(e.path), e.tensor, b, c.dispatch_mismatches, kernel_names);
       if (m) {
         note_request(e.path);
         ++c.datasets_differing;
@@ -330,6 +365,7 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
       taps[tap_id].min_cosine = std::min(taps[tap_id].min_cosine, d.cosine);
     }
     if (!c.first_divergence) {
+      numeric_at = position;
       c.first_divergence = d;
       c.first_divergence_forward = forward_of(e.path);
       c.first_divergence_layer = layer_of(e.path);
@@ -341,11 +377,25 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
         c.first_divergence_layer_ran_before = it->second < c.first_divergence_forward;
     }
   }
+  // An extra dataset sits just after the last dataset both runs have that precedes it in
+  // the partition's order.
+  double last_common = 0;
   for (const RecordEntry& e : cand.entries()) {
-    if (!selected(check_of(e.path)) || seen.count(e.path)) continue;
+    if (auto it = ref_position.find(e.path); it != ref_position.end()) {
+      last_common = it->second;
+      continue;
+    }
+    if (!selected(check_of(e.path))) continue;
     ++c.datasets_differing;
     add_failed(c, check_of(e.path));
-    if (c.message.empty()) c.message = fmt::format("{}: only in the partitioned run", e.path);
+    if (missing_at < 0 || last_common + 0.5 < missing_at)
+      missing_at = last_common + 0.5, missing_path = e.path, missing_extra = true;
+  }
+  if (missing_at >= 0 && (numeric_at < 0 || missing_at < numeric_at)) {
+    c.first_missing = missing_path;
+    c.first_missing_extra = missing_extra;
+    c.first_missing_forward = forward_of(missing_path);
+    c.first_missing_layer = layer_of(missing_path);
   }
   c.diverged_requests.assign(diverged_requests.begin(), diverged_requests.end());
   for (const auto& [id, t] : taps) c.taps.push_back(t);
@@ -356,8 +406,10 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
                     : "no data compared";
   } else {
     c.verdict = Verdict::kDiverged;
+    // The headline first; a shape or dtype mismatch found on the way stays in the message.
     const std::string detail = case_message(c);
-    if (!detail.empty()) c.message = detail;
+    if (!detail.empty()) c.message = c.message.empty() ? detail : detail + "; " + c.message;
+    if (c.message.empty()) c.message = "differs in " + c.failed_checks.front();
   }
   return Status::ok();
 }

@@ -30,7 +30,19 @@ namespace splitcheck {
 
 // kWaived: diverged, but every failed check is covered by an unexpired waiver
 // (harness/verdict/waivers.h); reported apart from passes.
-enum class Verdict { kPass, kDiverged, kConfigRejected, kError, kSkipped, kWaived };
+// kUnproven (external engines): every judged check found the dump identical to PP=1, but
+// the dump does not show that the engine ran the partition asked (no /stages, say); not a
+// pass. kInterrupted: splitcheck got SIGINT, SIGTERM or SIGHUP before the case finished.
+enum class Verdict {
+  kPass,
+  kDiverged,
+  kConfigRejected,
+  kError,
+  kSkipped,
+  kWaived,
+  kUnproven,
+  kInterrupted
+};
 const char* verdict_name(Verdict v);
 
 // The first event where the partitioned trace differs from PP=1's (SPEC 5.3).
@@ -65,6 +77,13 @@ struct CaseResult {
   // equal to PP=1's, so what differs is state carried between forwards (caches, positions,
   // per-request bookkeeping). False in a layer's first forward, and outside layers.
   bool first_divergence_layer_ran_before = false;
+  // A dataset PP=1 has and the partition lacks (or, first_missing_extra, the reverse) that
+  // comes before the first numeric divergence in PP=1's execution order: the headline, so a
+  // stage that skips a layer is named at that layer. Empty when none comes first.
+  std::string first_missing;
+  bool first_missing_extra = false;
+  int32_t first_missing_forward = -1;
+  int32_t first_missing_layer = -1;
   std::optional<DispatchMismatch> dispatch;
   int64_t dispatch_mismatches = 0;
   std::vector<TapVerdict> taps;
@@ -90,6 +109,11 @@ struct CaseResult {
   std::string dump;
   std::string stderr_tail;
   std::vector<NotJudged> not_judged;
+  // External engines: what the dump showed of the partition it ran: "shown" (its /stages
+  // equal the partition asked), "missing" (then the case is at best unproven), "waived" (the
+  // scenario waives it), "contradicted" (another partition ran: the partition check fails).
+  std::string evidence;
+  double engine_seconds = 0;  // external engines: the engine run's own wall time
 };
 
 // Serving scenarios: every request served alone at PP=1 (its own prefill chunks, a batch
@@ -155,9 +179,15 @@ struct SweepResult {
   SelfCheckResult self_check;                // PP=1 against itself (when SweepOptions::self_check)
   std::optional<ExternalRunInfo> external;   // a sweep of an external engine (harness/runner/)
   std::vector<std::string> waiver_failures;  // expired waivers of this scenario (apply_waivers)
+  // The signal (SIGINT, SIGTERM, SIGHUP) that ended the sweep early; 0: none. The cases not
+  // finished then are kInterrupted, the verdict word is "interrupted" and the exit code
+  // 128 + the signal.
+  int interrupted_by = 0;
   // True when the self-check ran and PP=1 did not reproduce itself: nothing was judged.
   bool refused_to_judge() const { return self_check.ran && !self_check.reproduced; }
   int count(Verdict v) const;
+  // "3 pass, 1 diverged, ...": every verdict with its count, in the order of Verdict.
+  std::string counts_line() const;
   // At least one case, and every case passed or is waived (skipped, error,
   // config-rejected and diverged cases are not conformant).
   bool conformant() const;
@@ -168,7 +198,8 @@ struct SweepResult {
   // Every case passed (conformant), but no case compared any data (compared_data): the
   // verdict is "no-data", never "conformant".
   bool no_data_compared() const { return conformant() && !compared_data(); }
-  // The sweep's verdict word in every report form: "refused" (refused_to_judge),
+  // The sweep's verdict word in every report form: "interrupted" (interrupted_by),
+  // "refused" (refused_to_judge),
   // "no-data" (no_data_compared), "conformant" or "divergent".
   std::string verdict_word() const;
   // The gate's exit code: 4 when PP=1 did not reproduce itself (refused_to_judge), 3 when
@@ -185,8 +216,11 @@ Result<SweepResult> run_sweep(const Scenario& scenario, const SweepOptions& opti
 
 // Compares a partitioned run's record with PP=1's, filling the comparison fields of `c`.
 // Only datasets of the named checks (check registry) are compared; empty: every check.
+// `kernel_names`: the names of dispatch kernel codes as the dump declares them (external
+// engines); empty: the kernel registry's.
 Status compare_records(const RunRecord& reference, const RunRecord& candidate, CaseResult& c,
-                       const std::vector<std::string>& checks = {});
+                       const std::vector<std::string>& checks = {},
+                       const std::vector<std::string>& kernel_names = {});
 
 // The check a dataset of a record belongs to, by its path ("forward/0/taps/7": "taps");
 // empty for what no dataset check compares (stages/, stage_trace/).

@@ -61,8 +61,15 @@ TEST_F(ExternalSweepTest, TheCliAsAnEngineIsBitIdenticalAtEverySplitPoint) {
   const CliResult r =
       cli("sweep " + quote(s.string()) + " --jobs 2 --report " + quote(path("rep").string()));
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  // The console opens with the expanded PP=1 command, the settings and the version.
-  EXPECT_EQ(r.out.rfind("command (PP=1):", 0), 0u) << r.out;
+  // The console opens with the engine's own provenance, the command template, the expanded
+  // PP=1 command, the settings and the version.
+  EXPECT_EQ(r.out.rfind("engine:          splitcheck ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\ncommand:         " + std::string(SPLITCHECK_BINARY) +
+                       " run '{scenario}' --split '{cuts}' --out '{out}'\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\ncommand (PP=1):"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nevidence:        required"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(std::string(SPLITCHECK_BINARY) + " run "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--split '' --out"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("2 requested, 2 in effect"), std::string::npos) << r.out;
@@ -75,7 +82,7 @@ TEST_F(ExternalSweepTest, TheCliAsAnEngineIsBitIdenticalAtEverySplitPoint) {
        {"tensors", "taps", "logits", "tokens", "dispatch", "partition", "embedding"})
     EXPECT_NE(std::find(rep["checks"].begin(), rep["checks"].end(), judged), rep["checks"].end())
         << judged << " in " << rep["checks"].dump();
-  // `splitcheck run` writes no /stages at PP=1 nor /spec without a drafter: memory and
+  // `splitcheck run` writes no parameter_bytes at PP=1 nor /spec without a drafter: memory and
   // acceptance are not judged, and config never is; none of them is listed as evaluated.
   for (const char* check : {"memory", "acceptance", "config"}) {
     EXPECT_EQ(std::find(rep["checks"].begin(), rep["checks"].end(), check), rep["checks"].end())
