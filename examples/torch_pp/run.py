@@ -2,7 +2,8 @@
 """Run the K3-style AttnRes decoder (model.py) pipeline-parallel and write one dump.
 
     python3 examples/torch_pp/run.py --pp 2 --cuts 5 --out run.h5 --seed 7 \
-        --scenario scenarios/x.json [--bug-no-zero-delta] [--bug-prefix-tap]
+        --scenario scenarios/x.json [--bug-no-zero-delta] [--bug-prefix-tap] \
+        [--per-stage-write]
 
 Each stage is its own process; stages exchange the handoff of SPEC 2.7 (hidden, bank
 rows, taps) through torch.distributed (gloo, CPU, a free local port per run). The work:
@@ -10,6 +11,9 @@ a seeded prompt is prefilled, then a greedy speculative loop (a bigram drafter o
 last stage reading the target's embedding, gamma 3) runs a few verify forwards. The last
 stage gathers every stage's records and writes the dump through splitcheck_dump:
 per-layer tensors in execution order, taps, the dispatch trace, /spec and /stages.
+With --per-stage-write nothing is gathered: each stage writes its own part file
+(splitcheck_dump.PartWriter) and the parent process assembles the parts into the same
+dump (splitcheck_dump.assemble), then removes them.
 
 The two historical bugs, behind flags:
   --bug-no-zero-delta  the receiver folds the delta into the prefix and passes no delta,
@@ -24,9 +28,12 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import traceback
+import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -54,6 +61,8 @@ def parse_args(argv):
     ap.add_argument("--scenario", default="", help="a JSON file; recorded, not interpreted")
     ap.add_argument("--bug-no-zero-delta", action="store_true")
     ap.add_argument("--bug-prefix-tap", action="store_true")
+    ap.add_argument("--per-stage-write", action="store_true",
+                    help="each stage writes its own part; the parent assembles them")
     return ap.parse_args(argv)
 
 
@@ -280,6 +289,10 @@ def stage_main(rank, bounds, port, args):
         emitted += proposals[:a] + [bonus]
     spec.set_emitted(0, emitted)
 
+    if args.per_stage_write:
+        write_part(args, cfg, bounds, stage, forwards, records, events, spec)
+        dist.destroy_process_group()
+        return
     mine = {"records": records, "events": events,
             "placement": stage.placement().attributes()}
     gathered = [None] * pp if rank == last else None
@@ -289,7 +302,8 @@ def stage_main(rank, bounds, port, args):
     dist.destroy_process_group()
 
 
-def write_dump(args, cfg, bounds, forwards, stages, spec):
+def dump_header(args, cfg, bounds):
+    """The run's root attributes, the same from every process of the run."""
     scenario_text = ""
     if args.scenario and os.path.isfile(args.scenario):
         with open(args.scenario, encoding="utf-8") as f:
@@ -303,9 +317,13 @@ def write_dump(args, cfg, bounds, forwards, stages, spec):
                 "flags": [f for f in ("bug_no_zero_delta", "bug_prefix_tap")
                           if getattr(args, f)]}
     env = {"device": "cpu", "torch": torch.__version__, "threads": 1}
-    with sd.DumpWriter(args.out, scenario=scenario_text, scenario_sha256=scenario_sha,
-                       model_sha256=cfg.identity(args.seed), partition=partition,
-                       backend="torch-cpu", producer=producer, env=env, level="layer") as w:
+    return dict(scenario=scenario_text, scenario_sha256=scenario_sha,
+                model_sha256=cfg.identity(args.seed), partition=partition, backend="torch-cpu",
+                producer=producer, env=env, level="layer")
+
+
+def write_dump(args, cfg, bounds, forwards, stages, spec):
+    with sd.DumpWriter(args.out, **dump_header(args, cfg, bounds)) as w:
         for f, kind, first, tokens in forwards:
             w.begin_forward(f, kind=kind, first_position=first, tokens=tokens)
             for s in stages:
@@ -319,6 +337,28 @@ def write_dump(args, cfg, bounds, forwards, stages, spec):
         for i, s in enumerate(stages):
             for name, value in s["placement"].items():
                 w.set_attr(f"/stages/{i}", name, value)
+
+
+def part_path(args, rank):
+    return os.path.join(args.part_dir, f"stage-{rank}.part.h5")
+
+
+def write_part(args, cfg, bounds, stage, forwards, records, events, spec):
+    """This stage's part: its own records and dispatch events, /spec on the last stage,
+    its /stages/<s>; splitcheck_dump.assemble puts the parts in execution order."""
+    with sd.PartWriter(part_path(args, stage.index), run_id=args.run_id, stage=stage.index,
+                       stages=len(bounds) - 1, layer_begin=stage.begin, layer_end=stage.end,
+                       **dump_header(args, cfg, bounds)) as w:
+        for f, kind, first, tokens in forwards:
+            w.begin_forward(f, kind=kind, first_position=first, tokens=tokens)
+            for path, data, dtype in records[f]:
+                w.write(path, data, dtype=dtype)
+            trace = sd.DispatchTrace(stage=stage.index)
+            trace.extend(events[f])
+            w.write_dispatch(f, trace)
+        if stage.last:
+            w.write_spec(spec)
+        w.write_stage(stage.placement())
 
 
 def free_port():
@@ -343,6 +383,18 @@ def main(argv=None):
     except ValueError as e:
         print(f"run.py: {e}", file=sys.stderr)
         return 2
+    if args.per_stage_write:  # the parts lie beside the dump until they are assembled
+        args.run_id = uuid.uuid4().hex
+        args.part_dir = tempfile.mkdtemp(prefix=".parts-",
+                                         dir=os.path.dirname(os.path.abspath(args.out)))
+        try:
+            return run_stages(args, bounds, assemble=True)
+        finally:
+            shutil.rmtree(args.part_dir, ignore_errors=True)
+    return run_stages(args, bounds)
+
+
+def run_stages(args, bounds, assemble=False):
     port = free_port()
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_stage_entry, args=(r, bounds, port, args))
@@ -367,6 +419,12 @@ def main(argv=None):
         return 1
     for p in procs:
         p.join()
+    if assemble:
+        try:
+            sd.assemble([part_path(args, r) for r in range(len(procs))], args.out)
+        except sd.AssembleError as e:
+            print(f"run.py: {e}", file=sys.stderr)
+            return 1
     return 0
 
 

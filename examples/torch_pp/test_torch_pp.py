@@ -1,7 +1,9 @@
 """The example against its PP=1 run: the fixed protocol is bit-identical at any cut; with
 --bug-no-zero-delta only the block-aligned cuts stay identical, the cause visible as a
 dispatch change at the second stage's first layer; with --bug-prefix-tap the tap differs
-exactly at a cut equal to a capture id. `splitcheck compare` judges too where it is built.
+exactly at a cut equal to a capture id; with --per-stage-write (each stage writes a part,
+the parent assembles them) the dump is the one the gathering writer writes. `splitcheck
+compare` judges too where it is built.
 
 Run: /usr/bin/python3 -m pytest examples/torch_pp (about 10 runs of ~1-2 s)."""
 
@@ -119,3 +121,34 @@ def test_invalid_cuts_exit_2(tmp):
                        capture_output=True, text=True)
     assert r.returncode == 2 and "cuts" in r.stderr
     assert not (tmp / "x.h5").exists()
+
+
+def dump_content(path):
+    """Every dataset (dtype, shape, order, digest, bytes, attributes) and every group's
+    attributes: what a dump says, whatever the HDF5 layout of its file."""
+    out = {}
+    with sd.DumpReader(path) as r:
+        assert r.verify()
+        out["/"] = r.attrs
+        for d in r.datasets:
+            out[d.path] = (d.dtype, d.shape, d.order, d.digest, r.read(d.path).tobytes(),
+                           r.object_attrs(d.path))
+        groups = []
+        r._file.visititems(lambda n, o: groups.append("/" + n) if not hasattr(o, "dtype")
+                           else None)
+        out.update({g: r.object_attrs(g) for g in groups})
+    return out
+
+
+@pytest.mark.parametrize("pp,cuts", [(1, ""), (3, "4,9")])
+def test_per_stage_write_gives_the_single_writer_dump(tmp, pp, cuts):
+    gathered = engine(tmp, f"gathered-{pp}", pp, cuts)
+    assembled = engine(tmp, f"assembled-{pp}", pp, cuts, "--per-stage-write")
+    assert dump_content(assembled) == dump_content(gathered)
+    if shutil.which("h5diff"):
+        r = subprocess.run(["h5diff", str(gathered), str(assembled)], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+    equal, diff = judged_equal(gathered, assembled)
+    assert equal, diff[:5]
+    assert not [p for p in tmp.iterdir() if p.name.startswith(".parts-")]  # parts removed

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "harness/cli/approx_cli.h"
+#include "harness/cli/assemble_cli.h"
 #include "harness/cli/bisect_cli.h"
 #include "harness/cli/merge_cli.h"
 #include "harness/cli/sweep_cli.h"
@@ -283,6 +284,8 @@ int run_cli_unguarded(int argc, char** argv) {
   bisect_cli.add_to(app);
   ApproxCli approx_cli;
   approx_cli.add_to(app, default_scenario());
+  AssembleCli assemble_cli;
+  assemble_cli.add_to(app);
 
   std::vector<std::string> merge_inputs;
   std::string merge_dir;
@@ -356,6 +359,7 @@ int run_cli_unguarded(int argc, char** argv) {
   if (*verify_dump_cmd) return cmd_verify_dump(verify_path);
   if (*bisect_cli.command) return bisect_cli.run();
   if (*approx_cli.command) return approx_cli.run();
+  if (*assemble_cli.command) return assemble_cli.run();
   if (*merge) return run_merge(merge_inputs, merge_dir);
   if (*props) return cmd_properties(props_scenario, props_json);
   if (*sens) return cmd_sensitivity(sens_scenarios, sens_seeds, sens_threads);

@@ -4,6 +4,8 @@ A dump is one HDF5 file: root attributes that identify the run, datasets under
 /forward/<f>/... each carrying `dtype`, `order` (its place in execution order) and
 `digest` ("xxh3:%016x" of its raw little-endian bytes; "xxh64:" in format 1), and the evidence the checks
 read: taps, dispatch traces, /stages (placement), /spec (speculative figures).
+A pipeline whose stages are processes may write one part per stage (`PartWriter`) and
+join them with `assemble` (`python3 -m splitcheck_dump assemble PART... --out DUMP`).
 `splitcheck compare A B` compares two such files bit for bit; `splitcheck sweep` runs an
 engine that writes them once per split point.
 
@@ -15,6 +17,7 @@ from ._encoding import from_bf16_bits, to_bf16_bits, xxh3_64, xxh64
 from .compare import differing_datasets
 from .dispatch import KERNELS, SITES, DispatchEvent, DispatchTrace, dispatch, recording
 from .hooks import bf16_bits, record_forward_hooks
+from .parts import PART_FORMAT, PART_FORMAT_VERSION, AssembleError, PartWriter, assemble
 from .placement import StagePlacement, storage_of
 from .reader import CorruptDump, DatasetInfo, DumpReader, FormatError, UnsupportedFormatVersion
 from .spec import SpecRecord
@@ -22,6 +25,7 @@ from .version import FORMAT, FORMAT_VERSION, SUPPORTED_FORMAT_VERSIONS, __versio
 from .writer import DEFAULT_VOLATILE, LAYER_SITES, DumpWriter, as_array
 
 __all__ = [
+    "AssembleError", "PART_FORMAT", "PART_FORMAT_VERSION", "PartWriter", "assemble",
     "CorruptDump", "DEFAULT_VOLATILE", "DatasetInfo", "DispatchEvent", "DispatchTrace",
     "DumpReader", "DumpWriter", "FORMAT", "FORMAT_VERSION", "FormatError", "KERNELS",
     "LAYER_SITES", "SITES", "SUPPORTED_FORMAT_VERSIONS", "SpecRecord", "StagePlacement",
