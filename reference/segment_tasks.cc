@@ -1,5 +1,7 @@
 #include "reference/segment_tasks.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -40,7 +42,9 @@ struct Job {
 };
 
 // Helper threads, started at the first parallel call and kept for the process (detached:
-// they only ever wait for jobs).
+// they only ever wait for jobs). They block SIGINT, SIGTERM and SIGHUP whenever they start:
+// a process-directed signal then never lands on one of them, so an InterruptWatch
+// (harness/runner/interrupt.h) constructed after the first parallel call still takes it.
 class Helpers {
  public:
   static Helpers& get() {
@@ -61,7 +65,14 @@ class Helpers {
   Helpers() {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     threads_ = std::min<size_t>(7, cores - 1);
-    for (size_t t = 0; t < threads_; ++t) std::thread([this] { loop(); }).detach();
+    for (size_t t = 0; t < threads_; ++t)
+      std::thread([this] {
+        sigset_t stop;
+        sigemptyset(&stop);
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
+        pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+        loop();
+      }).detach();
   }
   void loop() {
     for (;;) {

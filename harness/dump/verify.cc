@@ -11,6 +11,11 @@ namespace splitcheck {
 
 Result<DumpIntegrity> verify_dump(const std::string& path, size_t chunk_bytes) {
   ASSIGN_OR_RETURN(DumpReader reader, DumpReader::open(path));
+  return verify_dump(reader, chunk_bytes);
+}
+
+Result<DumpIntegrity> verify_dump(DumpReader& reader, size_t chunk_bytes) {
+  const std::string& path = reader.path();
   DumpIntegrity out;
   // A sound file numbers its n datasets 0..n-1 once each: every order in range, and no
   // two equal (datasets() is sorted by order, ties by path, so equal ones are adjacent).

@@ -17,6 +17,8 @@
 
 namespace splitcheck {
 
+class DumpReader;
+
 // What verify_dump() read from a sound file.
 struct DumpIntegrity {
   int64_t datasets = 0;
@@ -29,5 +31,7 @@ struct DumpIntegrity {
 // the place (the dataset, attribute or `order` value). At most `chunk_bytes` of a
 // dataset are held at a time.
 Result<DumpIntegrity> verify_dump(const std::string& path, size_t chunk_bytes = size_t{4} << 20);
+// The same checks of a dump already open (a reader that goes on to read it opens it once).
+Result<DumpIntegrity> verify_dump(DumpReader& reader, size_t chunk_bytes = size_t{4} << 20);
 
 }  // namespace splitcheck

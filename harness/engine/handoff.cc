@@ -9,8 +9,8 @@
 namespace splitcheck {
 namespace {
 
-constexpr char kMagic[4] = {'S', 'C', 'H', 'P'};
-constexpr uint32_t kVersion = 1;
+constexpr char kHandoffMagic[4] = {'S', 'C', 'H', 'P'};
+constexpr uint32_t kHandoffVersion = 1;
 
 template <typename T>
 void put(std::vector<std::byte>& out, const T& v) {
@@ -54,8 +54,8 @@ std::vector<std::byte> encode_payload_header(int32_t forward, int64_t tokens, in
                                              const std::vector<int32_t>& aux_ids) {
   std::vector<std::byte> out;
   out.reserve(44 + 4 * aux_ids.size());
-  for (char c : kMagic) put(out, c);
-  put(out, kVersion);
+  for (char c : kHandoffMagic) put(out, c);
+  put(out, kHandoffVersion);
   put(out, forward);
   put(out, tokens);
   put(out, hidden);
@@ -110,10 +110,11 @@ Result<Header> read_header(Cursor& c, const PayloadExpectation& e) {
   int64_t n_aux = 0;
   for (char& m : magic)
     if (!c.get(m)) return internal_error("handoff payload truncated in its header");
-  if (std::memcmp(magic, kMagic, 4) != 0) return internal_error("handoff payload: bad magic");
-  if (!c.get(version) || version != kVersion)
+  if (std::memcmp(magic, kHandoffMagic, 4) != 0)
+    return internal_error("handoff payload: bad magic");
+  if (!c.get(version) || version != kHandoffVersion)
     return internal_error(
-        fmt::format("handoff payload: version {} (expected {})", version, kVersion));
+        fmt::format("handoff payload: version {} (expected {})", version, kHandoffVersion));
   if (!c.get(h.forward) || !c.get(h.tokens) || !c.get(h.hidden) || !c.get(h.rows) || !c.get(n_aux))
     return internal_error("handoff payload truncated in its header");
   auto mismatch = [&](const char* field, int64_t got, int64_t want) {

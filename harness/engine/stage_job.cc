@@ -93,10 +93,10 @@ void run_stage_job_guarded(Stage& stage, DumpLevel level, StageJob& job) {
 
 namespace {
 
-constexpr char kMagic[4] = {'S', 'C', 'J', 'E'};
+constexpr char kJobMagic[4] = {'S', 'C', 'J', 'E'};
 // Version 2: a serving step's fields (kBatch) follow the last stage's output. Version 3: a
 // step's payloads left the envelope (they travel beside it, as a forward's does).
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kJobVersion = 3;
 
 void put_trace(WireWriter& w, const DispatchTrace& trace) {
   w.put(static_cast<uint64_t>(trace.events.size()));
@@ -276,8 +276,8 @@ Status take_job_payloads(StageJob& job, std::vector<std::vector<std::byte>> payl
 
 std::vector<std::byte> encode_job_envelope(const StageJob& job) {
   WireWriter w;
-  for (char c : kMagic) w.put(c);
-  w.put(kVersion);
+  for (char c : kJobMagic) w.put(c);
+  w.put(kJobVersion);
   w.put(static_cast<int32_t>(job.kind));
   w.put(static_cast<int32_t>(job.request.kind));
   w.put(job.request.first_position);
@@ -306,8 +306,8 @@ Result<StageJob> decode_job_envelope(const std::vector<std::byte>& bytes) {
   uint32_t version = 0;
   for (char& m : magic)
     if (!r.get(m)) return bad("header");
-  if (std::memcmp(magic, kMagic, 4) != 0) return bad("magic");
-  if (!r.get(version) || version != kVersion) return bad("version");
+  if (std::memcmp(magic, kJobMagic, 4) != 0) return bad("magic");
+  if (!r.get(version) || version != kJobVersion) return bad("version");
   int32_t kind = 0, request_kind = 0, code = 0;
   uint64_t n = 0;
   if (!r.get(kind) || kind < 0 || kind > static_cast<int32_t>(JobKind::kBatch))
