@@ -11,10 +11,24 @@ namespace splitcheck {
 
 Result<DumpIntegrity> verify_dump(const std::string& path, size_t chunk_bytes) {
   ASSIGN_OR_RETURN(DumpReader reader, DumpReader::open(path));
-  return verify_dump(reader, chunk_bytes);
+  ASSIGN_OR_RETURN(DumpIntegrity out, verify_dump_layout(reader));
+  std::vector<std::byte> buffer;
+  for (const DatasetInfo& d : reader.datasets()) {
+    DatasetDigestCheck check(path, d.path, d.digest);
+    RETURN_IF_ERROR(for_each_block(d.shape, dtype_size(d.dtype), std::max<size_t>(chunk_bytes, 16),
+                                   [&](const SlabBlock& blk) -> Status {
+                                     RETURN_IF_ERROR(
+                                         reader.read_slab(d.path, blk.start, blk.count, buffer));
+                                     check.update(buffer);
+                                     out.bytes += static_cast<int64_t>(buffer.size());
+                                     return Status::ok();
+                                   }));
+    RETURN_IF_ERROR(check.finish());
+  }
+  return out;
 }
 
-Result<DumpIntegrity> verify_dump(DumpReader& reader, size_t chunk_bytes) {
+Result<DumpIntegrity> verify_dump_layout(DumpReader& reader) {
   const std::string& path = reader.path();
   DumpIntegrity out;
   // A sound file numbers its n datasets 0..n-1 once each: every order in range, and no
@@ -31,20 +45,9 @@ Result<DumpIntegrity> verify_dump(DumpReader& reader, size_t chunk_bytes) {
       return invalid_input(path + ": dataset " + datasets[i].path + ": order " +
                            std::to_string(datasets[i].order) + " is also the order of " +
                            datasets[i - 1].path);
-  std::vector<std::byte> buffer;
   for (const DatasetInfo& d : datasets) {
     if (d.digest.empty())
       return invalid_input(path + ": dataset " + d.path + ": carries no digest attribute");
-    DatasetDigestCheck check(path, d.path, d.digest);
-    RETURN_IF_ERROR(for_each_block(d.shape, dtype_size(d.dtype), std::max<size_t>(chunk_bytes, 16),
-                                   [&](const SlabBlock& blk) -> Status {
-                                     RETURN_IF_ERROR(
-                                         reader.read_slab(d.path, blk.start, blk.count, buffer));
-                                     check.update(buffer);
-                                     out.bytes += static_cast<int64_t>(buffer.size());
-                                     return Status::ok();
-                                   }));
-    RETURN_IF_ERROR(check.finish());
     ++out.datasets;
   }
   for (const std::string& object : reader.objects()) {

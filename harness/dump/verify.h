@@ -31,7 +31,9 @@ struct DumpIntegrity {
 // the place (the dataset, attribute or `order` value). At most `chunk_bytes` of a
 // dataset are held at a time.
 Result<DumpIntegrity> verify_dump(const std::string& path, size_t chunk_bytes = size_t{4} << 20);
-// The same checks of a dump already open (a reader that goes on to read it opens it once).
-Result<DumpIntegrity> verify_dump(DumpReader& reader, size_t chunk_bytes = size_t{4} << 20);
+// Every check above but the dataset bytes, on a dump already open: for a caller that goes
+// on to read every dataset through DumpReader::read(), which checks each digest as it reads
+// (the runner: each dump is opened once and its bytes read once). `bytes` stays 0.
+Result<DumpIntegrity> verify_dump_layout(DumpReader& reader);
 
 }  // namespace splitcheck

@@ -75,7 +75,8 @@ int32_t layer_of_path(const std::string& path) {
 // `reference`: PP=1's dump, whose file and content digests the runner keeps.
 Result<LoadedDump> load_dump(const std::string& path, bool reference = false) {
   ASSIGN_OR_RETURN(DumpReader r, DumpReader::open(path));
-  RETURN_IF_ERROR(verify_dump(r).status());
+  // The layout here; each dataset's digest as read() reads it below.
+  RETURN_IF_ERROR(verify_dump_layout(r).status());
   LoadedDump d;
   std::error_code ec;
   d.file_size = fs::file_size(path, ec);

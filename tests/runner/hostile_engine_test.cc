@@ -285,6 +285,34 @@ TEST_F(HostileEngineTest, AMissingLayerIsNamedFirstWithItsCause) {
       << c.out;
 }
 
+// Bytes edited after they were written (the dataset's digest attribute left as it was): the
+// runner reads every dataset once and checks its digest as it reads, so the case is an
+// error naming the dataset, never a comparison of bytes the engine did not write.
+TEST_F(HostileEngineTest, BytesThatNoLongerMatchTheirDigestAreACorruptDump) {
+  if (!have_h5py()) GTEST_SKIP() << "Debian's python3-h5py is not installed (scripts/setup.sh)";
+  const std::string flip =
+      "\"$SPLITCHECK\" run \"$scenario\" --split \"$cuts\" --out \"$out\" || exit 1\n"
+      "[ \"$cuts\" = 3 ] || exit 0\n"
+      "exec /usr/bin/python3 - \"$out\" <<'PY'\n"
+      "import sys, h5py, numpy as np\n"
+      "with h5py.File(sys.argv[1], 'r+') as f:\n"
+      "    d = f['forward/0/logits']\n"
+      "    a = d[()]\n"
+      "    raw = np.frombuffer(a.tobytes(), np.uint8).copy()\n"
+      "    raw[0] ^= 1\n"
+      "    d[...] = np.frombuffer(raw.tobytes(), a.dtype).reshape(a.shape)\n"
+      "PY\n";
+  const CliResult r = sweep(scenario_with(flip));
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  const json rep = report();
+  EXPECT_EQ(rep["counts"]["pass"], 6);
+  EXPECT_EQ(count_verdict(rep, "error"), 1);
+  const std::string m = message_of(rep, "split-3");
+  EXPECT_NE(m.find("corrupt dump"), std::string::npos) << m;
+  EXPECT_NE(m.find("/forward/0/logits"), std::string::npos) << m;
+  EXPECT_NE(m.find("hash to"), std::string::npos) << m;
+}
+
 TEST_F(HostileEngineTest, ShardsOfDifferentPp1sAreNotMerged) {
   // The engine's model seed comes from a file the scenario does not see.
   const fs::path seed = path("seed.txt");
