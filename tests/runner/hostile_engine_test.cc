@@ -61,9 +61,19 @@ with h5py.File(src, "r") as a, h5py.File(dst + ".tmp", "w") as b:
 os.rename(dst + ".tmp", dst)
 )";
 
+std::vector<pid_t> processes_with(const std::string& marker);
+
 class HostileEngineTest : public cli_test::CliFixture {
  protected:
   HostileEngineTest() : CliFixture("splitcheck-hostile-") {}
+
+  // Whatever the engine did, once splitcheck has returned no process of the test is left:
+  // every engine, script and child has the test's directory in its command line.
+  void TearDown() override {
+    const std::vector<pid_t> left = processes_with(dir_.string());
+    EXPECT_TRUE(left.empty()) << left.size() << " process(es) of the test still running";
+    CliFixture::TearDown();
+  }
 
   // scenarios/external-self.json with `engine_script` (given {scenario} {cuts} {out}) as
   // the engine; the script reaches the real CLI as $SPLITCHECK.
