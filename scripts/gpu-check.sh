@@ -75,8 +75,13 @@ nvcc=/usr/local/cuda/bin/nvcc
 # such warning.)
 step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DSPLITCHECK_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CXX_FLAGS=-Wno-dangling-reference || { printf '%s\n' "${rows[@]}"; exit 1; }
-step build 300 cmake --build "$build" -j"$jobs" --target splitcheck splitcheck_tests cuda_benchmark \
-  k3_forward_benchmark serving_benchmark \
+# Only the external engines' steps (GPU_CHECK_ONLY=external...) need only the splitcheck binary.
+targets=(splitcheck splitcheck_tests cuda_benchmark k3_forward_benchmark serving_benchmark)
+if [[ -n "${GPU_CHECK_ONLY:-}" ]] && ! [[ "cuda-tests serving-cuda-tests sanitizer-memcheck
+  benchmarks serving-throughput k3-shape-forward" =~ $GPU_CHECK_ONLY ]]; then
+  targets=(splitcheck)
+fi
+step build 300 cmake --build "$build" -j"$jobs" --target "${targets[@]}" \
   || { printf '%s\n' "${rows[@]}"; exit 1; }
 
 gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
@@ -400,6 +405,86 @@ PY
 )"
 fi
 
+# External engines on the GPU, swept through the runner protocol (docs/external-engines.md):
+# examples/torch_pp with --device cuda (clean and its two bugs), examples/hf_pp on a dense
+# Llama and on DeepSeek-V3 (MLA + MoE), clean and with each of its four bugs, and PyTorch's
+# own pipelining (GPipe, 1F1B, and the full-batch PP=1). Each sweep must meet its expect
+# block; one line each goes to the final table. Then what recording costs a decode step.
+external_rows=()
+ext_jobs="${EXTERNAL_JOBS:-8}"
+mkdir -p "$build/scenarios-external"
+python3 - "$root" "$build/scenarios-external" <<'PY'
+import json, os, sys
+root, out = sys.argv[1], sys.argv[2]
+for name in sorted(os.listdir(os.path.join(root, "scenarios"))):
+    if not name.startswith("external-") or name == "external-self.json":
+        continue
+    with open(os.path.join(root, "scenarios", name)) as f:
+        s = json.load(f)
+    e = s["engine"]
+    e["cwd"] = os.path.normpath(os.path.join(root, "scenarios", e.get("cwd", ".")))
+    if name.startswith("external-torch-pp"):  # the same engine, every stage on the GPU
+        e["command"] = ["python3"] + e["command"][1:] + ["--device", "cuda"]
+        name = name.replace("external-torch-pp", "external-torch-pp-cuda")
+    with open(os.path.join(out, name), "w") as f:
+        json.dump(s, f, indent=2)
+PY
+external_sweep() {
+  local f="$1" report="$2" rc
+  "$build/splitcheck" sweep "$f" --jobs "$ext_jobs" --report "$report"
+  rc=$?
+  [[ $rc -le 1 ]] || return $rc
+  python3 - "$report/report.json" <<'PY'
+import json, sys
+fails = json.load(open(sys.argv[1])).get("expect", {}).get("failures", [])
+for f in fails:
+    print("expect not met:", f)
+sys.exit(1 if fails else 0)
+PY
+}
+export -f external_sweep
+export ext_jobs
+for f in "$build"/scenarios-external/external-*.json; do
+  n="$(basename "$f" .json)"
+  detail="every split point against its PP=1, judged by its expect block"
+  rm -rf "$log/report-$n"
+  step "$n" 300 bash -c 'external_sweep "$@"' _ "$f" "$log/report-$n"
+  [[ -f "$log/report-$n/report.json" ]] || continue
+  external_rows+=("$(python3 - "$log/report-$n/report.json" "$n" "${rows[-1]}" <<'PY'
+import json, re, sys
+r = json.load(open(sys.argv[1]))
+cases = [c for c in r.get("cases", []) if c.get("key") != "pp1"]
+same = [c for c in cases if c.get("verdict") == "pass"]
+diverged = [c for c in cases if c.get("verdict") == "diverged"]
+wall = re.search(r"\s(\d+)s\s", sys.argv[3])
+line = (f"{sys.argv[2]:<46} {r.get('verdict', '?'):<11} {len(same)}/{len(cases)} split points "
+        f"identical, {wall.group(1) if wall else '?'} s")
+other = sorted({c.get("verdict") for c in cases} - {"pass", "diverged"})
+if other:
+    line += "; also " + ", ".join(f"{sum(c.get('verdict') == v for c in cases)} {v}" for v in other)
+if diverged:
+    checks = sorted({x for c in diverged for x in c.get("failed_checks", [])})
+    c0 = diverged[0]
+    fd, dp = c0.get("first_divergence"), c0.get("dispatch")
+    if fd:
+        where = f"{fd.get('path')}, {fd.get('mismatches')} elements differ"
+    elif dp:
+        where = (f"dispatch, forward {dp.get('forward')} layer {dp.get('layer')}: "
+                 f"{dp.get('expected')} at PP=1, {dp.get('actual')} here")
+    else:
+        where = c0.get("message", "")[:160]
+    line += (f"; diverged at {','.join(c['key'].replace('split-', '') for c in diverged)} "
+             f"(checks {','.join(checks)}; first at {diverged[0]['key']}: {where})")
+fails = r.get("expect", {}).get("failures", [])
+line += "; expect " + ("met" if not fails else "NOT MET: " + "; ".join(fails))
+print(line)
+PY
+)")
+done
+detail="decode step with and without recording (target: at most 10%)"
+step external-hf-recording-cost 300 python3 "$root/examples/hf_pp/bench_recording.py"
+recording_rows="$(grep -E "^ |^batched|^device" "$log/external-hf-recording-cost.log" 2>/dev/null || true)"
+
 # k3-shape on one GPU (issue 12): every split point at PP=2 against PP=1, the model's
 # weights held once (every stage views PP=1's copy); then one PP=1 forward's speed.
 k3_rows=()
@@ -496,4 +581,9 @@ if [[ -n "$bench" ]]; then echo "benchmarks:"; echo "$bench" | sed 's/^/   /'; f
 if [[ -n "$attn_rows" ]]; then echo "attn_res against copy:"; echo "$attn_rows"; fi
 if [[ -n "$serving_tp" ]]; then echo "serving throughput on the GPU (PP=1, wall clock):"; echo "$serving_tp"; fi
 if [[ ${#k3_rows[@]} -gt 0 ]]; then echo "k3-shape:"; printf '   %s\n' "${k3_rows[@]}"; fi
+if [[ ${#external_rows[@]} -gt 0 ]]; then
+  echo "external engines on the GPU (runner protocol, --jobs $ext_jobs; split points identical to PP=1):"
+  printf '   %s\n' "${external_rows[@]}"
+fi
+if [[ -n "${recording_rows:-}" ]]; then echo "recording cost (examples/hf_pp/bench_recording.py):"; echo "$recording_rows" | sed 's/^/   /'; fi
 exit $failed

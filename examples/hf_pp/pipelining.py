@@ -39,11 +39,8 @@ import dataclasses
 import functools
 import hashlib
 import json
-import multiprocessing
-import multiprocessing.connection
 import os
 import sys
-import traceback
 
 # Stages are forked from this process and start CUDA after the fork: a CUDA availability
 # check here must not initialise CUDA (NVML answers instead).
@@ -375,44 +372,16 @@ def write_dump(plan, steps, stages, device):
                 w.set_attr(f"/stages/{k}", name, value)
 
 
-def _entry(rank, plan):
-    try:
-        stage_main(rank, plan)
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
-
-
 def launch(plan):
     """Runs the stages as processes (forked when this process has not started CUDA, else
     spawned); 0 when every stage finished (the dump is written), 1 when one failed (the
     others are stopped; no dump)."""
     import torch
     from splitcheck_dump import hf
+    from splitcheck_dump.processes import run_stage_processes
     plan.port = plan.port or hf._free_port()
     method = "spawn" if torch.cuda.is_initialized() else "fork"
-    ctx = multiprocessing.get_context(method)
-    procs = [ctx.Process(target=_entry, args=(r, plan)) for r in range(len(plan.bounds) - 1)]
-    for p in procs:
-        p.start()
-    failed = None
-    waiting = {p.sentinel: r for r, p in enumerate(procs)}
-    while waiting and failed is None:  # the first stage to fail stops the others
-        for sentinel in multiprocessing.connection.wait(list(waiting)):
-            r = waiting.pop(sentinel)
-            procs[r].join()
-            if procs[r].exitcode != 0 and failed is None:
-                failed = r
-    for p in procs:
-        if failed is not None and p.is_alive():
-            p.terminate()
-        p.join()
-    if failed is not None:
-        print(f"pipelining.py: stage {failed} failed (exit {procs[failed].exitcode})",
-              file=sys.stderr)
-        return 1
-    return 0
+    return run_stage_processes(stage_main, plan, len(plan.bounds) - 1, "pipelining.py", method)
 
 
 def make_plan(args, bounds):

@@ -9,7 +9,8 @@ so that `attn_res` sees enough elements for its two float orders to disagree on 
 (65 of 1,622,016 elements, 0.004%, over every native-eligible call of a run; the real
 pair: 0.008%) while the matrix products stay cheap. Numerics: float32 inside a kernel, one bf16
 rounding on every activation it writes (`bf16`), logits float32. One thread, fixed
-shapes: two runs are bit-identical, and so is a layer run on any stage.
+shapes: two runs are bit-identical, and so is a layer run on any stage. Every function
+computes on the device of its inputs (the CPU, or a GPU with run.py --device cuda).
 
 Weights are a pure function of (seed, tensor name), so a stage generates exactly the
 tensors it holds and they equal the same tensors at PP=1.
@@ -150,8 +151,8 @@ def _scores_fallback(V, norm_w, proj_w, eps):
 def _mix_fallback(V, s, block_l):
     """An online softmax over tiles of block_l sources, divided once at the end."""
     T, n, _ = V.shape
-    mx = torch.full((T,), float("-inf"))
-    denom = torch.zeros(T)
+    mx = torch.full((T,), float("-inf"), device=V.device)
+    denom = torch.zeros(T, device=V.device)
     acc = torch.zeros_like(V[:, 0])
     for t0 in range(0, n, block_l):
         st = s[:, t0:t0 + block_l]
@@ -207,7 +208,7 @@ def attention(cfg, w, x, layer):
     k = bf16(x @ w["k_proj"]).view(T, nh, hd).transpose(0, 1)
     v = bf16(x @ w["v_proj"]).view(T, nh, hd).transpose(0, 1)
     scores = (q @ k.transpose(1, 2)) / hd ** 0.5
-    causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
     scores = scores.masked_fill(causal, float("-inf"))
     o = (torch.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(T, A)
     return bf16(bf16(o) @ w["o_proj"])
@@ -240,7 +241,7 @@ def argmax_lowest(logits):
     """Greedy next token per row, the lowest index on ties."""
     dispatch("argmax", "lowest_index", layer=-1, site="sample")
     best = logits.max(-1, keepdim=True).values
-    idx = torch.arange(logits.shape[-1]).expand_as(logits)
+    idx = torch.arange(logits.shape[-1], device=logits.device).expand_as(logits)
     return torch.where(logits == best, idx, logits.shape[-1]).min(-1).values
 
 

@@ -3,7 +3,7 @@
 
     python3 examples/torch_pp/run.py --pp 2 --cuts 5 --out run.h5 --seed 7 \
         --scenario scenarios/x.json [--bug-no-zero-delta] [--bug-prefix-tap] \
-        [--per-stage-write]
+        [--per-stage-write] [--device cpu|cuda]
 
 Each stage is its own process; stages exchange the handoff of SPEC 2.7 (hidden, bank
 rows, taps) through torch.distributed (gloo, CPU, a free local port per run). The work:
@@ -19,20 +19,21 @@ The two historical bugs, behind flags:
   --bug-no-zero-delta  the receiver folds the delta into the prefix and passes no delta,
                        so its first layer (unless block-aligned) takes attn_res.fallback;
   --bug-prefix-tap     a tap at a stage end exports bf16(P + D), not the attn_res read.
+With --device cuda every stage computes on the GPU (the handoff still crosses gloo as
+bf16 bits on the host, which is exact) and records through splitcheck_dump's
+TensorRecorder: each forward's tensors are converted on the device and copied to the host
+in one asynchronous batch.
 Exit 0 with the dump written; 1 when a stage failed; 2 for invalid arguments.
 """
 
 import argparse
 import hashlib
 import json
-import multiprocessing
-import multiprocessing.connection
 import os
 import shutil
 import socket
 import sys
 import tempfile
-import traceback
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,6 +64,8 @@ def parse_args(argv):
     ap.add_argument("--bug-prefix-tap", action="store_true")
     ap.add_argument("--per-stage-write", action="store_true",
                     help="each stage writes its own part; the parent assembles them")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where every stage computes (default: cpu)")
     return ap.parse_args(argv)
 
 
@@ -84,8 +87,8 @@ def stage_bounds(cfg, pp, cuts_text):
 class Stage:
     """What stage `index` holds and runs: layers [begin, end), taps, head on the last."""
 
-    def __init__(self, cfg, seed, index, bounds, flags):
-        self.cfg, self.index, self.flags = cfg, index, flags
+    def __init__(self, cfg, seed, index, bounds, flags, device="cpu"):
+        self.cfg, self.index, self.flags, self.device = cfg, index, flags, torch.device(device)
         self.begin, self.end = bounds[index], bounds[index + 1]
         self.first, self.last = index == 0, index == len(bounds) - 2
         L = cfg.num_hidden_layers
@@ -104,7 +107,13 @@ class Stage:
         if self.last:
             for name in k3.HEAD_NAMES:
                 self.weights[name] = k3.make_weight(cfg, seed, name)
+        self.weights = {n: t.to(self.device) for n, t in self.weights.items()}
+        if self.boundary is not None:
+            self.boundary = tuple(t.to(self.device) for t in self.boundary)
+        if self.embed is not None:
+            self.embed = self.embed.to(self.device)
         self.drafter_embed = self.embed if self.last else None  # shared, never copied
+        self.recorder = sd.TensorRecorder()
         self.owned_taps = [k for k in CAPTURE_IDS
                            if (k == 0 and self.first) or self.begin < k <= self.end]
         self.incoming_taps = [k for k in CAPTURE_IDS if k <= self.begin and not self.first]
@@ -134,7 +143,7 @@ class Stage:
         rows = k3.cdiv(self.end, cfg.attn_res_block_size)
         parts = [state.hidden(), state.bank[:, :rows].reshape(state.P.shape[0], -1)]
         parts += [taps[k] for k in sorted(taps)]
-        body = np.concatenate([sd.to_bf16_bits(t.numpy()).ravel() for t in parts])
+        body = np.concatenate([sd.to_bf16_bits(t).ravel() for t in parts])
         header = torch.tensor([state.P.shape[0], rows, len(taps)], dtype=torch.int64)
         dist.send(header, dst=self.index + 1)
         dist.send(torch.from_numpy(body.view(np.uint8).copy()), dst=self.index + 1)
@@ -152,34 +161,35 @@ class Stage:
         body = torch.zeros(2 * T * H * (1 + rows + len(self.incoming_taps)), dtype=torch.uint8)
         dist.recv(body, src=self.index - 1)
         values = torch.from_numpy(sd.from_bf16_bits(body.numpy().view(np.uint16)).copy())
+        values = values.to(self.device)
         hidden, rest = values[:T * H].view(T, H), values[T * H:]
-        bank = torch.zeros(T, cfg.num_blocks, H)
+        bank = torch.zeros(T, cfg.num_blocks, H, device=self.device)
         bank[:, :rows] = rest[:T * rows * H].view(T, rows, H)
         aux = rest[T * rows * H:].view(len(self.incoming_taps), T, H)
         taps = {k: aux[i] for i, k in enumerate(self.incoming_taps)}
         # P = hidden and an explicit zero delta, unless the first layer writes a block.
         delta = None
         if not cfg.is_block_write(self.begin) and not self.flags["bug_no_zero_delta"]:
-            delta = torch.zeros(T, H)
+            delta = torch.zeros(T, H, device=self.device)
         return k3.Residual(hidden, delta, bank), taps
 
     # -- one forward ----------------------------------------------------------------------
 
     def forward(self, f, ids):
-        """Runs this stage's part of forward f; returns (records, events, next_tokens)."""
+        """Runs this stage's part of forward f, recording its tensors (`records()`);
+        returns (events, next_tokens)."""
         cfg = self.cfg
         T = len(ids)
-        records = []
         base = f"/forward/{f}/"
-
-        def keep(path, value, dtype):
-            records.append((path, sd.as_array(value, dtype)[0], dtype))
+        keep = self.recorder.keep
 
         with sd.recording(sd.DispatchTrace(stage=self.index)) as trace:
             if self.first:
                 keep(base + "input_ids", np.array(ids, np.int32), "int32")
-                P = k3.embed(cfg, self.embed, torch.tensor(ids, dtype=torch.long))
-                state = k3.Residual(P, None, torch.zeros(T, cfg.num_blocks, cfg.hidden_size))
+                P = k3.embed(cfg, self.embed,
+                             torch.tensor(ids, dtype=torch.long, device=self.device))
+                state = k3.Residual(P, None, torch.zeros(T, cfg.num_blocks, cfg.hidden_size,
+                                                         device=self.device))
                 taps = {0: P} if 0 in CAPTURE_IDS else {}
             else:
                 state, taps = self.receive(T)
@@ -207,7 +217,15 @@ class Stage:
                 for k in sorted(taps):
                     keep(f"{base}taps/{k}", taps[k], "bfloat16")
                 keep(base + "next_tokens", next_tokens.to(torch.int32), "int32")
-        return records, list(trace.events), next_tokens
+        self.recorder.flush()
+        return list(trace.events), next_tokens
+
+    def records(self):
+        """{forward: [(path, numpy array, dtype)]}, in the order recorded."""
+        out = {}
+        for path, array, dtype in self.recorder.take():
+            out.setdefault(int(path.split("/")[2]), []).append((path, array, dtype))
+        return out
 
     def read_tap(self, state, k):
         cfg = self.cfg
@@ -231,7 +249,7 @@ class Stage:
             e = self.drafter_embed[x][None]
             h = k3.bf16(e * torch.rsqrt((e * e).mean(-1, keepdim=True) + cfg.rms_norm_eps))
             logits = h @ self.weights["lm_head.weight"].t()
-            x = int(np.argmax(logits[0].numpy()))
+            x = int(np.argmax(logits[0].cpu().numpy()))
             out.append(x)
         return out
 
@@ -256,16 +274,16 @@ def stage_main(rank, bounds, port, args):
     cfg = k3.Config()
     flags = {"bug_no_zero_delta": args.bug_no_zero_delta,
              "bug_prefix_tap": args.bug_prefix_tap}
-    stage = Stage(cfg, args.seed, rank, bounds, flags)
+    stage = Stage(cfg, args.seed, rank, bounds, flags, args.device)
     last = pp - 1
     forwards = []  # (f, kind, first_position, tokens)
-    records, events = {}, {}
+    events = {}
     spec = sd.SpecRecord(GAMMA)
 
     def run_forward(ids, kind):
         f = len(forwards)
         forwards.append((f, kind, 0, len(ids)))
-        records[f], events[f], nt = stage.forward(f, ids)
+        events[f], nt = stage.forward(f, ids)
         return nt
 
     seq = prompt_ids(cfg, args.seed)
@@ -289,6 +307,7 @@ def stage_main(rank, bounds, port, args):
         emitted += proposals[:a] + [bonus]
     spec.set_emitted(0, emitted)
 
+    records = stage.records()
     if args.per_stage_write:
         write_part(args, cfg, bounds, stage, forwards, records, events, spec)
         dist.destroy_process_group()
@@ -316,9 +335,12 @@ def dump_header(args, cfg, bounds):
     producer = {"name": "examples/torch_pp", "version": sd.__version__,
                 "flags": [f for f in ("bug_no_zero_delta", "bug_prefix_tap")
                           if getattr(args, f)]}
-    env = {"device": "cpu", "torch": torch.__version__, "threads": 1}
+    env = {"device": args.device, "torch": torch.__version__, "threads": 1}
+    if args.device == "cuda":
+        env["gpu"] = torch.cuda.get_device_name()
     return dict(scenario=scenario_text, scenario_sha256=scenario_sha,
-                model_sha256=cfg.identity(args.seed), partition=partition, backend="torch-cpu",
+                model_sha256=cfg.identity(args.seed), partition=partition,
+                backend=f"torch-{args.device}",
                 producer=producer, env=env, level="layer")
 
 
@@ -367,15 +389,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _stage_entry(rank, bounds, port, args):
-    try:
-        stage_main(rank, bounds, port, args)
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
-
-
 def main(argv=None):
     args = parse_args(argv if argv is not None else sys.argv[1:])
     try:
@@ -394,34 +407,17 @@ def main(argv=None):
     return run_stages(args, bounds)
 
 
+def _stage_entry(rank, payload):
+    stage_main(rank, *payload)
+
+
 def run_stages(args, bounds, assemble=False):
     port = free_port()
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_stage_entry, args=(r, bounds, port, args))
-             for r in range(len(bounds) - 1)]
-    for p in procs:
-        p.start()
-    failed = None
-    waiting = {p.sentinel: r for r, p in enumerate(procs)}
-    while waiting and failed is None:  # the first stage to fail stops the others
-        for sentinel in multiprocessing.connection.wait(list(waiting)):
-            r = waiting.pop(sentinel)
-            procs[r].join()
-            if procs[r].exitcode != 0 and failed is None:
-                failed = r
-    if failed is not None:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join()
-        print(f"run.py: stage {failed} failed (exit {procs[failed].exitcode})", file=sys.stderr)
+    if sd.run_stage_processes(_stage_entry, (bounds, port, args), len(bounds) - 1, "run.py"):
         return 1
-    for p in procs:
-        p.join()
     if assemble:
         try:
-            sd.assemble([part_path(args, r) for r in range(len(procs))], args.out)
+            sd.assemble([part_path(args, r) for r in range(len(bounds) - 1)], args.out)
         except sd.AssembleError as e:
             print(f"run.py: {e}", file=sys.stderr)
             return 1

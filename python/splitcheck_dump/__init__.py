@@ -19,6 +19,8 @@ from .dispatch import KERNELS, SITES, DispatchEvent, DispatchTrace, dispatch, re
 from .hooks import bf16_bits, record_forward_hooks
 from .parts import PART_FORMAT, PART_FORMAT_VERSION, AssembleError, PartWriter, assemble
 from .placement import StagePlacement, storage_of
+from .processes import run_stage_processes
+from .recorder import TensorRecorder
 from .reader import CorruptDump, DatasetInfo, DumpReader, FormatError, UnsupportedFormatVersion
 from .spec import SpecRecord
 from .version import FORMAT, FORMAT_VERSION, SUPPORTED_FORMAT_VERSIONS, __version__
@@ -29,8 +31,10 @@ __all__ = [
     "CorruptDump", "DEFAULT_VOLATILE", "DatasetInfo", "DispatchEvent", "DispatchTrace",
     "DumpReader", "DumpWriter", "FORMAT", "FORMAT_VERSION", "FormatError", "KERNELS",
     "LAYER_SITES", "SITES", "SUPPORTED_FORMAT_VERSIONS", "SpecRecord", "StagePlacement",
+    "TensorRecorder",
     "UnsupportedFormatVersion", "__version__", "as_array", "bf16_bits", "differing_datasets",
     "dispatch",
-    "from_bf16_bits", "record_forward_hooks", "recording", "storage_of", "to_bf16_bits",
+    "from_bf16_bits", "record_forward_hooks", "recording", "run_stage_processes", "storage_of",
+    "to_bf16_bits",
     "xxh64", "xxh3_64",
 ]

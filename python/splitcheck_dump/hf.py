@@ -40,12 +40,8 @@ import dataclasses
 import functools
 import importlib.util
 import inspect
-import multiprocessing
-import multiprocessing.connection
-import os
 import socket
 import sys
-import traceback
 
 import numpy as np
 import torch
@@ -53,7 +49,9 @@ import torch.distributed as dist
 
 from .dispatch import DispatchEvent, DispatchTrace
 from .placement import StagePlacement
-from .writer import DumpWriter, as_array
+from .processes import run_stage_processes
+from .recorder import TensorRecorder
+from .writer import DumpWriter
 
 
 def _missing_transformers(why):
@@ -200,7 +198,10 @@ class PipelineStage:
         self.dtype = next(self.layers[0].parameters()).dtype
         self.cache = new_cache(self.config)
         self.seen = 0  # tokens the stage's cache holds
-        self._forward, self._records, self._events = None, None, None
+        # Tensors stay on the device until the run ends (one conversion and one
+        # asynchronous copy to the host per forward): recording never waits for the GPU.
+        self.recorder = TensorRecorder()
+        self._forward, self._events = None, None
         self._install_hooks()
 
     def modules(self):
@@ -218,9 +219,16 @@ class PipelineStage:
     # -- recording ------------------------------------------------------------------------
 
     def _keep(self, path, value, dtype):
-        if self._records is not None:
-            self._records.append((f"/forward/{self._forward}/{path}",
-                                  as_array(value, dtype)[0], dtype))
+        if self._forward is not None:
+            self.recorder.keep(f"/forward/{self._forward}/{path}", value, dtype)
+
+    def records(self):
+        """{forward: [(path, numpy array, dtype)]} of every recorded forward, in the order
+        recorded; waits for the copies to the host and forgets them."""
+        out = {}
+        for path, array, dtype in self.recorder.take():
+            out.setdefault(int(path.split("/")[2]), []).append((path, array, dtype))
+        return out
 
     def _event(self, op, variant, layer, site):
         if self._events is not None:
@@ -254,12 +262,12 @@ class PipelineStage:
     # -- one forward ----------------------------------------------------------------------
 
     @torch.no_grad()
-    def forward(self, f, x):
+    def forward(self, f, x, record=True):
         """Forward f on this stage. x: the token ids (first stage) or the hidden states
         [1, T, H] received. Returns (hidden states, or the next tokens on the last stage;
-        the records [(path, array, dtype)]; the dispatch events [(op, variant, layer,
-        site)])."""
-        self._forward, self._records, self._events = f, [], []
+        the dispatch events [(op, variant, layer, site)]). Its tensors are recorded (see
+        `records()`) unless `record` is false."""
+        self._forward, self._events = (f if record else None), []
         try:
             if self.first:
                 self._keep("input_ids", np.asarray(x, np.int32), "int32")
@@ -289,9 +297,10 @@ class PipelineStage:
                 next_tokens = logits.argmax(-1)  # the first index among equal maxima
                 self._keep("next_tokens", next_tokens.to(torch.int32), "int32")
                 out = [int(t) for t in next_tokens.cpu().tolist()]
-            return out, self._records, self._events
+            return out, self._events
         finally:
-            self._forward, self._records, self._events = None, None, None
+            self.recorder.flush()
+            self._forward, self._events = None, None
 
 
 # -- the handoff at a cut ------------------------------------------------------------------
@@ -366,13 +375,13 @@ def stage_main(rank, plan):
     model = plan.build_model(rank)
     stage = PipelineStage(model, rank, plan.bounds, device, plan.stage_options(rank))
     del model  # the stage keeps only its own modules
-    forwards, records, events, emitted = [], {}, {}, []
+    forwards, events, emitted = [], {}, []
     ids = list(plan.prompt)
     for f in range(plan.new_tokens):
         first_position = 0 if f == 0 else len(plan.prompt) + f - 1
         forwards.append((f, "prefill" if f == 0 else "decode", first_position, len(ids)))
         x = ids if stage.first else recv_hidden(rank - 1, stage.dtype)
-        out, records[f], events[f] = stage.forward(f, x)
+        out, events[f] = stage.forward(f, x)
         if not stage.last:
             send_hidden(out, rank + 1, stage.options.handoff_dtype)
         token = torch.tensor([out[-1] if stage.last else 0], dtype=torch.int64)
@@ -380,7 +389,7 @@ def stage_main(rank, plan):
             dist.broadcast(token, src=pp - 1)
         emitted.append(int(token.item()))
         ids = [emitted[-1]]
-    mine = {"records": records, "events": events,
+    mine = {"records": stage.records(), "events": events,
             "placement": stage.placement().attributes(), "env": environment(device)}
     gathered = [None] * pp if rank == pp - 1 else None
     dist.gather_object(mine, gathered, dst=pp - 1)
@@ -446,15 +455,6 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _entry(rank, plan):
-    try:
-        stage_main(rank, plan)
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
-
-
 def launch(plan):
     """Runs the plan's stages as forked processes; 0 when every stage finished (the dump
     is written), 1 when one failed (the others are stopped; no dump).
@@ -463,24 +463,4 @@ def launch(plan):
     forking is safe with CUDA: this process does not even import transformers."""
     check_transformers()
     plan.port = plan.port or _free_port()
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_entry, args=(r, plan)) for r in range(len(plan.bounds) - 1)]
-    for p in procs:
-        p.start()
-    failed = None
-    waiting = {p.sentinel: r for r, p in enumerate(procs)}
-    while waiting and failed is None:  # the first stage to fail stops the others
-        for sentinel in multiprocessing.connection.wait(list(waiting)):
-            r = waiting.pop(sentinel)
-            procs[r].join()
-            if procs[r].exitcode != 0 and failed is None:
-                failed = r
-    for p in procs:
-        if failed is not None and p.is_alive():
-            p.terminate()
-        p.join()
-    if failed is not None:
-        print(f"splitcheck_dump.hf: stage {failed} failed (exit {procs[failed].exitcode})",
-              file=sys.stderr)
-        return 1
-    return 0
+    return run_stage_processes(stage_main, plan, len(plan.bounds) - 1, "splitcheck_dump.hf")

@@ -1,0 +1,114 @@
+"""TensorRecorder: tensors kept while a forward runs, converted and copied to the host in
+one batch per flush, so that recording does not stall the forward it records.
+
+`as_array` on a CUDA tensor converts it and waits for its copy to the host: one
+synchronisation per tensor, dozens per forward. The recorder instead keeps a copy of each
+CUDA tensor on its device (one kernel, so a later in-place update cannot change what was
+recorded); `flush()`, once per forward, converts everything kept since the last flush with
+one conversion per dtype and starts one asynchronous copy per dtype into pinned host
+memory; `take()`, once per run, waits for the copies and returns the arrays. CPU tensors,
+numpy arrays and lists go through `as_array` when kept. The values are the ones
+`as_array` gives, bit for bit (the same conversion, `torch_bf16_bits`).
+"""
+
+from . import _encoding
+from .writer import _DTYPES, as_array
+
+
+class TensorRecorder:
+    """keep(path, value, dtype) while a forward runs; flush() at its end; take() at the
+    end of the run: [(path, numpy array, dtype)] in the order kept."""
+
+    def __init__(self):
+        self._entries = []  # [path, dtype, shape, array | (batch, group, offset, count)]
+        self._pending = {}  # group -> [flat device tensors] not yet flushed
+        self._pending_entries = []  # (entry, group, flat tensor)
+        self._batches = []  # [(event or None, {group: host numpy array})]
+
+    def keep(self, path, value, dtype):
+        """Records `value` under `path` as `dtype` ("bfloat16", "float32" or "int32")."""
+        if dtype not in _DTYPES:
+            raise ValueError(f"{path}: unsupported dtype {dtype!r}; known: {', '.join(_DTYPES)}")
+        group = _device_group(value, dtype)
+        if group is None:
+            self._entries.append([path, dtype, None, as_array(value, dtype, path)[0]])
+            return
+        import torch
+
+        t = value.detach()
+        flat = t.reshape(-1).to(torch.float32, copy=True) if group in ("bf16", "f32") else \
+            t.reshape(-1).clone()
+        entry = [path, dtype, tuple(t.shape), None]
+        self._entries.append(entry)
+        self._pending.setdefault(group, []).append(flat)
+        self._pending_entries.append((entry, group, flat))
+
+    def flush(self):
+        """Starts converting and copying to the host what was kept since the last flush;
+        does not wait for it."""
+        if not self._pending_entries:
+            return
+        import torch
+
+        hosts, offsets, event = {}, {}, None
+        for group, flats in self._pending.items():
+            device_flat = torch.cat(flats) if len(flats) > 1 else flats[0]
+            if group == "bf16":
+                device_flat = _encoding.torch_bf16_bits(device_flat)
+            host = torch.empty(device_flat.shape, dtype=device_flat.dtype, pin_memory=True)
+            host.copy_(device_flat, non_blocking=True)
+            hosts[group] = host
+            offsets[group] = 0
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(device_flat.device))
+        batch = len(self._batches)
+        self._batches.append((event, hosts))
+        for entry, group, flat in self._pending_entries:
+            n = flat.numel()
+            entry[3] = (batch, group, offsets[group], n)
+            offsets[group] += n
+        self._pending, self._pending_entries = {}, []
+
+    def take(self):
+        """Waits for every copy; returns [(path, numpy array, dtype)] in the order kept and
+        forgets them."""
+        self.flush()
+        views = {}
+        for i, (event, hosts) in enumerate(self._batches):
+            if event is not None:
+                event.synchronize()
+            views[i] = {g: _host_view(g, h) for g, h in hosts.items()}
+        out = []
+        for path, dtype, shape, where in self._entries:
+            if isinstance(where, tuple):
+                batch, group, offset, n = where
+                where = views[batch][group][offset:offset + n].reshape(shape)
+            out.append((path, where, dtype))
+        self._entries, self._batches = [], []
+        return out
+
+
+def _device_group(value, dtype):
+    """The batch a CUDA tensor joins ("bf16": converted to bf16 bits at the flush; "f32";
+    "i32"), or None: converted by as_array when kept (bf16 tensors, whose bits are taken
+    as they are, and values as_array must check or convert)."""
+    if not _encoding._is_tensor(value) or value.device.type != "cuda":
+        return None
+    import torch
+
+    if dtype == "bfloat16" and value.dtype == torch.bfloat16:
+        return None  # as_array takes its bits as they are: no conversion to batch
+    if dtype == "bfloat16" and value.is_floating_point():
+        return "bf16"
+    if dtype == "float32" and value.dtype == torch.float32:
+        return "f32"
+    if dtype == "int32" and value.dtype == torch.int32:
+        return "i32"
+    return None  # converted (and checked) by as_array
+
+
+def _host_view(group, host):
+    import numpy as np
+
+    a = host.numpy()
+    return a.view(np.uint16) if group == "bf16" else a

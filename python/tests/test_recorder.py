@@ -1,0 +1,75 @@
+"""TensorRecorder: what it returns equals as_array's conversion of the same values bit
+for bit, in the order kept, on the CPU and (where there is one) on a GPU, where a kept
+tensor updated in place afterwards is still recorded as it was when kept."""
+
+import numpy as np
+import pytest
+
+import splitcheck_dump as sd
+
+torch = pytest.importorskip("torch")
+
+
+def special_floats():
+    """Random values and the awkward ones: ties, Inf, zeros, subnormals, NaNs with payloads
+    and signs (one of each class, then 4096 random patterns)."""
+    bits = np.array([0x3F808000, 0x3F818000, 0x7F800000, 0xFF800000, 0, 0x80000000, 1,
+                     0x7FC00001, 0xFFA12345, 0x7F812345, 0x7F7FFFFF], dtype=np.uint32)
+    rng = np.random.default_rng(53)
+    return np.concatenate([bits, rng.integers(0, 1 << 32, 4096, dtype=np.uint32)]).view(
+        np.float32)
+
+
+def records(device):
+    """(path, value, dtype) of every kind the recorder handles, on `device`."""
+    x = torch.from_numpy(special_floats()).to(device)
+    return [
+        ("/forward/0/a", x, "bfloat16"),
+        ("/forward/0/ids", torch.arange(7, dtype=torch.int32, device=device), "int32"),
+        ("/forward/0/logits", x[:64].reshape(8, 8), "float32"),
+        ("/forward/0/h", x[:4096].to(torch.float16).reshape(-1, 2)[:5], "bfloat16"),
+        ("/forward/0/b", x.to(torch.bfloat16), "bfloat16"),
+        ("/forward/0/list", [1, 2, 3], "int32"),
+        ("/forward/1/wide", torch.arange(4, dtype=torch.int64, device=device), "int32"),
+        ("/forward/1/f64", x[:16].double(), "float32"),
+    ]
+
+
+def check_against_as_array(device):
+    rec = sd.TensorRecorder()
+    want = []
+    for i, (path, value, dtype) in enumerate(records(device)):
+        want.append((path, sd.as_array(value, dtype, path)[0], dtype))
+        rec.keep(path, value, dtype)
+        if i == 4:
+            rec.flush()  # two batches
+    got = rec.take()
+    assert [(p, d) for p, _, d in got] == [(p, d) for p, _, d in want]
+    for (path, g, _), (_, w, _) in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, path
+        assert np.array_equal(g.view(np.uint8), w.view(np.uint8)), path
+    assert rec.take() == []
+
+
+def test_cpu_values_equal_as_array():
+    check_against_as_array("cpu")
+
+
+def test_unknown_dtype_and_unholdable_values_are_refused():
+    rec = sd.TensorRecorder()
+    with pytest.raises(ValueError, match="/x: unsupported dtype 'float16'"):
+        rec.keep("/x", torch.zeros(2), "float16")
+    with pytest.raises(ValueError, match="/y"):
+        rec.keep("/y", torch.tensor([2 ** 40]), "int32")
+
+
+def test_cuda_values_equal_as_array_and_are_kept_as_they_were():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the device batch is not exercised here")
+    check_against_as_array("cuda")
+    rec = sd.TensorRecorder()
+    x = torch.ones(1000, device="cuda")
+    rec.keep("/forward/0/x", x, "bfloat16")
+    x.mul_(3)  # after keep, before the flush: the record holds the ones
+    [(_, got, _)] = rec.take()
+    assert np.array_equal(got, sd.to_bf16_bits(np.ones(1000, np.float32)))
