@@ -16,6 +16,11 @@
 #   GPU_CHECK_ONLY=sweep-k3-shape / =k3-shape-forward / =properties-k3-shape   (one of them;
 #   k3-shape-forward-no-side: the forward with SPLITCHECK_CUDA_SIDE_STREAM=0)
 #   GPU_CHECK_ONLY=serving-cuda scripts/gpu-check.sh   (build + the serving tests and sweeps only)
+# External engines on the GPU, through the runner protocol (needs python3 with torch and
+# transformers; about 7 minutes on one H100, the build only the splitcheck binary):
+#   GPU_CHECK_ONLY=external scripts/gpu-check.sh   (examples/torch_pp on CUDA, clean and its
+#   two bugs; examples/hf_pp on Llama and DeepSeek-V3, clean and its four bugs; PyTorch's
+#   pipelining, GPipe, 1F1B, full-batch PP=1; what recording costs a decode step)
 # Libraries missing on the machine (xtensor, xtl, libxxhash) are taken from .xt/ when it
 # holds Debian's packages unpacked (dpkg -x). Exit 0 when every step passed, else 1.
 set -uo pipefail

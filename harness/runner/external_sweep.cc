@@ -24,6 +24,7 @@
 #include "harness/runner/interrupt.h"
 #include "harness/verdict/checks.h"
 #include "harness/verdict/faults.h"
+#include "harness/verdict/judge.h"
 
 namespace splitcheck {
 namespace {
@@ -148,32 +149,28 @@ Result<LoadedDump> load_dump(const std::string& path, bool reference = false) {
   return d;
 }
 
-void fail_check(CaseResult& c, const std::string& check, const std::string& message) {
-  if (std::find(c.failed_checks.begin(), c.failed_checks.end(), check) == c.failed_checks.end())
-    c.failed_checks.push_back(check);
-  if (c.verdict == Verdict::kPass) {
-    c.verdict = Verdict::kDiverged;
-    c.message = message;
-  } else {
-    c.message += c.message.empty() ? message : "; " + message;
-  }
-}
-
-// partition, embedding and memory from what the case's dump says its stages hold.
-void judge_stages(const std::vector<std::string>& selected, const LoadedDump& pp1,
-                  const LoadedDump& d, CaseResult& c) {
+// The embedding and memory checks' evidence in what the case's dump says its stages hold:
+// what it shows wrong (for the judge, in in.stage_failures), what it cannot show
+// (in.not_judged) and whether a selected stage check was judged (in.stages_judged).
+void stage_findings(const std::vector<std::string>& selected, const LoadedDump& pp1,
+                    const LoadedDump& d, JudgeInput& in) {
   auto wanted = [&](const char* check) {
     return std::find(selected.begin(), selected.end(), check) != selected.end();
+  };
+  auto fail_check = [&](const char* check, std::string message) {
+    in.stage_failures.push_back({check, std::move(message)});
   };
   for (const char* check : kStageChecks) {
     if (!wanted(check)) continue;
     const bool memory = std::string(check) == "memory";
     if (d.stages.empty())
-      c.not_judged.push_back({check, "its dump carries no /stages"});
+      in.not_judged.push_back({check, "its dump carries no /stages"});
     else if (memory && !(d.stage_bytes && pp1.stage_bytes))
-      c.not_judged.push_back({check, pp1.stage_bytes
-                                         ? "its /stages carry no parameter_bytes"
-                                         : "the PP=1 dump's /stages carry no parameter_bytes"});
+      in.not_judged.push_back({check, pp1.stage_bytes
+                                          ? "its /stages carry no parameter_bytes"
+                                          : "the PP=1 dump's /stages carry no parameter_bytes"});
+    else
+      in.stages_judged = true;
   }
   if (d.stages.empty()) return;
   if (wanted("embedding")) {
@@ -181,17 +178,17 @@ void judge_stages(const std::vector<std::string>& selected, const LoadedDump& pp
     for (size_t s = 0; s < d.stages.size(); ++s) {
       const std::string& e = d.stages[s].embedding;
       if (s == 0 && e != "real")
-        fail_check(c, "embedding",
+        fail_check("embedding",
                    fmt::format("embedding: stage 0 holds \"{}\", not the real "
                                "embedding",
                                e));
       if (s > 0 && e == "real")
-        fail_check(c, "embedding",
+        fail_check("embedding",
                    fmt::format("embedding: stage {} holds a real embedding "
                                "(only the first stage does)",
                                s));
       if (s > 0 && e == "copy-for-drafter" && !drafter)
-        fail_check(c, "embedding",
+        fail_check("embedding",
                    fmt::format("embedding: stage {} holds a copy for a drafter, "
                                "but no drafter ran (no /spec)",
                                s));
@@ -199,13 +196,13 @@ void judge_stages(const std::vector<std::string>& selected, const LoadedDump& pp
       // "none": no drafter runs beside this stage (docs/dump-format.md).
       if (auto it = text.find("drafter_embedding");
           it != text.end() && it->second != "target" && it->second != "none")
-        fail_check(c, "embedding",
+        fail_check("embedding",
                    fmt::format("embedding: the drafter on stage {} uses the "
                                "\"{}\" embedding, not the target's",
                                s, it->second));
       if (auto it = text.find("drafter_same_object_as_target");
           it != text.end() && it->second == "0")
-        fail_check(c, "embedding",
+        fail_check("embedding",
                    fmt::format("embedding: the drafter on stage {} uses a copy, "
                                "not the target's embedding object",
                                s));
@@ -216,19 +213,12 @@ void judge_stages(const std::vector<std::string>& selected, const LoadedDump& pp
     for (const StageHoldings& h : d.stages) held += h.parameter_bytes;
     for (const StageHoldings& h : pp1.stages) pp1_held += h.parameter_bytes;
     if (held < pp1_held)
-      fail_check(c, "memory",
+      fail_check("memory",
                  fmt::format("memory: the stages hold {} parameter bytes, {} fewer "
                              "than PP=1's {} (weights not loaded)",
                              held, pp1_held - held, pp1_held));
   }
 }
-
-// What a dump shows of the partition its engine ran (DESIGN.md, "External engines").
-struct PartitionEvidence {
-  std::vector<std::string> contradictions;  // what shows another partition ran
-  std::string missing;                      // what is absent (no /stages); empty when shown
-  bool shown() const { return contradictions.empty() && missing.empty(); }
-};
 
 // Judges `d` against the partition asked (`part`, over `layers` layers): its /stages must
 // hold one range per stage, equal to the partition's; its root `partition` attribute, when
@@ -314,42 +304,6 @@ std::vector<std::string> judged_dataset_checks(const std::vector<std::string>& s
     not_judged.push_back({c, "the PP=1 dump carries " + what});
   }
   return judged;
-}
-
-// A pass needs the evidence of the partition: a dump that shows another partition ran
-// fails the `partition` check (named first); one that shows none (or whose PP=1 shows none)
-// is unproven unless the scenario waives the evidence, which the case then says.
-void apply_evidence(const PartitionEvidence& ev, const std::string& pp1_unproven,
-                    const std::string& waived, CaseResult& c) {
-  if (!ev.contradictions.empty()) {
-    const std::string what = fmt::format("partition not run as asked ({}): {}", c.layout,
-                                         fmt::join(ev.contradictions, "; "));
-    if (std::find(c.failed_checks.begin(), c.failed_checks.end(), "partition") ==
-        c.failed_checks.end())
-      c.failed_checks.insert(c.failed_checks.begin(), "partition");
-    c.message = c.verdict == Verdict::kPass ? what : what + "; " + c.message;
-    c.verdict = Verdict::kDiverged;
-    c.evidence = "contradicted";
-    return;
-  }
-  std::vector<std::string> missing;
-  if (!pp1_unproven.empty()) missing.push_back(pp1_unproven);
-  if (!ev.missing.empty()) missing.push_back("this split point: " + ev.missing);
-  if (missing.empty()) {
-    c.evidence = "shown";
-    return;
-  }
-  if (!waived.empty()) {
-    c.evidence = "waived";
-    c.message += fmt::format("; partition evidence WAIVED ({})", waived);
-    return;
-  }
-  c.evidence = "missing";
-  c.not_judged.push_back({"partition", fmt::format("{}", fmt::join(missing, "; "))});
-  if (c.verdict != Verdict::kPass) return;  // a divergence stands without it
-  c.verdict = Verdict::kUnproven;
-  c.message = fmt::format("unproven: {}; not a pass without the evidence of the partition ({})",
-                          fmt::join(missing, "; "), c.message);
 }
 
 std::string make_work_dir(const std::string& requested) {
@@ -623,30 +577,17 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
             for (std::string& p : file_identity_problems(
                      c.dump, *d, e.golden.empty() ? pp1_dump : e.golden, pp1, part.stages()))
               ev.contradictions.insert(ev.contradictions.begin(), std::move(p));
-            bool judged_any = !dataset_checks.empty();
-            if (!dataset_checks.empty()) {
-              Status st = compare_records(pp1.record, d->record, c, dataset_checks, kernel_names);
-              if (!st.is_ok()) error(st.message());
-            } else {
-              c.verdict = Verdict::kPass;
-            }
-            if (c.verdict != Verdict::kError) {
-              judge_stages(s.checks, pp1, *d, c);
-              for (const char* check : kStageChecks) {
-                const bool selected =
-                    std::find(s.checks.begin(), s.checks.end(), check) != s.checks.end();
-                const bool not_here =
-                    std::any_of(c.not_judged.begin(), c.not_judged.end(),
-                                [&](const NotJudged& n) { return n.check == check; });
-                judged_any |= selected && !not_here;
-              }
-              if (!judged_any)
-                error("nothing judged: the dumps give no evidence for any check");
-              else if (c.verdict == Verdict::kPass && dataset_checks.empty())
-                c.message = "passed every check its dump gives evidence for";
-              if (c.verdict != Verdict::kError)
-                apply_evidence(ev, pp1_unproven, e.evidence_waived, c);
-            }
+            JudgeInput in;
+            in.pp1 = &pp1.record;
+            in.candidate = &d->record;
+            in.dataset_checks = dataset_checks;
+            in.kernel_names = kernel_names;
+            stage_findings(s.checks, pp1, *d, in);
+            in.require_judgement = true;
+            in.partition = &ev;
+            in.pp1_unproven = pp1_unproven;
+            in.evidence_waived = e.evidence_waived;
+            judge_case(in, c);
           }
         }
       } catch (const std::exception& ex) {

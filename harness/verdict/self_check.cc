@@ -5,7 +5,7 @@
 #include <chrono>
 
 #include "harness/engine/run.h"
-#include "harness/verdict/sweep.h"
+#include "harness/verdict/judge.h"
 
 namespace splitcheck {
 

@@ -214,18 +214,6 @@ struct SweepResult {
 // internal failure); a divergence is a result, not an error.
 Result<SweepResult> run_sweep(const Scenario& scenario, const SweepOptions& options);
 
-// Compares a partitioned run's record with PP=1's, filling the comparison fields of `c`.
-// Only datasets of the named checks (check registry) are compared; empty: every check.
-// `kernel_names`: the names of dispatch kernel codes as the dump declares them (external
-// engines); empty: the kernel registry's.
-Status compare_records(const RunRecord& reference, const RunRecord& candidate, CaseResult& c,
-                       const std::vector<std::string>& checks = {},
-                       const std::vector<std::string>& kernel_names = {});
-
-// The check a dataset of a record belongs to, by its path ("forward/0/taps/7": "taps");
-// empty for what no dataset check compares (stages/, stage_trace/).
-std::string dataset_check(const std::string& path);
-
 // Checks the scenario's `expect` block against the result; a block that cannot be read
 // is itself a failure.
 std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const SweepResult& result);

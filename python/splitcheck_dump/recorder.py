@@ -2,13 +2,19 @@
 one batch per flush, so that recording does not stall the forward it records.
 
 `as_array` on a CUDA tensor converts it and waits for its copy to the host: one
-synchronisation per tensor, dozens per forward. The recorder instead keeps a copy of each
-CUDA tensor on its device (one kernel, so a later in-place update cannot change what was
-recorded); `flush()`, once per forward, converts everything kept since the last flush with
-one conversion per dtype and starts one asynchronous copy per dtype into pinned host
-memory; `take()`, once per run, waits for the copies and returns the arrays. CPU tensors,
-numpy arrays and lists go through `as_array` when kept. The values are the ones
-`as_array` gives, bit for bit (the same conversion, `torch_bf16_bits`).
+synchronisation per tensor, dozens per forward. The recorder instead holds each CUDA
+tensor as it is (no kernel, no copy); `flush()`, once per forward, joins everything kept
+since the last flush into one buffer per dtype, converts it once and starts one
+asynchronous copy per dtype into pinned host memory; `take()`, once per run, waits for the
+copies and returns the arrays. CPU tensors, numpy arrays and lists go through `as_array`
+when kept. The values are the ones `as_array` gives, bit for bit (the same conversion,
+`torch_bf16_bits`).
+
+A tensor updated in place between `keep` and the flush would be recorded with its new
+values: the flush compares each tensor's version counter with the one it had when kept
+and refuses (ValueError naming the path) rather than record what was not there. Work
+queued on the tensor's stream after the flush cannot change the record (the flush's own
+kernels come first).
 """
 
 from . import _encoding
@@ -21,8 +27,8 @@ class TensorRecorder:
 
     def __init__(self):
         self._entries = []  # [path, dtype, shape, array | (batch, group, offset, count)]
-        self._pending = {}  # group -> [flat device tensors] not yet flushed
-        self._pending_entries = []  # (entry, group, flat tensor)
+        self._pending = {}  # group -> [device tensors] not yet flushed
+        self._pending_entries = []  # (entry, group, tensor, its version when kept)
         self._batches = []  # [(event or None, {group: host numpy array})]
 
     def keep(self, path, value, dtype):
@@ -33,15 +39,10 @@ class TensorRecorder:
         if group is None:
             self._entries.append([path, dtype, None, as_array(value, dtype, path)[0]])
             return
-        import torch
-
-        t = value.detach()
-        flat = t.reshape(-1).to(torch.float32, copy=True) if group in ("bf16", "f32") else \
-            t.reshape(-1).clone()
-        entry = [path, dtype, tuple(t.shape), None]
+        entry = [path, dtype, tuple(value.shape), None]
         self._entries.append(entry)
-        self._pending.setdefault(group, []).append(flat)
-        self._pending_entries.append((entry, group, flat))
+        self._pending.setdefault(group, []).append(value)
+        self._pending_entries.append((entry, group, value, value._version))
 
     def flush(self):
         """Starts converting and copying to the host what was kept since the last flush;
@@ -50,11 +51,21 @@ class TensorRecorder:
             return
         import torch
 
+        for entry, _, value, version in self._pending_entries:
+            if value._version != version:
+                raise ValueError(
+                    f"{entry[0]}: the tensor was updated in place after it was kept and before "
+                    f"the flush; keep a copy (tensor.clone()) of a tensor the engine updates")
         hosts, offsets, event = {}, {}, None
-        for group, flats in self._pending.items():
-            device_flat = torch.cat(flats) if len(flats) > 1 else flats[0]
-            if group == "bf16":
-                device_flat = _encoding.torch_bf16_bits(device_flat)
+        for group, values in self._pending.items():
+            with torch.no_grad():
+                # One dtype per buffer: the bf16 group's other float inputs become float32
+                # first, as torch_bf16_bits would make them one by one.
+                flats = [v.detach().reshape(-1) if v.dtype in (torch.float32, torch.int32)
+                         else v.detach().reshape(-1).to(torch.float32) for v in values]
+                device_flat = torch.cat(flats) if len(flats) > 1 else flats[0]
+                if group == "bf16":
+                    device_flat = _encoding.torch_bf16_bits(device_flat)
             host = torch.empty(device_flat.shape, dtype=device_flat.dtype, pin_memory=True)
             host.copy_(device_flat, non_blocking=True)
             hosts[group] = host
@@ -63,8 +74,8 @@ class TensorRecorder:
             event.record(torch.cuda.current_stream(device_flat.device))
         batch = len(self._batches)
         self._batches.append((event, hosts))
-        for entry, group, flat in self._pending_entries:
-            n = flat.numel()
+        for entry, group, value, _ in self._pending_entries:
+            n = value.numel()
             entry[3] = (batch, group, offsets[group], n)
             offsets[group] += n
         self._pending, self._pending_entries = {}, []

@@ -1,6 +1,7 @@
 """TensorRecorder: what it returns equals as_array's conversion of the same values bit
-for bit, in the order kept, on the CPU and (where there is one) on a GPU, where a kept
-tensor updated in place afterwards is still recorded as it was when kept."""
+for bit, in the order kept, on the CPU and (where there is one) on a GPU, where a tensor
+updated in place after its flush is recorded as it was, and one updated between keep and
+the flush is refused."""
 
 import numpy as np
 import pytest
@@ -70,6 +71,11 @@ def test_cuda_values_equal_as_array_and_are_kept_as_they_were():
     rec = sd.TensorRecorder()
     x = torch.ones(1000, device="cuda")
     rec.keep("/forward/0/x", x, "bfloat16")
-    x.mul_(3)  # after keep, before the flush: the record holds the ones
+    rec.flush()
+    x.mul_(3)  # after the flush: the record holds the ones
     [(_, got, _)] = rec.take()
     assert np.array_equal(got, sd.to_bf16_bits(np.ones(1000, np.float32)))
+    rec.keep("/forward/1/x", x[:10], "bfloat16")
+    x.add_(1)  # after keep, before the flush: refused, never recorded as 4s
+    with pytest.raises(ValueError, match="/forward/1/x: the tensor was updated in place"):
+        rec.flush()
