@@ -30,6 +30,25 @@ class TensorRecorder:
         self._pending = {}  # group -> [device tensors] not yet flushed
         self._pending_entries = []  # (entry, group, tensor, its version when kept)
         self._batches = []  # [(event or None, {group: host numpy array})]
+        self._arena, self._arena_used = None, 0  # pinned host memory the copies land in
+
+    # Pinned memory is allocated a chunk at a time (at least _ARENA_BYTES) and handed out
+    # in slices: a page-locked allocation costs far more than a decode step's copies, and
+    # none is freed before take().
+    _ARENA_BYTES = 16 << 20
+
+    def _pinned(self, like):
+        """A pinned host tensor of like's shape and dtype, sliced from the arena."""
+        import torch
+
+        nbytes = like.numel() * like.element_size()
+        start = (self._arena_used + 63) // 64 * 64
+        if self._arena is None or start + nbytes > self._arena.numel():
+            self._arena = torch.empty(max(self._ARENA_BYTES, nbytes), dtype=torch.uint8,
+                                      pin_memory=True)
+            start = 0
+        self._arena_used = start + nbytes
+        return self._arena[start:start + nbytes].view(like.dtype).view(like.shape)
 
     def keep(self, path, value, dtype):
         """Records `value` under `path` as `dtype` ("bfloat16", "float32" or "int32")."""
@@ -66,7 +85,7 @@ class TensorRecorder:
                 device_flat = torch.cat(flats) if len(flats) > 1 else flats[0]
                 if group == "bf16":
                     device_flat = _encoding.torch_bf16_bits(device_flat)
-            host = torch.empty(device_flat.shape, dtype=device_flat.dtype, pin_memory=True)
+            host = self._pinned(device_flat)
             host.copy_(device_flat, non_blocking=True)
             hosts[group] = host
             offsets[group] = 0
@@ -96,6 +115,7 @@ class TensorRecorder:
                 where = views[batch][group][offset:offset + n].reshape(shape)
             out.append((path, where, dtype))
         self._entries, self._batches = [], []
+        self._arena, self._arena_used = None, 0
         return out
 
 
