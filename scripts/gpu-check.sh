@@ -133,9 +133,12 @@ grep -E "identical|conformant|divergent|split points" "$log/sweep-k3-tiny-cuda.l
 
 # A fault scenario passes when its sweep ran (exit 0 or 1: a fault is a divergence) and
 # its expect block is met (report.json: expect.failures empty).
+# (Further arguments replace --threads 4: the external engines' --jobs N.)
 sweep_meets_expect() {
   local f="$1" report="$2" rc
-  "$build/splitcheck" sweep "$f" --threads 4 --report "$report"
+  shift 2
+  [[ $# -gt 0 ]] || set -- --threads 4
+  "$build/splitcheck" sweep "$f" "$@" --report "$report"
   rc=$?
   [[ $rc -le 1 ]] || return $rc
   python3 - "$report/report.json" <<'PY'
@@ -434,26 +437,11 @@ for name in sorted(os.listdir(os.path.join(root, "scenarios"))):
     with open(os.path.join(out, name), "w") as f:
         json.dump(s, f, indent=2)
 PY
-external_sweep() {
-  local f="$1" report="$2" rc
-  "$build/splitcheck" sweep "$f" --jobs "$ext_jobs" --report "$report"
-  rc=$?
-  [[ $rc -le 1 ]] || return $rc
-  python3 - "$report/report.json" <<'PY'
-import json, sys
-fails = json.load(open(sys.argv[1])).get("expect", {}).get("failures", [])
-for f in fails:
-    print("expect not met:", f)
-sys.exit(1 if fails else 0)
-PY
-}
-export -f external_sweep
-export ext_jobs
 for f in "$build"/scenarios-external/external-*.json; do
   n="$(basename "$f" .json)"
   detail="every split point against its PP=1, judged by its expect block"
   rm -rf "$log/report-$n"
-  step "$n" 300 bash -c 'external_sweep "$@"' _ "$f" "$log/report-$n"
+  step "$n" 300 bash -c 'sweep_meets_expect "$@"' _ "$f" "$log/report-$n" --jobs "$ext_jobs"
   [[ -f "$log/report-$n/report.json" ]] || continue
   external_rows+=("$(python3 - "$log/report-$n/report.json" "$n" "${rows[-1]}" <<'PY'
 import json, re, sys
