@@ -100,28 +100,38 @@ grep -E "SKIPPED|FAILED" "$log/cuda-tests.log" | head -5
 # The committed scenarios with backend "cuda" (workload paths made absolute). A serving
 # scenario (SPEC 3.4) sweeping every split point keeps 3 of them (4, 13, 24: the fault
 # scenarios' cuts), and expects no batch invariance: CUDA does not promise it (the sweep
-# measures it and prints "N of M requests equal themselves served alone").
-mkdir -p "$build/scenarios-cuda"
-python3 - "$root" "$build/scenarios-cuda" <<'PY'
+# measures it and prints "N of M requests equal themselves served alone"). The external
+# engines' scenarios (external-*, but the CLI's own) go to scenarios-external/ with their
+# cwd made absolute; torch_pp's run every stage on the GPU (--device cuda).
+mkdir -p "$build/scenarios-cuda" "$build/scenarios-external"
+python3 - "$root" "$build/scenarios-cuda" "$build/scenarios-external" <<'PY'
 import json, os, sys
-root, out = sys.argv[1], sys.argv[2]
+root, cuda_out, external_out = sys.argv[1:4]
 for name in sorted(os.listdir(os.path.join(root, "scenarios"))):
     if not name.endswith(".json") or name == "scenario.schema.json":
         continue
     with open(os.path.join(root, "scenarios", name)) as f:
         s = json.load(f)
-    if "serving" in s:
-        expect = s.get("expect", {})
-        expect.pop("batch_invariant", None)
-        parts = s.setdefault("partitions", {})
-        if parts.get("splits", "all") == "all":
-            parts["splits"] = [[4], [13], [24]]
-            if "identical_splits" in expect:
-                expect["identical_splits"] = 3
-    s["backend"] = "cuda"
-    wl = s.get("workload", {})
-    if "file" in wl and not os.path.isabs(wl["file"]):
-        wl["file"] = os.path.join(root, "scenarios", wl["file"])
+    out = cuda_out
+    if name.startswith("external-") and name != "external-self.json":
+        out, e = external_out, s["engine"]
+        e["cwd"] = os.path.normpath(os.path.join(root, "scenarios", e.get("cwd", ".")))
+        if name.startswith("external-torch-pp"):
+            e["command"] = ["python3"] + e["command"][1:] + ["--device", "cuda"]
+            name = name.replace("external-torch-pp", "external-torch-pp-cuda")
+    else:
+        if "serving" in s:
+            expect = s.get("expect", {})
+            expect.pop("batch_invariant", None)
+            parts = s.setdefault("partitions", {})
+            if parts.get("splits", "all") == "all":
+                parts["splits"] = [[4], [13], [24]]
+                if "identical_splits" in expect:
+                    expect["identical_splits"] = 3
+        s["backend"] = "cuda"
+        wl = s.get("workload", {})
+        if "file" in wl and not os.path.isabs(wl["file"]):
+            wl["file"] = os.path.join(root, "scenarios", wl["file"])
     with open(os.path.join(out, name), "w") as f:
         json.dump(s, f, indent=2)
 PY
@@ -420,23 +430,6 @@ fi
 # block; one line each goes to the final table. Then what recording costs a decode step.
 external_rows=()
 ext_jobs="${EXTERNAL_JOBS:-8}"
-mkdir -p "$build/scenarios-external"
-python3 - "$root" "$build/scenarios-external" <<'PY'
-import json, os, sys
-root, out = sys.argv[1], sys.argv[2]
-for name in sorted(os.listdir(os.path.join(root, "scenarios"))):
-    if not name.startswith("external-") or name == "external-self.json":
-        continue
-    with open(os.path.join(root, "scenarios", name)) as f:
-        s = json.load(f)
-    e = s["engine"]
-    e["cwd"] = os.path.normpath(os.path.join(root, "scenarios", e.get("cwd", ".")))
-    if name.startswith("external-torch-pp"):  # the same engine, every stage on the GPU
-        e["command"] = ["python3"] + e["command"][1:] + ["--device", "cuda"]
-        name = name.replace("external-torch-pp", "external-torch-pp-cuda")
-    with open(os.path.join(out, name), "w") as f:
-        json.dump(s, f, indent=2)
-PY
 for f in "$build"/scenarios-external/external-*.json; do
   n="$(basename "$f" .json)"
   detail="every split point against its PP=1, judged by its expect block"

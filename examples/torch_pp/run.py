@@ -222,10 +222,7 @@ class Stage:
 
     def records(self):
         """{forward: [(path, numpy array, dtype)]}, in the order recorded."""
-        out = {}
-        for path, array, dtype in self.recorder.take():
-            out.setdefault(int(path.split("/")[2]), []).append((path, array, dtype))
-        return out
+        return self.recorder.take_by_forward()
 
     def read_tap(self, state, k):
         cfg = self.cfg

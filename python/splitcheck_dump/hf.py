@@ -225,10 +225,7 @@ class PipelineStage:
     def records(self):
         """{forward: [(path, numpy array, dtype)]} of every recorded forward, in the order
         recorded; waits for the copies to the host and forgets them."""
-        out = {}
-        for path, array, dtype in self.recorder.take():
-            out.setdefault(int(path.split("/")[2]), []).append((path, array, dtype))
-        return out
+        return self.recorder.take_by_forward()
 
     def _event(self, op, variant, layer, site):
         if self._events is not None:

@@ -27,7 +27,6 @@ class TensorRecorder:
 
     def __init__(self):
         self._entries = []  # [path, dtype, shape, array | (batch, group, offset, count)]
-        self._pending = {}  # group -> [device tensors] not yet flushed
         self._pending_entries = []  # (entry, group, tensor, its version when kept)
         self._batches = []  # [(event or None, {group: host numpy array})]
         self._arena, self._arena_used = None, 0  # pinned host memory the copies land in
@@ -60,7 +59,6 @@ class TensorRecorder:
             return
         entry = [path, dtype, tuple(value.shape), None]
         self._entries.append(entry)
-        self._pending.setdefault(group, []).append(value)
         self._pending_entries.append((entry, group, value, value._version))
 
     def flush(self):
@@ -75,8 +73,11 @@ class TensorRecorder:
                 raise ValueError(
                     f"{entry[0]}: the tensor was updated in place after it was kept and before "
                     f"the flush; keep a copy (tensor.clone()) of a tensor the engine updates")
+        pending = {}  # group -> [tensors], in the order kept
+        for _, group, value, _ in self._pending_entries:
+            pending.setdefault(group, []).append(value)
         hosts, offsets, event = {}, {}, None
-        for group, values in self._pending.items():
+        for group, values in pending.items():
             with torch.no_grad():
                 # One dtype per buffer: the bf16 group's other float inputs become float32
                 # first, as torch_bf16_bits would make them one by one.
@@ -97,7 +98,7 @@ class TensorRecorder:
             n = value.numel()
             entry[3] = (batch, group, offsets[group], n)
             offsets[group] += n
-        self._pending, self._pending_entries = {}, []
+        self._pending_entries = []
 
     def take(self):
         """Waits for every copy; returns [(path, numpy array, dtype)] in the order kept and
@@ -118,15 +119,30 @@ class TensorRecorder:
         self._arena, self._arena_used = None, 0
         return out
 
+    def take_by_forward(self):
+        """take(), grouped by the forward of each path (/forward/<f>/...):
+        {f: [(path, array, dtype)]}, each list in the order kept."""
+        out = {}
+        for path, array, dtype in self.take():
+            out.setdefault(int(path.split("/")[2]), []).append((path, array, dtype))
+        return out
+
 
 def _device_group(value, dtype):
+    """The batch a CUDA tensor joins, or None: see _group_of."""
+    if not _encoding._is_tensor(value) or value.device.type != "cuda":
+        return None
+    return _group_of(value, dtype)
+
+
+def _group_of(value, dtype):
     """The batch a CUDA tensor joins ("bf16": converted to bf16 bits at the flush; "f32";
     "i32"), or None: converted by as_array when kept (bf16 tensors, whose bits are taken
     as they are, and values as_array must check or convert)."""
-    if not _encoding._is_tensor(value) or value.device.type != "cuda":
-        return None
     import torch
 
+    if not _encoding._is_tensor(value):
+        return None
     if dtype == "bfloat16" and value.dtype == torch.bfloat16:
         return None  # as_array takes its bits as they are: no conversion to batch
     if dtype == "bfloat16" and value.is_floating_point():

@@ -79,3 +79,46 @@ def test_cuda_values_equal_as_array_and_are_kept_as_they_were():
     x.add_(1)  # after keep, before the flush: refused, never recorded as 4s
     with pytest.raises(ValueError, match="/forward/1/x: the tensor was updated in place"):
         rec.flush()
+
+
+class _DoneEvent:
+    """A CUDA event that is done as soon as recorded (the CPU's copies are synchronous)."""
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+def test_the_batch_path_on_the_cpu_with_only_the_device_parts_stood_in(monkeypatch):
+    """Where there is no GPU: CPU tensors take the device batch (join, one conversion per
+    dtype, slices of the arena, offsets back to each record), with plain memory for pinned
+    memory and an event that is done at once; everything else is the recorder's own code."""
+    from splitcheck_dump import recorder
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the real batch path runs in the test above")
+    real_empty = torch.empty
+    monkeypatch.setattr(recorder, "_device_group", lambda v, d: recorder._group_of(v, d))
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
+    monkeypatch.setattr(torch.cuda, "Event", _DoneEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(sd.TensorRecorder, "_ARENA_BYTES", 1024)  # several chunks
+    check_against_as_array("cpu")
+    rec = sd.TensorRecorder()
+    x = torch.ones(8)
+    rec.keep("/forward/2/x", x, "bfloat16")
+    x.add_(1)
+    with pytest.raises(ValueError, match="/forward/2/x: the tensor was updated in place"):
+        rec.flush()
+
+
+def test_take_by_forward_groups_in_the_order_kept():
+    rec = sd.TensorRecorder()
+    for path, value, dtype in records("cpu"):
+        rec.keep(path, value, dtype)
+    got = rec.take_by_forward()
+    assert sorted(got) == [0, 1]
+    assert [p for p, _, _ in got[0]] == [p for p, _, _ in records("cpu") if "/0/" in p]
+    assert [p for p, _, _ in got[1]] == ["/forward/1/wide", "/forward/1/f64"]
