@@ -9,8 +9,9 @@ token is on the host. Three ways, interleaved round by round, on the same model:
   off         the stage's forward with recording off (hooks still fire, nothing kept);
   per-tensor  every tensor converted and copied to the host when it is produced
               (as_array: one wait for the GPU per tensor, the writer's way before);
-  batched     splitcheck_dump.TensorRecorder: a device copy per tensor, one conversion
-              and one asynchronous copy to the host per forward, no wait.
+  batched     splitcheck_dump.TensorRecorder: per forward, one join and one asynchronous
+              copy to the host per kind of tensor, no wait; bf16 bits made on the host
+              when the run's records are taken.
 Two models: the example's tiny one (8 layers, H 64) and a 1B-class shape (8 layers,
 H 2048, FFN 5632, vocab 32000). Prints each way's median step, its cost over `off`
 (target: batched at most 10%), and the wait for the copies at the end of the run.

@@ -1,24 +1,50 @@
-"""TensorRecorder: tensors kept while a forward runs, converted and copied to the host in
-one batch per flush, so that recording does not stall the forward it records.
+"""TensorRecorder: tensors kept while a forward runs, joined and copied to the host in one
+batch per flush, so that recording does not stall the forward it records.
 
 `as_array` on a CUDA tensor converts it and waits for its copy to the host: one
 synchronisation per tensor, dozens per forward. The recorder instead holds each CUDA
 tensor as it is (no kernel, no copy); `flush()`, once per forward, joins everything kept
-since the last flush into one buffer per dtype, converts it once and starts one
-asynchronous copy per dtype into pinned host memory; `take()`, once per run, waits for the
-copies and returns the arrays. CPU tensors, numpy arrays and lists go through `as_array`
-when kept. The values are the ones `as_array` gives, bit for bit (the same conversion,
-`torch_bf16_bits`).
+since the last flush into one device buffer per kind (one C++ call, no Python per tensor)
+and starts one asynchronous copy per kind into pinned host memory; `take()`, once per run,
+waits for the copies and converts on the host what must become bf16 bits, a whole batch at
+a time, with the writer's own conversion (`to_bf16_bits`, at memory speed). A decode step
+is bound by the launches Python makes, so the flush makes as few as it can: no conversion
+kernels on the device, one join, one copy and one event per forward. CPU tensors, numpy
+arrays and lists go through `as_array` when kept. The values are the ones `as_array`
+gives, bit for bit (`to_bf16_bits` is `torch_bf16_bits`'s formula, value for value).
 
 A tensor updated in place between `keep` and the flush would be recorded with its new
 values: the flush compares each tensor's version counter with the one it had when kept
 and refuses (ValueError naming the path) rather than record what was not there. Work
 queued on the tensor's stream after the flush cannot change the record (the flush's own
-kernels come first).
+copies come first).
 """
+
+import numpy as np
 
 from . import _encoding
 from .writer import _DTYPES, as_array
+
+# The kinds a kept CUDA tensor joins, each one device buffer per flush:
+#   "f32>bf16"  a float tensor kept as bfloat16: float32 on the device, bf16 bits made on
+#               the host at take() (float16 and float64 become float32 first, at the flush,
+#               as torch_bf16_bits would make them)
+#   "f32"       a float32 tensor kept as float32
+#   "i32"       an int32 tensor kept as int32
+#   "bf16"      a bfloat16 tensor kept as bfloat16: its bits as they are
+# Anything else (a wider integer kept as int32, float64 kept as float32) goes through
+# as_array when kept, which checks or converts it.
+_KINDS = None
+
+
+def _kinds():
+    global _KINDS
+    if _KINDS is None:
+        import torch
+        _KINDS = {("bfloat16", torch.float32): "f32>bf16", ("bfloat16", torch.float16): "f32>bf16",
+                  ("bfloat16", torch.float64): "f32>bf16", ("float32", torch.float32): "f32",
+                  ("int32", torch.int32): "i32", ("bfloat16", torch.bfloat16): "bf16"}
+    return _KINDS
 
 
 class TensorRecorder:
@@ -26,9 +52,9 @@ class TensorRecorder:
     end of the run: [(path, numpy array, dtype)] in the order kept."""
 
     def __init__(self):
-        self._entries = []  # [path, dtype, shape, array | (batch, group, offset, count)]
-        self._pending_entries = []  # (entry, group, tensor, its version when kept)
-        self._batches = []  # [(event or None, {group: host numpy array})]
+        self._entries = []  # [path, dtype, shape, array | (batch, kind, offset, count)]
+        self._pending_entries = []  # (entry, kind, tensor, its version when kept)
+        self._batches = []  # [(event, {kind: pinned host tensor})]
         self._arena, self._arena_used = None, 0  # pinned host memory the copies land in
 
     # Pinned memory is allocated a chunk at a time (at least _ARENA_BYTES) and handed out
@@ -37,7 +63,7 @@ class TensorRecorder:
     _ARENA_BYTES = 16 << 20
 
     def _pinned(self, like):
-        """A pinned host tensor of like's shape and dtype, sliced from the arena."""
+        """A pinned 1-D host tensor of like's dtype and length, sliced from the arena."""
         import torch
 
         nbytes = like.numel() * like.element_size()
@@ -47,73 +73,67 @@ class TensorRecorder:
                                       pin_memory=True)
             start = 0
         self._arena_used = start + nbytes
-        return self._arena[start:start + nbytes].view(like.dtype).view(like.shape)
+        return self._arena[start:start + nbytes].view(like.dtype)
 
     def keep(self, path, value, dtype):
         """Records `value` under `path` as `dtype` ("bfloat16", "float32" or "int32")."""
-        if dtype not in _DTYPES:
-            raise ValueError(f"{path}: unsupported dtype {dtype!r}; known: {', '.join(_DTYPES)}")
-        group = _device_group(value, dtype)
-        if group is None:
+        kind = _device_kind(value, dtype)
+        if kind is None:
+            if dtype not in _DTYPES:
+                raise ValueError(f"{path}: unsupported dtype {dtype!r}; known: {', '.join(_DTYPES)}")
             self._entries.append([path, dtype, None, as_array(value, dtype, path)[0]])
             return
-        entry = [path, dtype, tuple(value.shape), None]
+        entry = [path, dtype, value.shape, None]
         self._entries.append(entry)
-        self._pending_entries.append((entry, group, value, value._version))
+        self._pending_entries.append((entry, kind, value, value._version))
 
     def flush(self):
-        """Starts converting and copying to the host what was kept since the last flush;
-        does not wait for it."""
+        """Starts copying to the host what was kept since the last flush; does not wait
+        for it."""
         if not self._pending_entries:
             return
         import torch
+        from torch._utils import _flatten_dense_tensors
 
-        for entry, _, value, version in self._pending_entries:
+        pending = {}  # kind -> [tensors], in the order kept
+        for entry, kind, value, version in self._pending_entries:
             if value._version != version:
                 raise ValueError(
                     f"{entry[0]}: the tensor was updated in place after it was kept and before "
                     f"the flush; keep a copy (tensor.clone()) of a tensor the engine updates")
-        pending = {}  # group -> [tensors], in the order kept
-        for _, group, value, _ in self._pending_entries:
-            pending.setdefault(group, []).append(value)
-        hosts, offsets, event = {}, {}, None
-        for group, values in pending.items():
-            with torch.no_grad():
-                # One dtype per buffer: the bf16 group's other float inputs become float32
-                # first, as torch_bf16_bits would make them one by one.
-                flats = [v.detach().reshape(-1) if v.dtype in (torch.float32, torch.int32)
-                         else v.detach().reshape(-1).to(torch.float32) for v in values]
-                device_flat = torch.cat(flats) if len(flats) > 1 else flats[0]
-                if group == "bf16":
-                    device_flat = _encoding.torch_bf16_bits(device_flat)
-            host = self._pinned(device_flat)
-            host.copy_(device_flat, non_blocking=True)
-            hosts[group] = host
-            offsets[group] = 0
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(device_flat.device))
+            if kind == "f32>bf16" and value.dtype != torch.float32:
+                value = value.to(torch.float32)
+            pending.setdefault(kind, []).append(value)
+        hosts = {}
+        with torch.no_grad():
+            for kind, values in pending.items():
+                flat = _flatten_dense_tensors(values)  # one join, in C++
+                hosts[kind] = host = self._pinned(flat)
+                host.copy_(flat, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(flat.device))
         batch = len(self._batches)
         self._batches.append((event, hosts))
-        for entry, group, value, _ in self._pending_entries:
+        offsets = dict.fromkeys(hosts, 0)
+        for entry, kind, value, _ in self._pending_entries:
             n = value.numel()
-            entry[3] = (batch, group, offsets[group], n)
-            offsets[group] += n
+            entry[3] = (batch, kind, offsets[kind], n)
+            offsets[kind] += n
         self._pending_entries = []
 
     def take(self):
         """Waits for every copy; returns [(path, numpy array, dtype)] in the order kept and
         forgets them."""
         self.flush()
-        views = {}
-        for i, (event, hosts) in enumerate(self._batches):
-            if event is not None:
-                event.synchronize()
-            views[i] = {g: _host_view(g, h) for g, h in hosts.items()}
+        views = []
+        for event, hosts in self._batches:
+            event.synchronize()
+            views.append({k: _host_array(k, h) for k, h in hosts.items()})
         out = []
         for path, dtype, shape, where in self._entries:
             if isinstance(where, tuple):
-                batch, group, offset, n = where
-                where = views[batch][group][offset:offset + n].reshape(shape)
+                batch, kind, offset, n = where
+                where = views[batch][kind][offset:offset + n].reshape(shape)
             out.append((path, where, dtype))
         self._entries, self._batches = [], []
         self._arena, self._arena_used = None, 0
@@ -128,34 +148,21 @@ class TensorRecorder:
         return out
 
 
-def _device_group(value, dtype):
-    """The batch a CUDA tensor joins, or None: see _group_of."""
-    if not _encoding._is_tensor(value) or value.device.type != "cuda":
-        return None
-    return _group_of(value, dtype)
+def _device_kind(value, dtype):
+    """The kind a CUDA tensor joins (see _KINDS), or None: converted by as_array when kept."""
+    return _kind_of(value, dtype) if getattr(value, "is_cuda", False) else None
 
 
-def _group_of(value, dtype):
-    """The batch a CUDA tensor joins ("bf16": converted to bf16 bits at the flush; "f32";
-    "i32"), or None: converted by as_array when kept (bf16 tensors, whose bits are taken
-    as they are, and values as_array must check or convert)."""
-    import torch
-
+def _kind_of(value, dtype):
     if not _encoding._is_tensor(value):
         return None
-    if dtype == "bfloat16" and value.dtype == torch.bfloat16:
-        return None  # as_array takes its bits as they are: no conversion to batch
-    if dtype == "bfloat16" and value.is_floating_point():
-        return "bf16"
-    if dtype == "float32" and value.dtype == torch.float32:
-        return "f32"
-    if dtype == "int32" and value.dtype == torch.int32:
-        return "i32"
-    return None  # converted (and checked) by as_array
+    return _kinds().get((dtype, value.dtype))
 
 
-def _host_view(group, host):
-    import numpy as np
-
+def _host_array(kind, host):
+    """A batch's pinned copy of one kind -> the numpy array its records are sliced from."""
+    if kind == "bf16":
+        import torch
+        return host.view(torch.int16).numpy().view(np.uint16)
     a = host.numpy()
-    return a.view(np.uint16) if group == "bf16" else a
+    return _encoding.to_bf16_bits(a) if kind == "f32>bf16" else a
