@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What recording costs a decode step on the GPU, measured in one run.
 
-    python3 examples/hf_pp/bench_recording.py [--steps 48] [--rounds 3] [--device cuda]
+    python3 examples/hf_pp/bench_recording.py [--steps 48] [--rounds 5] [--device cuda]
 
 A transformers Llama runs as one stage (splitcheck_dump.hf.PipelineStage, PP=1): a
 32-token prefill, then greedy decode steps, each timed from its start until its next
@@ -95,7 +95,7 @@ def decode_steps(stage, vocab, steps, mode):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=48)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args(argv)
     hf.require_transformers()

@@ -77,6 +77,7 @@ class TensorRecorder:
 
     def keep(self, path, value, dtype):
         """Records `value` under `path` as `dtype` ("bfloat16", "float32" or "int32")."""
+        # A CUDA tensor of a known kind is only held: no call beyond this line's lookups.
         kind = _device_kind(value, dtype)
         if kind is None:
             if dtype not in _DTYPES:
@@ -150,7 +151,9 @@ class TensorRecorder:
 
 def _device_kind(value, dtype):
     """The kind a CUDA tensor joins (see _KINDS), or None: converted by as_array when kept."""
-    return _kind_of(value, dtype) if getattr(value, "is_cuda", False) else None
+    if not getattr(value, "is_cuda", False):
+        return None
+    return (_KINDS or _kinds()).get((dtype, value.dtype))
 
 
 def _kind_of(value, dtype):
