@@ -102,7 +102,7 @@ void run_variant(std::string_view op, std::string_view variant, void* args);
 // Sees every call run_kernel makes, before the kernel runs, with the registry row it
 // chose and the op's argument struct (kernels/ops.h). One observer at a time (nullptr:
 // none, the default); it must not change the arguments. The approximate lane
-// (harness/verdict/approx_lane.h) uses it to capture the inputs the engine feeds each op.
+// (harness/lanes/approx_lane.h) uses it to capture the inputs the engine feeds each op.
 using KernelObserver = void (*)(void* user, const KernelContext& ctx, int32_t row,
                                 const void* args);
 void set_kernel_observer(KernelObserver observer, void* user);

@@ -440,42 +440,9 @@ std::string serving_table(const nlohmann::json& sv) {
   return out;
 }
 
-}  // namespace
-
-std::string render_html(const nlohmann::json& r) {
-  const nlohmann::json& counts = r["counts"];
-  const nlohmann::json& scenario = obj_field(r, "scenario");
-  const std::string kind = str_field(r, "kind", "sweep");
-  const std::string verdict = str_field(r, "verdict");
-  const std::string name = str_field(scenario, "name");
-  std::string out = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
-  out +=
-      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
-      "'unsafe-inline'; img-src data:\">\n";
-  out += fmt::format("<title>splitcheck {}: {}</title>\n<style>{}</style></head><body>\n",
-                     esc(name), esc(verdict), kStyle);
-  out += fmt::format(
-      "<header><h1>splitcheck {} <code>{}</code></h1>\n<p><span id=\"verdict\" class=\"verdict "
-      "{}\" "
-      "data-verdict=\"{}\" data-exit-code=\"{}\">{}</span></p>\n",
-      esc(str_field(r, "kind", "sweep")), esc(name),
-      esc(r.value("exit_code", 0) != 0 ? std::string("divergent") : verdict), esc(verdict),
-      text_of(r.value("exit_code", nlohmann::json())),
-      esc(verdict == "refused" ? "REFUSED: PP=1 does not reproduce itself; no split point judged"
-          : verdict == "no-data"
-              ? (r.value("exit_code", 0) != 0
-                     ? "NO DATA COMPARED: every split point passed, but its selected checks "
-                       "compared no data"
-                     : "NO DATA COMPARED, as the scenario's expect asks: its selected checks "
-                       "compared no data")
-          : verdict != "conformant" ? "DIVERGENT"
-          : kind == "compare"       ? "CONFORMANT: the dumps are bit-identical"
-          : r.value("exit_code", 0) != 0 && !waiver_failures(r).empty()
-              ? "FAILED: a waiver of this scenario has expired"
-          : r.value("exit_code", 0) != 0
-              ? "FAILED: every split point is bit-identical to PP=1, but the scenario's expect "
-                "is not met"
-              : "CONFORMANT: every split point is bit-identical to PP=1"));
+// The engine's own word on itself (an external engine's), with PP=1's stderr tail.
+std::string html_engine_table(const nlohmann::json& r) {
+  std::string out;
   if (const auto rows = engine_rows(r); !rows.empty()) {
     out += "<table class=\"prov\" id=\"engine\"><tbody>\n";
     for (const auto& [k, v] : rows)
@@ -485,6 +452,13 @@ std::string render_html(const nlohmann::json& r) {
       out += "<tr><td>PP=1 stderr (tail)</td><td><pre>" + esc(tail) + "</pre></td></tr>\n";
     out += "</tbody></table>\n";
   }
+  return out;
+}
+
+// The counts, one cell a verdict (data-count names it).
+std::string html_counts(const nlohmann::json& r) {
+  const nlohmann::json& counts = r["counts"];
+  std::string out;
   out +=
       "<table "
       "id=\"counts\"><thead><tr><th>pass</th><th>diverged</th><th>config-rejected</th><th>error</"
@@ -495,6 +469,14 @@ std::string render_html(const nlohmann::json& r) {
                         "unproven", "interrupted", "total"})
     out += fmt::format("<td class=\"num\" data-count=\"{}\">{}</td>", k, counts.value(k, 0));
   out += "</tr></tbody></table>\n";
+  return out;
+}
+
+// What stands beside the counts: a refused self-check, the scenario's expectations, waived
+// split points and expired waivers, the checks evaluated and those not judged.
+std::string html_gate_notes(const nlohmann::json& r) {
+  const std::string verdict = str_field(r, "verdict");
+  std::string out;
   if (verdict == "refused") {
     const nlohmann::json& sc = obj_field(r, "self_check");
     out += fmt::format(
@@ -541,6 +523,16 @@ std::string render_html(const nlohmann::json& r) {
     for (const std::string& line : nj) out += "<li>" + esc(line) + "</li>";
     out += "</ul>\n";
   }
+  return out;
+}
+
+// Provenance: the inputs or the scenario and model, who computed and judged, the lane, the
+// injected faults, where stages ran, timing and what was computed.
+std::string html_provenance(const nlohmann::json& r) {
+  const nlohmann::json& scenario = obj_field(r, "scenario");
+  const std::string kind = str_field(r, "kind", "sweep");
+  const std::string name = str_field(scenario, "name");
+  std::string out;
   out += "<h2>Provenance</h2>\n<table class=\"prov\" id=\"provenance\"><tbody>\n";
   if (kind == "compare") {
     const nlohmann::json& in = obj_field(r, "inputs");
@@ -597,6 +589,48 @@ std::string render_html(const nlohmann::json& r) {
     out += fmt::format("<tr><td>computed</td><td id=\"computed\">{}</td></tr>\n",
                        esc(computed_summary(r)));
   out += "</tbody></table>\n";
+  return out;
+}
+
+}  // namespace
+
+std::string render_html(const nlohmann::json& r) {
+  const nlohmann::json& scenario = obj_field(r, "scenario");
+  const std::string kind = str_field(r, "kind", "sweep");
+  const std::string verdict = str_field(r, "verdict");
+  const std::string name = str_field(scenario, "name");
+  std::string out = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
+  out +=
+      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
+      "'unsafe-inline'; img-src data:\">\n";
+  out += fmt::format("<title>splitcheck {}: {}</title>\n<style>{}</style></head><body>\n",
+                     esc(name), esc(verdict), kStyle);
+  out += fmt::format(
+      "<header><h1>splitcheck {} <code>{}</code></h1>\n<p><span id=\"verdict\" class=\"verdict "
+      "{}\" "
+      "data-verdict=\"{}\" data-exit-code=\"{}\">{}</span></p>\n",
+      esc(str_field(r, "kind", "sweep")), esc(name),
+      esc(r.value("exit_code", 0) != 0 ? std::string("divergent") : verdict), esc(verdict),
+      text_of(r.value("exit_code", nlohmann::json())),
+      esc(verdict == "refused" ? "REFUSED: PP=1 does not reproduce itself; no split point judged"
+          : verdict == "no-data"
+              ? (r.value("exit_code", 0) != 0
+                     ? "NO DATA COMPARED: every split point passed, but its selected checks "
+                       "compared no data"
+                     : "NO DATA COMPARED, as the scenario's expect asks: its selected checks "
+                       "compared no data")
+          : verdict != "conformant" ? "DIVERGENT"
+          : kind == "compare"       ? "CONFORMANT: the dumps are bit-identical"
+          : r.value("exit_code", 0) != 0 && !waiver_failures(r).empty()
+              ? "FAILED: a waiver of this scenario has expired"
+          : r.value("exit_code", 0) != 0
+              ? "FAILED: every split point is bit-identical to PP=1, but the scenario's expect "
+                "is not met"
+              : "CONFORMANT: every split point is bit-identical to PP=1"));
+  out += html_engine_table(r);
+  out += html_counts(r);
+  out += html_gate_notes(r);
+  out += html_provenance(r);
   if (kind == "compare") {
     out += "<h2>Inputs: who produced each dump</h2>\n" + inputs_provenance_table(r);
     out += "<h2>Mismatch fraction per layer</h2>\n" + layer_chart_svg(r);

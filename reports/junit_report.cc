@@ -11,37 +11,12 @@
 
 namespace splitcheck {
 
-std::string render_junit(const nlohmann::json& r) {
-  const nlohmann::json& counts = r["counts"];
-  const nlohmann::json& expect = obj_field(r, "expect");
-  const bool expect_unmet =
-      expect.contains("met") && expect["met"].is_boolean() && !expect["met"].get<bool>();
-  // A sweep refused by --self-check judged nothing: one test case, "self-check", in error.
-  const bool refused = str_field(r, "verdict") == "refused";
-  // A sweep whose checks compared no data: one test case, "no-data", failed unless the
-  // scenario's expect asks for exactly that verdict (exit code 0).
-  const bool no_data = str_field(r, "verdict") == "no-data";
-  const bool no_data_fails = no_data && r.value("exit_code", 1) != 0;
-  const int64_t total =
-      counts.value("total", 0) + (expect_unmet ? 1 : 0) + (refused ? 1 : 0) + (no_data ? 1 : 0);
-  const int64_t failures = counts.value("diverged", 0) + counts.value("config_rejected", 0) +
-                           counts.value("unproven", 0) + (expect_unmet ? 1 : 0) +
-                           (no_data_fails ? 1 : 0);
-  const int64_t errors =
-      counts.value("error", 0) + counts.value("interrupted", 0) + (refused ? 1 : 0);
-  const int64_t skipped = counts.value("skipped", 0);
-  const double seconds = r.contains("timing") ? r["timing"].value("total_seconds", 0.0) : 0.0;
-  const std::string suite =
-      xml_escape(str_field(obj_field(r, "scenario"), "name", str_field(r, "kind", "scenario")));
-  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += fmt::format(
-      "<testsuites name=\"splitcheck\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
-      "time=\"{:.3f}\">\n",
-      total, failures, errors, skipped, seconds);
-  out += fmt::format(
-      "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
-      "time=\"{:.3f}\">\n",
-      suite, total, failures, errors, skipped, seconds);
+namespace {
+
+// The suite's properties: the verdict and identity, the digests' and placement's standing,
+// the command, the inputs' provenance, the engine's rows and what was not judged.
+std::string junit_properties(const nlohmann::json& r) {
+  std::string out;
   out += fmt::format("    <properties>\n      <property name=\"verdict\" value=\"{}\"/>\n",
                      xml_escape(str_field(r, "verdict")));
   out += fmt::format("      <property name=\"scenario_sha256\" value=\"{}\"/>\n",
@@ -72,60 +47,66 @@ std::string render_junit(const nlohmann::json& r) {
   for (const std::string& line : not_judged_lines(r))
     out += fmt::format("      <property name=\"not judged\" value=\"{}\"/>\n", xml_escape(line));
   out += "    </properties>\n";
-  for (const nlohmann::json& c : r["cases"]) {
-    const std::string verdict = str_field(c, "verdict");
-    const std::string message = xml_escape(str_field(c, "message"));
-    out += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\"", suite,
-                       xml_escape(str_field(c, "key")), c.value("seconds", 0.0));
-    out += ">\n";
-    if (c.contains("computed") && r.contains("computed"))
-      out += fmt::format("      <system-out>computed: {}</system-out>\n",
-                         xml_escape(computed_text(c["computed"], obj_field(r["computed"], "pp1"))));
-    // What this case could not judge, and a waived evidence: on every case, passes included.
-    std::string caveats;
-    for (const std::string& line : not_judged_lines(c))
-      caveats += (caveats.empty() ? "" : "\n") + line;
-    if (str_field(c, "evidence") == "waived")
-      caveats += std::string(caveats.empty() ? "" : "\n") + "partition evidence WAIVED: " +
-                 str_field(obj_field(obj_field(r, "engine"), "evidence"), "waived");
-    if (!caveats.empty())
-      out += fmt::format("      <system-out>{}</system-out>\n", xml_escape(caveats));
-    if (verdict == "pass") {
-      out += "    </testcase>\n";
-      continue;
-    }
-    std::string checks;
-    for (const auto& f : c.value("failed_checks", nlohmann::json::array()))
-      checks += (checks.empty() ? "" : ", ") + f.get<std::string>();
-    if (c.contains("cause")) checks += "; cause: " + str_field(c, "cause");
-    if (verdict == "diverged" || verdict == "config-rejected" || verdict == "unproven") {
-      out += fmt::format(
-          "      <failure type=\"{}\" message=\"{}\">layout {}; failed checks: "
-          "{}\n{}{}</failure>\n",
-          verdict, message, xml_escape(str_field(c, "layout")), xml_escape(checks), message,
-          dataset_figures(c).empty() ? "" : "\n" + xml_escape(dataset_figures(c)));
-    } else if (verdict == "waived") {
-      // A known divergence under a waiver: shown apart from passes, not a failure.
-      out += fmt::format("      <skipped type=\"waived\" message=\"{}\">{}</skipped>\n",
-                         xml_escape(waiver_line(c)), message);
-    } else if (verdict == "error" || verdict == "interrupted") {
-      const std::string tail = str_field(c, "stderr_tail");
-      out +=
-          fmt::format("      <error type=\"{}\" message=\"{}\">{}{}</error>\n", verdict, message,
-                      message, tail.empty() ? "" : xml_escape("\nengine stderr (tail):\n" + tail));
-    } else {
-      out += fmt::format("      <skipped message=\"{}\"/>\n", message);
-    }
-    out += "    </testcase>\n";
-  }
-  // One system-out for what a compare verdict does not rest on.
+  return out;
+}
+
+// One split point's test case: its caveats on every verdict, a failure, error or skip
+// naming its checks and figures otherwise.
+std::string junit_case(const nlohmann::json& r, const nlohmann::json& c, const std::string& suite) {
+  std::string out;
+  const std::string verdict = str_field(c, "verdict");
+  const std::string message = xml_escape(str_field(c, "message"));
+  out += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\"", suite,
+                     xml_escape(str_field(c, "key")), c.value("seconds", 0.0));
+  out += ">\n";
+  if (c.contains("computed") && r.contains("computed"))
+    out += fmt::format("      <system-out>computed: {}</system-out>\n",
+                       xml_escape(computed_text(c["computed"], obj_field(r["computed"], "pp1"))));
+  // What this case could not judge, and a waived evidence: on every case, passes included.
   std::string caveats;
-  if (str_field(r, "digests") == "trusted")
-    caveats += "UNVERIFIED: " + xml_escape(str_field(r, "digests_rule"));
-  if (str_field(obj_field(r, "placement_judgement"), "judgement") == "not-judged")
-    caveats += std::string(caveats.empty() ? "" : "\n") +
-               "NOT JUDGED: " + xml_escape(str_field(obj_field(r, "placement_judgement"), "line"));
-  if (!caveats.empty()) out += fmt::format("    <system-out>{}</system-out>\n", caveats);
+  for (const std::string& line : not_judged_lines(c))
+    caveats += (caveats.empty() ? "" : "\n") + line;
+  if (str_field(c, "evidence") == "waived")
+    caveats += std::string(caveats.empty() ? "" : "\n") + "partition evidence WAIVED: " +
+               str_field(obj_field(obj_field(r, "engine"), "evidence"), "waived");
+  if (!caveats.empty())
+    out += fmt::format("      <system-out>{}</system-out>\n", xml_escape(caveats));
+  if (verdict == "pass") return out + "    </testcase>\n";
+  std::string checks;
+  for (const auto& f : c.value("failed_checks", nlohmann::json::array()))
+    checks += (checks.empty() ? "" : ", ") + f.get<std::string>();
+  if (c.contains("cause")) checks += "; cause: " + str_field(c, "cause");
+  if (verdict == "diverged" || verdict == "config-rejected" || verdict == "unproven") {
+    out += fmt::format(
+        "      <failure type=\"{}\" message=\"{}\">layout {}; failed checks: "
+        "{}\n{}{}</failure>\n",
+        verdict, message, xml_escape(str_field(c, "layout")), xml_escape(checks), message,
+        dataset_figures(c).empty() ? "" : "\n" + xml_escape(dataset_figures(c)));
+  } else if (verdict == "waived") {
+    // A known divergence under a waiver: shown apart from passes, not a failure.
+    out += fmt::format("      <skipped type=\"waived\" message=\"{}\">{}</skipped>\n",
+                       xml_escape(waiver_line(c)), message);
+  } else if (verdict == "error" || verdict == "interrupted") {
+    const std::string tail = str_field(c, "stderr_tail");
+    out += fmt::format("      <error type=\"{}\" message=\"{}\">{}{}</error>\n", verdict, message,
+                       message, tail.empty() ? "" : xml_escape("\nengine stderr (tail):\n" + tail));
+  } else {
+    out += fmt::format("      <skipped message=\"{}\"/>\n", message);
+  }
+  out += "    </testcase>\n";
+  return out;
+}
+
+// The test cases of the gate beyond split points: a refused self-check, no data compared,
+// an unmet expect, expired waivers.
+std::string junit_gate_cases(const nlohmann::json& r, const std::string& suite) {
+  std::string out;
+  const nlohmann::json& expect = obj_field(r, "expect");
+  const bool expect_unmet =
+      expect.contains("met") && expect["met"].is_boolean() && !expect["met"].get<bool>();
+  const bool refused = str_field(r, "verdict") == "refused";
+  const bool no_data = str_field(r, "verdict") == "no-data";
+  const bool no_data_fails = no_data && r.value("exit_code", 1) != 0;
   if (refused) {
     const nlohmann::json& sc = obj_field(r, "self_check");
     out += fmt::format(
@@ -169,6 +150,55 @@ std::string render_junit(const nlohmann::json& r) {
         "</testcase>\n",
         suite, expired.size(), xml_escape(fails));
   }
+  return out;
+}
+
+}  // namespace
+
+std::string render_junit(const nlohmann::json& r) {
+  const nlohmann::json& counts = r["counts"];
+  const nlohmann::json& expect = obj_field(r, "expect");
+  const bool expect_unmet =
+      expect.contains("met") && expect["met"].is_boolean() && !expect["met"].get<bool>();
+  // A sweep refused by --self-check judged nothing: one test case, "self-check", in error.
+  const bool refused = str_field(r, "verdict") == "refused";
+  // A sweep whose checks compared no data: one test case, "no-data", failed unless the
+  // scenario's expect asks for exactly that verdict (exit code 0).
+  const bool no_data = str_field(r, "verdict") == "no-data";
+  const bool no_data_fails = no_data && r.value("exit_code", 1) != 0;
+  const int64_t total =
+      counts.value("total", 0) + (expect_unmet ? 1 : 0) + (refused ? 1 : 0) + (no_data ? 1 : 0);
+  const int64_t failures = counts.value("diverged", 0) + counts.value("config_rejected", 0) +
+                           counts.value("unproven", 0) + (expect_unmet ? 1 : 0) +
+                           (no_data_fails ? 1 : 0);
+  const int64_t errors =
+      counts.value("error", 0) + counts.value("interrupted", 0) + (refused ? 1 : 0);
+  const int64_t skipped = counts.value("skipped", 0);
+  const double seconds = r.contains("timing") ? r["timing"].value("total_seconds", 0.0) : 0.0;
+  const std::string suite =
+      xml_escape(str_field(obj_field(r, "scenario"), "name", str_field(r, "kind", "scenario")));
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  out += fmt::format(
+      "<testsuites name=\"splitcheck\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
+      "time=\"{:.3f}\">\n",
+      total, failures, errors, skipped, seconds);
+  out += fmt::format(
+      "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
+      "time=\"{:.3f}\">\n",
+      suite, total, failures, errors, skipped, seconds);
+  out += junit_properties(r);
+  for (const nlohmann::json& c : r["cases"]) {
+    out += junit_case(r, c, suite);
+  }
+  // One system-out for what a compare verdict does not rest on.
+  std::string caveats;
+  if (str_field(r, "digests") == "trusted")
+    caveats += "UNVERIFIED: " + xml_escape(str_field(r, "digests_rule"));
+  if (str_field(obj_field(r, "placement_judgement"), "judgement") == "not-judged")
+    caveats += std::string(caveats.empty() ? "" : "\n") +
+               "NOT JUDGED: " + xml_escape(str_field(obj_field(r, "placement_judgement"), "line"));
+  if (!caveats.empty()) out += fmt::format("    <system-out>{}</system-out>\n", caveats);
+  out += junit_gate_cases(r, suite);
   out += "  </testsuite>\n</testsuites>\n";
   return out;
 }

@@ -26,73 +26,41 @@ std::string cell(const std::string& text) {
 
 constexpr size_t kShownDivergences = 5;
 
-}  // namespace
-
-std::string render_markdown(const nlohmann::json& r) {
+// `compare A B`: the inputs, their provenance side by side, the digests' standing and the
+// placement's judgement.
+std::string markdown_compare_inputs(const nlohmann::json& r) {
+  std::string out;
   const nlohmann::json& counts = r["counts"];
-  const std::string verdict = str_field(r, "verdict");
-  const bool ok = verdict == "conformant";
-  // Every split point identical is not a pass when the gate failed on something else
-  // (an unmet expect): the headline says so.
-  const bool gate_ok = r.value("exit_code", ok ? 0 : 1) == 0;
-  const bool refused = verdict == "refused";
-  const bool no_data = verdict == "no-data";
-  std::string out = fmt::format(
-      "## splitcheck {}: **{}** {}\n\n", cell(str_field(r, "kind", "sweep")),
-      refused                       ? "REFUSED: PP=1 DOES NOT REPRODUCE ITSELF"
-      : no_data && gate_ok          ? "NO DATA COMPARED (AS THE SCENARIO'S EXPECT ASKS)"
-      : no_data                     ? "NO DATA COMPARED"
-      : !ok                         ? "DIVERGENT"
-      : gate_ok                     ? "CONFORMANT"
-      : !waiver_failures(r).empty() ? "FAILED: A WAIVER HAS EXPIRED"
-                                    : "CONFORMANT, BUT THE SCENARIO'S EXPECT IS NOT MET",
-      (ok || no_data) && gate_ok ? "✅" : "❌");
-  const std::string kind = str_field(r, "kind", "sweep");
-  if (kind == "compare") {
-    const nlohmann::json& in = obj_field(r, "inputs");
-    out += fmt::format("`{}` against `{}`: {} datasets, exit code {}. {}\n\n",
-                       cell(str_field(in, "b")), cell(str_field(in, "a")), counts.value("total", 0),
-                       r.value("exit_code", 0), cell(str_field(r, "summary")));
-    const bool trusted = str_field(r, "digests") == "trusted";
-    out += fmt::format("{}Digests {}: {}.\n\n", trusted ? "⚠️ " : "",
-                       trusted ? "**UNVERIFIED**" : "verified", cell(str_field(r, "digests_rule")));
-    if (r.contains("inputs_provenance")) {
-      out +=
-          "| input | golden (a) | candidate (b) | comparator (this build) |\n|---|---|---|---|\n";
-      for (const nlohmann::json& row : r["inputs_provenance"]) {
-        const bool differs = row.value("differs", false);
-        const std::string mark = differs ? "**" : "";
-        out += fmt::format("| {}{}{} | {}`{}`{} | {}`{}`{} | `{}` |\n", mark,
-                           cell(str_field(row, "field")), differs ? " (differs)**" : "", mark,
-                           cell(str_field(row, "a")), mark, mark, cell(str_field(row, "b")), mark,
-                           cell(str_field(row, "comparator")));
-      }
-      out += "\n";
+  const nlohmann::json& in = obj_field(r, "inputs");
+  out += fmt::format("`{}` against `{}`: {} datasets, exit code {}. {}\n\n",
+                     cell(str_field(in, "b")), cell(str_field(in, "a")), counts.value("total", 0),
+                     r.value("exit_code", 0), cell(str_field(r, "summary")));
+  const bool trusted = str_field(r, "digests") == "trusted";
+  out += fmt::format("{}Digests {}: {}.\n\n", trusted ? "⚠️ " : "",
+                     trusted ? "**UNVERIFIED**" : "verified", cell(str_field(r, "digests_rule")));
+  if (r.contains("inputs_provenance")) {
+    out += "| input | golden (a) | candidate (b) | comparator (this build) |\n|---|---|---|---|\n";
+    for (const nlohmann::json& row : r["inputs_provenance"]) {
+      const bool differs = row.value("differs", false);
+      const std::string mark = differs ? "**" : "";
+      out += fmt::format("| {}{}{} | {}`{}`{} | {}`{}`{} | `{}` |\n", mark,
+                         cell(str_field(row, "field")), differs ? " (differs)**" : "", mark,
+                         cell(str_field(row, "a")), mark, mark, cell(str_field(row, "b")), mark,
+                         cell(str_field(row, "comparator")));
     }
-    if (const nlohmann::json& p = obj_field(r, "placement_judgement"); p.contains("line"))
-      out += fmt::format("{}Placement: {}.\n\n",
-                         str_field(p, "judgement") == "not-judged" ? "⚠️ **NOT JUDGED** " : "",
-                         cell(str_field(p, "line")));
-  } else {
-    const nlohmann::json& scenario = obj_field(r, "scenario");
-    out +=
-        fmt::format("Scenario `{}` (sha256 `{}`), {} split points, exit code {}.\n\n",
-                    cell(str_field(scenario, "name")), str_field(scenario, "sha256").substr(0, 12),
-                    counts.value("total", 0), r.value("exit_code", 0));
-  }
-  if (const auto rows = engine_rows(r); !rows.empty()) {
-    out += "| engine | |\n|---|---|\n";
-    for (const auto& [k, v] : rows) out += fmt::format("| {} | `{}` |\n", cell(k), cell(v));
     out += "\n";
   }
-  if (refused) {
-    const nlohmann::json& sc = obj_field(r, "self_check");
-    out += fmt::format(
-        "PP=1 run twice gave different bits ({} of {} datasets differ), so no split point was "
-        "judged (exit code 4). First difference: `{}`.\n\n",
-        sc.value("datasets_differing", 0), sc.value("datasets_compared", 0),
-        cell(str_field(sc, "first_difference")));
-  }
+  if (const nlohmann::json& p = obj_field(r, "placement_judgement"); p.contains("line"))
+    out += fmt::format("{}Placement: {}.\n\n",
+                       str_field(p, "judgement") == "not-judged" ? "⚠️ **NOT JUDGED** " : "",
+                       cell(str_field(p, "line")));
+  return out;
+}
+
+// The counts, one column a verdict (waived, never in pass).
+std::string markdown_counts(const nlohmann::json& r) {
+  std::string out;
+  const nlohmann::json& counts = r["counts"];
   // Waived (known divergences under a waiver) is a column of its own, never in pass.
   out +=
       "| pass | diverged | config-rejected | error | skipped | total | waived | unproven | "
@@ -103,17 +71,12 @@ std::string render_markdown(const nlohmann::json& r) {
                      counts.value("error", 0), counts.value("skipped", 0), counts.value("total", 0),
                      counts.value("waived", 0), counts.value("unproven", 0),
                      counts.value("interrupted", 0));
-  if (r.contains("placement"))
-    out += fmt::format("Stages ran on {}.\n\n", cell(placement_line(r["placement"])));
-  for (size_t i = 0; i < r.value("placement_by_shard", nlohmann::json::array()).size(); ++i)
-    out += fmt::format("Shard {}'s stages ran on {}.\n\n", i,
-                       cell(placement_line(r["placement_by_shard"][i])));
-  if (r.contains("checks") && r["checks"].is_array()) {
-    std::string names;
-    for (const auto& c : r["checks"])
-      if (c.is_string()) names += (names.empty() ? "" : ", ") + c.get<std::string>();
-    out += fmt::format("Checks evaluated: {}.\n\n", cell(names));
-  }
+  return out;
+}
+
+// What the report does not pass on evidence: per split point, then for the whole sweep.
+std::string markdown_caveats(const nlohmann::json& r) {
+  std::string out;
   // Per case: what it could not judge, and a waived evidence of the partition (passes too).
   std::string case_caveats;
   const std::vector<std::string> sweep_wide = not_judged_lines(r);
@@ -134,19 +97,12 @@ std::string render_markdown(const nlohmann::json& r) {
     for (const std::string& line : nj) out += fmt::format("- {}\n", cell(line));
     out += "\n";
   }
-  if (r.contains("computed")) {
-    out += fmt::format("Computed: {}.\n\n", cell(computed_summary(r)));
-    out +=
-        "<details><summary>What each split point computed</summary>\n\n"
-        "| split | verdict | computed (this split point of PP=1's) |\n|---|---|---|\n";
-    for (const nlohmann::json& c : r["cases"])
-      out += fmt::format(
-          "| `{}` | {} | {} |\n", cell(str_field(c, "key")), cell(str_field(c, "verdict")),
-          cell(computed_text(obj_field(c, "computed"), obj_field(r["computed"], "pp1"))));
-    out += "\n</details>\n\n";
-  }
-  if (const std::string a = acceptance_line(r); !a.empty())
-    out += fmt::format("Speculative decoding: {}.\n\n", cell(a));
+  return out;
+}
+
+// The first divergences (at most kShownDivergences) and the waived cases.
+std::string markdown_divergences(const nlohmann::json& r, const std::string& kind) {
+  std::string out;
   std::vector<const nlohmann::json*> bad, waived;
   for (const nlohmann::json& c : r["cases"]) {
     const std::string v = str_field(c, "verdict");
@@ -199,18 +155,12 @@ std::string render_markdown(const nlohmann::json& r) {
                          cell(str_field(*c, "message")));
     out += "\n";
   }
-  if (const std::vector<std::string> expired = waiver_failures(r); !expired.empty()) {
-    out += "**Expired waivers (the gate fails):**\n\n";
-    for (const std::string& f : expired) out += fmt::format("- {}\n", cell(f));
-    out += "\n";
-  }
-  if (r.contains("expect") && r["expect"].contains("failures") &&
-      !r["expect"]["failures"].empty()) {
-    out += "**Scenario expectations not met:**\n\n";
-    for (const auto& f : r["expect"]["failures"])
-      out += fmt::format("- {}\n", cell(f.get<std::string>()));
-    out += "\n";
-  }
+  return out;
+}
+
+// The cause bisect found, with its minimised scenario.
+std::string markdown_cause(const nlohmann::json& r) {
+  std::string out;
   const nlohmann::json& b = obj_field(r, "bisect");
   if (b.contains("cause")) {
     const nlohmann::json& at = obj_field(b, "first_divergence");
@@ -223,6 +173,93 @@ std::string render_markdown(const nlohmann::json& r) {
     out += fmt::format("Minimised scenario `{}`; replay:\n\n```sh\n{}\n```\n\n",
                        cell(str_field(repro, "path")), str_field(repro, "replay"));
   }
+  return out;
+}
+
+}  // namespace
+
+std::string render_markdown(const nlohmann::json& r) {
+  const nlohmann::json& counts = r["counts"];
+  const std::string verdict = str_field(r, "verdict");
+  const bool ok = verdict == "conformant";
+  // Every split point identical is not a pass when the gate failed on something else
+  // (an unmet expect): the headline says so.
+  const bool gate_ok = r.value("exit_code", ok ? 0 : 1) == 0;
+  const bool refused = verdict == "refused";
+  const bool no_data = verdict == "no-data";
+  std::string out = fmt::format(
+      "## splitcheck {}: **{}** {}\n\n", cell(str_field(r, "kind", "sweep")),
+      refused                       ? "REFUSED: PP=1 DOES NOT REPRODUCE ITSELF"
+      : no_data && gate_ok          ? "NO DATA COMPARED (AS THE SCENARIO'S EXPECT ASKS)"
+      : no_data                     ? "NO DATA COMPARED"
+      : !ok                         ? "DIVERGENT"
+      : gate_ok                     ? "CONFORMANT"
+      : !waiver_failures(r).empty() ? "FAILED: A WAIVER HAS EXPIRED"
+                                    : "CONFORMANT, BUT THE SCENARIO'S EXPECT IS NOT MET",
+      (ok || no_data) && gate_ok ? "✅" : "❌");
+  const std::string kind = str_field(r, "kind", "sweep");
+  if (kind == "compare") {
+    out += markdown_compare_inputs(r);
+  } else {
+    const nlohmann::json& scenario = obj_field(r, "scenario");
+    out +=
+        fmt::format("Scenario `{}` (sha256 `{}`), {} split points, exit code {}.\n\n",
+                    cell(str_field(scenario, "name")), str_field(scenario, "sha256").substr(0, 12),
+                    counts.value("total", 0), r.value("exit_code", 0));
+  }
+  if (const auto rows = engine_rows(r); !rows.empty()) {
+    out += "| engine | |\n|---|---|\n";
+    for (const auto& [k, v] : rows) out += fmt::format("| {} | `{}` |\n", cell(k), cell(v));
+    out += "\n";
+  }
+  if (refused) {
+    const nlohmann::json& sc = obj_field(r, "self_check");
+    out += fmt::format(
+        "PP=1 run twice gave different bits ({} of {} datasets differ), so no split point was "
+        "judged (exit code 4). First difference: `{}`.\n\n",
+        sc.value("datasets_differing", 0), sc.value("datasets_compared", 0),
+        cell(str_field(sc, "first_difference")));
+  }
+  out += markdown_counts(r);
+  if (r.contains("placement"))
+    out += fmt::format("Stages ran on {}.\n\n", cell(placement_line(r["placement"])));
+  for (size_t i = 0; i < r.value("placement_by_shard", nlohmann::json::array()).size(); ++i)
+    out += fmt::format("Shard {}'s stages ran on {}.\n\n", i,
+                       cell(placement_line(r["placement_by_shard"][i])));
+  if (r.contains("checks") && r["checks"].is_array()) {
+    std::string names;
+    for (const auto& c : r["checks"])
+      if (c.is_string()) names += (names.empty() ? "" : ", ") + c.get<std::string>();
+    out += fmt::format("Checks evaluated: {}.\n\n", cell(names));
+  }
+  out += markdown_caveats(r);
+  if (r.contains("computed")) {
+    out += fmt::format("Computed: {}.\n\n", cell(computed_summary(r)));
+    out +=
+        "<details><summary>What each split point computed</summary>\n\n"
+        "| split | verdict | computed (this split point of PP=1's) |\n|---|---|---|\n";
+    for (const nlohmann::json& c : r["cases"])
+      out += fmt::format(
+          "| `{}` | {} | {} |\n", cell(str_field(c, "key")), cell(str_field(c, "verdict")),
+          cell(computed_text(obj_field(c, "computed"), obj_field(r["computed"], "pp1"))));
+    out += "\n</details>\n\n";
+  }
+  if (const std::string a = acceptance_line(r); !a.empty())
+    out += fmt::format("Speculative decoding: {}.\n\n", cell(a));
+  out += markdown_divergences(r, kind);
+  if (const std::vector<std::string> expired = waiver_failures(r); !expired.empty()) {
+    out += "**Expired waivers (the gate fails):**\n\n";
+    for (const std::string& f : expired) out += fmt::format("- {}\n", cell(f));
+    out += "\n";
+  }
+  if (r.contains("expect") && r["expect"].contains("failures") &&
+      !r["expect"]["failures"].empty()) {
+    out += "**Scenario expectations not met:**\n\n";
+    for (const auto& f : r["expect"]["failures"])
+      out += fmt::format("- {}\n", cell(f.get<std::string>()));
+    out += "\n";
+  }
+  out += markdown_cause(r);
   out += fmt::format("Reproduce:\n\n```sh\n{}\n```\n", str_field(r, "command"));
   return out;
 }

@@ -8,9 +8,9 @@
 #include <set>
 #include <sstream>
 
-#include "harness/engine/partition.h"
-#include "harness/verdict/scenario.h"
-#include "harness/verdict/sweep.h"
+#include "harness/judge/sweep.h"
+#include "harness/scenario/partition.h"
+#include "harness/scenario/scenario.h"
 #include "reports/writers.h"
 
 namespace splitcheck {

@@ -9,10 +9,10 @@
 
 #include "harness/build_info.h"
 #include "harness/dump/printable.h"
-#include "harness/engine/partition.h"
-#include "harness/verdict/checks.h"
-#include "harness/verdict/faults.h"
-#include "harness/verdict/scenario.h"
+#include "harness/scenario/checks.h"
+#include "harness/scenario/faults.h"
+#include "harness/scenario/partition.h"
+#include "harness/scenario/scenario.h"
 #include "reference/partial_files.h"
 #include "reports/model_common.h"
 #include "reports/writers.h"
@@ -189,6 +189,191 @@ std::string placement_line(const nlohmann::json& p) {
   return out;
 }
 
+namespace {
+
+// Who computed the sweep: an external engine's report speaks of the engine, its own
+// producer and backend as its PP=1 dump declares them, with the comparator that judged it
+// as `judged_by`; the built-in engine's is this build's.
+void set_provenance(const SweepResult& r, nlohmann::json& j) {
+  if (!r.external) {
+    j["provenance"] = provenance_json(r.scenario.value("backend", "cpu"));
+    return;
+  }
+  const ExternalRunInfo& e = *r.external;
+  nlohmann::json producer = nlohmann::json::parse(e.producer, nullptr, false, false);
+  if (!producer.is_object()) producer = {{"name", e.producer}};
+  auto field = [&](const char* a, const char* b) {
+    for (const char* k : {a, b})
+      if (producer.contains(k) && producer[k].is_string()) return producer[k].get<std::string>();
+    return std::string();
+  };
+  j["provenance"] = {{"producer", field("name", "producer")},
+                     {"version", field("version", "version")},
+                     {"git_revision", field("git_revision", "revision")},
+                     {"backend", e.backend}};
+  j["judged_by"] = provenance_json("cpu");
+}
+
+// One case of the report: its verdict, message and evidence, in the engine's terms (an
+// external engine's case carries its engine time, the built-in engine's what it computed).
+nlohmann::json case_json(const SweepResult& r, const CaseResult& c, int64_t index) {
+  nlohmann::json cj{{"key", c.key},
+                    {"index", index},
+                    {"layout", c.layout},
+                    {"cuts", c.cuts},
+                    {"verdict", verdict_name(c.verdict)},
+                    {"message", c.message},
+                    {"failed_checks", c.failed_checks},
+                    {"datasets_compared", c.datasets_compared},
+                    {"datasets_differing", c.datasets_differing},
+                    {"dispatch_mismatches", c.dispatch_mismatches},
+                    {"seconds", c.seconds}};
+  if (!c.waivers.empty()) {
+    nlohmann::json ws = nlohmann::json::array();
+    for (const Waiver& w : c.waivers)
+      ws.push_back({{"split", w.split},
+                    {"check", w.check},
+                    {"reason", w.reason},
+                    {"link", w.link},
+                    {"expires", w.expires}});
+    cj["waivers"] = ws;
+  }
+  if (c.first_divergence) {
+    cj["first_divergence"] = diff_json(*c.first_divergence);
+    cj["first_divergence"]["forward"] = c.first_divergence_forward;
+    cj["first_divergence"]["layer"] = c.first_divergence_layer;
+    cj["first_divergence"]["site"] = c.first_divergence_site;
+    if (c.first_divergence_request >= 0)
+      cj["first_divergence"]["request"] = c.first_divergence_request;
+  }
+  if (!r.requests.empty()) cj["diverged_requests"] = c.diverged_requests;
+  if (c.dispatch) {
+    cj["dispatch"] = {{"forward", c.dispatch->forward},   {"event", c.dispatch->event},
+                      {"layer", c.dispatch->layer},       {"site", c.dispatch->site},
+                      {"expected", c.dispatch->expected}, {"actual", c.dispatch->actual}};
+  }
+  nlohmann::json taps = nlohmann::json::array();
+  for (const TapVerdict& t : c.taps)
+    taps.push_back({{"id", t.id},
+                    {"mismatches", t.mismatches},
+                    {"min_cosine", t.min_cosine},
+                    {"verdict", t.mismatches == 0 ? "pass" : "diverged"}});
+  cj["taps"] = taps;
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StageHoldings& s : c.stages)
+    stages.push_back({{"index", s.index},
+                      {"layers", {s.range.begin, s.range.end}},
+                      {"embedding", s.embedding},
+                      {"owned_taps", s.owned_taps},
+                      {"parameter_bytes", s.parameter_bytes},
+                      {"tensors", s.tensors}});
+  cj["stages"] = stages;
+  if (!r.external) cj["computed"] = computed_json(c.computed);
+  if (!c.evidence.empty()) cj["evidence"] = c.evidence;
+  if (r.external) cj["engine_seconds"] = c.engine_seconds;
+  if (c.drafter.method != "none") {
+    cj["drafter"] = {{"stage", c.drafter.stage},
+                     {"embedding_source", c.drafter.embedding_source},
+                     {"same_object_as_target", c.drafter.same_object_as_target},
+                     {"refusal_probe", c.refusal_probe}};
+  }
+  if (!c.dump.empty()) cj["dump"] = c.dump;
+  if (!c.stderr_tail.empty()) cj["stderr_tail"] = c.stderr_tail;
+  if (!c.not_judged.empty()) {
+    cj["not_judged"] = nlohmann::json::array();
+    for (const NotJudged& n : c.not_judged)
+      cj["not_judged"].push_back({{"check", n.check}, {"reason", n.reason}});
+  }
+  return cj;
+}
+
+// An external engine's sweep opens with what ran and the settings, and lists the checks its
+// dumps gave no evidence for (never counted as passed).
+void set_engine(const ExternalRunInfo& e, nlohmann::json& j) {
+  nlohmann::json env = nlohmann::json::object();
+  for (const auto& [k, v] : e.env) env[k] = v;
+  j["engine"] = {
+      {"pp1_command", e.pp1_command},
+      {"command_template", e.command_template},
+      {"producer", j["provenance"]},
+      {"kernels", e.kernels},
+      {"pp1_content_sha256", e.pp1_content_sha256},
+      {"evidence", e.evidence_waived.empty()
+                       ? nlohmann::json{{"rule", kEvidenceRule}}
+                       : nlohmann::json{{"rule", kEvidenceRule}, {"waived", e.evidence_waived}}},
+      {"cwd", e.cwd},
+      {"env", env},
+      {"timeout_s", e.timeout_s},
+      {"golden", e.golden},
+      {"work_dir", e.work_dir},
+      {"jobs_requested", e.jobs_requested},
+      {"jobs", e.jobs},
+      {"pp1_outcome", e.pp1_outcome},
+      {"pp1_failed", e.pp1_failed},
+      {"pp1_stderr_tail", e.pp1_stderr_tail},
+      {"engine_seconds", e.engine_seconds}};
+  j["not_judged"] = nlohmann::json::array();
+  for (const NotJudged& n : e.not_judged)
+    j["not_judged"].push_back({{"check", n.check}, {"reason", n.reason}});
+  j["lane"]["rule"] =
+      "bitwise on the integer bit pattern; no tolerance (the engine's dumps "
+      "against its own PP=1)";
+}
+
+// SPEC 5.5: the speculative figures of every split point against PP=1's.
+void set_acceptance(const SweepResult& r, nlohmann::json& j) {
+  auto row = [](const std::string& split, const AcceptanceFigures& a,
+                const AcceptanceFigures& ref) {
+    const bool equal = same_acceptance(a, ref);
+    return nlohmann::json{{"split", split},
+                          {"steps", a.steps},
+                          {"accepted", a.accepted},
+                          {"mean_accepted_length", a.mean_accepted},
+                          {"acceptance_rate", a.acceptance_rate},
+                          {"tokens_per_forward", a.tokens_per_forward},
+                          {"accepted_histogram", a.accepted_histogram},
+                          {"gsm8k_strict", a.strict_correct},
+                          {"gsm8k_flexible", a.flexible_correct},
+                          {"prompts", a.prompts},
+                          {"equal_to_pp1", equal}};
+  };
+  nlohmann::json acc = nlohmann::json::array();
+  acc.push_back(row("PP=1", r.pp1_acceptance, r.pp1_acceptance));
+  for (const CaseResult& c : r.cases) acc.push_back(row(c.key, c.acceptance, r.pp1_acceptance));
+  j["acceptance"] = acc;
+  j["drafter"] = {{"method", r.pp1_drafter.method},
+                  {"pp1_embedding_source", r.pp1_drafter.embedding_source},
+                  {"pp1_same_object_as_target", r.pp1_drafter.same_object_as_target}};
+}
+
+// SPEC 3.4: the request x split-point view, and every request against itself alone.
+void set_serving(const SweepResult& r, nlohmann::json& j) {
+  nlohmann::json matrix = nlohmann::json::array();
+  for (const CaseResult& c : r.cases) {
+    nlohmann::json row = nlohmann::json::array();
+    for (int32_t q : r.requests) {
+      const bool diverged = std::find(c.diverged_requests.begin(), c.diverged_requests.end(), q) !=
+                            c.diverged_requests.end();
+      row.push_back(c.verdict == Verdict::kDiverged && diverged ? "diverged"
+                    : c.verdict == Verdict::kPass || c.verdict == Verdict::kDiverged
+                        ? "pass"
+                        : verdict_name(c.verdict));
+    }
+    matrix.push_back({{"split", c.key}, {"requests", row}});
+  }
+  j["serving"] = {{"requests", r.requests},
+                  {"matrix", matrix},
+                  {"batch_invariance",
+                   {{"checked", r.batch_invariance.checked},
+                    {"required", r.batch_invariance.required},
+                    {"requests", r.batch_invariance.requests},
+                    {"identical", r.batch_invariance.identical},
+                    {"differences", r.batch_invariance.differences},
+                    {"not_invariant", r.batch_invariance.not_invariant}}}};
+}
+
+}  // namespace
+
 nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   nlohmann::json j;
   j["format"] = "splitcheck.report";
@@ -212,25 +397,7 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                                   ? r.scenario["model"]["overrides"].value("num_hidden_layers", 0)
                                   : 0},
                    {"resolved", r.scenario}};
-  if (r.external) {
-    // An external engine's report speaks of the engine: its own producer and backend, as its
-    // PP=1 dump declares them; the comparator that judged it is `judged_by`.
-    const ExternalRunInfo& e = *r.external;
-    nlohmann::json producer = nlohmann::json::parse(e.producer, nullptr, false, false);
-    if (!producer.is_object()) producer = {{"name", e.producer}};
-    auto field = [&](const char* a, const char* b) {
-      for (const char* k : {a, b})
-        if (producer.contains(k) && producer[k].is_string()) return producer[k].get<std::string>();
-      return std::string();
-    };
-    j["provenance"] = {{"producer", field("name", "producer")},
-                       {"version", field("version", "version")},
-                       {"git_revision", field("git_revision", "revision")},
-                       {"backend", e.backend}};
-    j["judged_by"] = provenance_json("cpu");
-  } else {
-    j["provenance"] = provenance_json(r.scenario.value("backend", "cpu"));
-  }
+  set_provenance(r, j);
   j["command"] = ctx.command;
   // What `merge` requires equal across shards: the same PP=1 (an external engine's PP=1 dump
   // content), the same engine command, scenario and splitcheck.
@@ -249,7 +416,7 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                  {"waived", r.count(Verdict::kWaived)},
                  {"unproven", r.count(Verdict::kUnproven)},
                  {"interrupted", r.count(Verdict::kInterrupted)}};
-  // Waived cases and expired waivers (harness/verdict/waivers.h).
+  // Waived cases and expired waivers (harness/judge/waivers.h).
   j["waivers"] = {{"failures", r.waiver_failures}};
   if (!r.external) j["placement"] = placement_json(r.placement);
   j["timing"] = {{"pp1_seconds", r.pp1_seconds},
@@ -270,161 +437,14 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   nlohmann::json cases = nlohmann::json::array();
   const std::map<std::string, int64_t> index = enumeration_index(r.scenario);
   for (size_t i = 0; i < r.cases.size(); ++i) {
-    const CaseResult& c = r.cases[i];
-    const auto at = index.find(c.key);
-    nlohmann::json cj{{"key", c.key},
-                      {"index", at != index.end() ? at->second : static_cast<int64_t>(i)},
-                      {"layout", c.layout},
-                      {"cuts", c.cuts},
-                      {"verdict", verdict_name(c.verdict)},
-                      {"message", c.message},
-                      {"failed_checks", c.failed_checks},
-                      {"datasets_compared", c.datasets_compared},
-                      {"datasets_differing", c.datasets_differing},
-                      {"dispatch_mismatches", c.dispatch_mismatches},
-                      {"seconds", c.seconds}};
-    if (!c.waivers.empty()) {
-      nlohmann::json ws = nlohmann::json::array();
-      for (const Waiver& w : c.waivers)
-        ws.push_back({{"split", w.split},
-                      {"check", w.check},
-                      {"reason", w.reason},
-                      {"link", w.link},
-                      {"expires", w.expires}});
-      cj["waivers"] = ws;
-    }
-    if (c.first_divergence) {
-      cj["first_divergence"] = diff_json(*c.first_divergence);
-      cj["first_divergence"]["forward"] = c.first_divergence_forward;
-      cj["first_divergence"]["layer"] = c.first_divergence_layer;
-      cj["first_divergence"]["site"] = c.first_divergence_site;
-      if (c.first_divergence_request >= 0)
-        cj["first_divergence"]["request"] = c.first_divergence_request;
-    }
-    if (!r.requests.empty()) cj["diverged_requests"] = c.diverged_requests;
-    if (c.dispatch) {
-      cj["dispatch"] = {{"forward", c.dispatch->forward},   {"event", c.dispatch->event},
-                        {"layer", c.dispatch->layer},       {"site", c.dispatch->site},
-                        {"expected", c.dispatch->expected}, {"actual", c.dispatch->actual}};
-    }
-    nlohmann::json taps = nlohmann::json::array();
-    for (const TapVerdict& t : c.taps)
-      taps.push_back({{"id", t.id},
-                      {"mismatches", t.mismatches},
-                      {"min_cosine", t.min_cosine},
-                      {"verdict", t.mismatches == 0 ? "pass" : "diverged"}});
-    cj["taps"] = taps;
-    nlohmann::json stages = nlohmann::json::array();
-    for (const StageHoldings& s : c.stages)
-      stages.push_back({{"index", s.index},
-                        {"layers", {s.range.begin, s.range.end}},
-                        {"embedding", s.embedding},
-                        {"owned_taps", s.owned_taps},
-                        {"parameter_bytes", s.parameter_bytes},
-                        {"tensors", s.tensors}});
-    cj["stages"] = stages;
-    if (!r.external) cj["computed"] = computed_json(c.computed);
-    if (!c.evidence.empty()) cj["evidence"] = c.evidence;
-    if (r.external) cj["engine_seconds"] = c.engine_seconds;
-    if (c.drafter.method != "none") {
-      cj["drafter"] = {{"stage", c.drafter.stage},
-                       {"embedding_source", c.drafter.embedding_source},
-                       {"same_object_as_target", c.drafter.same_object_as_target},
-                       {"refusal_probe", c.refusal_probe}};
-    }
-    if (!c.dump.empty()) cj["dump"] = c.dump;
-    if (!c.stderr_tail.empty()) cj["stderr_tail"] = c.stderr_tail;
-    if (!c.not_judged.empty()) {
-      cj["not_judged"] = nlohmann::json::array();
-      for (const NotJudged& n : c.not_judged)
-        cj["not_judged"].push_back({{"check", n.check}, {"reason", n.reason}});
-    }
-    cases.push_back(cj);
+    const auto at = index.find(r.cases[i].key);
+    cases.push_back(
+        case_json(r, r.cases[i], at != index.end() ? at->second : static_cast<int64_t>(i)));
   }
   j["cases"] = cases;
-  if (r.external) {
-    // An external engine's sweep opens with what ran and the settings, and lists the checks
-    // its dumps gave no evidence for (never counted as passed).
-    const ExternalRunInfo& e = *r.external;
-    nlohmann::json env = nlohmann::json::object();
-    for (const auto& [k, v] : e.env) env[k] = v;
-    j["engine"] = {
-        {"pp1_command", e.pp1_command},
-        {"command_template", e.command_template},
-        {"producer", j["provenance"]},
-        {"kernels", e.kernels},
-        {"pp1_content_sha256", e.pp1_content_sha256},
-        {"evidence", e.evidence_waived.empty()
-                         ? nlohmann::json{{"rule", kEvidenceRule}}
-                         : nlohmann::json{{"rule", kEvidenceRule}, {"waived", e.evidence_waived}}},
-        {"cwd", e.cwd},
-        {"env", env},
-        {"timeout_s", e.timeout_s},
-        {"golden", e.golden},
-        {"work_dir", e.work_dir},
-        {"jobs_requested", e.jobs_requested},
-        {"jobs", e.jobs},
-        {"pp1_outcome", e.pp1_outcome},
-        {"pp1_failed", e.pp1_failed},
-        {"pp1_stderr_tail", e.pp1_stderr_tail},
-        {"engine_seconds", e.engine_seconds}};
-    j["not_judged"] = nlohmann::json::array();
-    for (const NotJudged& n : e.not_judged)
-      j["not_judged"].push_back({{"check", n.check}, {"reason", n.reason}});
-    j["lane"]["rule"] =
-        "bitwise on the integer bit pattern; no tolerance (the engine's dumps "
-        "against its own PP=1)";
-  }
-  if (r.pp1_acceptance.speculative && !refused) {
-    // SPEC 5.5: the speculative figures of every split point against PP=1's.
-    auto row = [](const std::string& split, const AcceptanceFigures& a,
-                  const AcceptanceFigures& ref) {
-      const bool equal = same_acceptance(a, ref);
-      return nlohmann::json{{"split", split},
-                            {"steps", a.steps},
-                            {"accepted", a.accepted},
-                            {"mean_accepted_length", a.mean_accepted},
-                            {"acceptance_rate", a.acceptance_rate},
-                            {"tokens_per_forward", a.tokens_per_forward},
-                            {"accepted_histogram", a.accepted_histogram},
-                            {"gsm8k_strict", a.strict_correct},
-                            {"gsm8k_flexible", a.flexible_correct},
-                            {"prompts", a.prompts},
-                            {"equal_to_pp1", equal}};
-    };
-    nlohmann::json acc = nlohmann::json::array();
-    acc.push_back(row("PP=1", r.pp1_acceptance, r.pp1_acceptance));
-    for (const CaseResult& c : r.cases) acc.push_back(row(c.key, c.acceptance, r.pp1_acceptance));
-    j["acceptance"] = acc;
-    j["drafter"] = {{"method", r.pp1_drafter.method},
-                    {"pp1_embedding_source", r.pp1_drafter.embedding_source},
-                    {"pp1_same_object_as_target", r.pp1_drafter.same_object_as_target}};
-  }
-  if (!r.requests.empty() && !refused) {
-    // SPEC 3.4: the request x split-point view, and every request against itself alone.
-    nlohmann::json matrix = nlohmann::json::array();
-    for (const CaseResult& c : r.cases) {
-      nlohmann::json row = nlohmann::json::array();
-      for (int32_t q : r.requests) {
-        const bool diverged = std::find(c.diverged_requests.begin(), c.diverged_requests.end(),
-                                        q) != c.diverged_requests.end();
-        row.push_back(c.verdict == Verdict::kDiverged && diverged ? "diverged"
-                      : c.verdict == Verdict::kPass || c.verdict == Verdict::kDiverged
-                          ? "pass"
-                          : verdict_name(c.verdict));
-      }
-      matrix.push_back({{"split", c.key}, {"requests", row}});
-    }
-    j["serving"] = {{"requests", r.requests},
-                    {"matrix", matrix},
-                    {"batch_invariance",
-                     {{"checked", r.batch_invariance.checked},
-                      {"required", r.batch_invariance.required},
-                      {"requests", r.batch_invariance.requests},
-                      {"identical", r.batch_invariance.identical},
-                      {"differences", r.batch_invariance.differences},
-                      {"not_invariant", r.batch_invariance.not_invariant}}}};
-  }
+  if (r.external) set_engine(*r.external, j);
+  if (r.pp1_acceptance.speculative && !refused) set_acceptance(r, j);
+  if (!r.requests.empty() && !refused) set_serving(r, j);
   j["expect"] = {{"declared", r.scenario.value("expect", nlohmann::json::object())},
                  {"failures", r.expect_failures},
                  {"met", r.expect_failures.empty()}};

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "harness/dump/compare.h"
-#include "harness/verdict/bisect.h"
-#include "harness/verdict/sweep.h"
+#include "harness/judge/bisect.h"
+#include "harness/judge/sweep.h"
 #include "kernels/status.h"
 
 namespace splitcheck {

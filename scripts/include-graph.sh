@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
 # The include graph of harness/ by folder: every "from -> to" pair of rooms where a file of
-# `from` includes a header of `to`, with how many files do, and whether the arrow runs down
-# the floors or back up. Floors, bottom first: dump (files and the comparator, used by every
-# room), engine, transport (where the engine's stages run), verdict, runner (external
-# engines, judged by verdict's rules), cli (the only room that calls reports/). A room may
-# include the rooms below it. Exit 1 when any arrow runs back up.
+# `from` includes a header of `to`, with how many files do, checked against the rooms each
+# folder's README.md says it may include (its "May include:" line). The rooms form floors,
+# bottom first: dump, scenario, engine, transport, judge, then gates and lanes, runner, cli;
+# a room may include only rooms below it, so every arrow runs down. Exit 1 when any include
+# is not allowed (an arrow back up a floor or sideways), or a folder has no such line.
 #   scripts/include-graph.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-declare -A floor=([dump]=0 [engine]=1 [transport]=2 [verdict]=3 [runner]=4 [cli]=5)
-up=0
+declare -A allowed
+bad=0
+for readme in harness/*/README.md; do
+  room="$(basename "$(dirname "$readme")")"
+  line="$(grep -m1 '^May include:' "$readme" || true)"
+  if [[ -z $line ]]; then
+    echo "$readme: no \"May include:\" line" >&2
+    bad=$((bad + 1))
+    continue
+  fi
+  allowed[$room]=" $({ grep -oE '`[a-z_]+`' <<<"$line" || true; } | tr -d '`' | tr '\n' ' ')"
+done
 while read -r count from to; do
-  if (( ${floor[$to]:-0} > ${floor[$from]:-0} )); then
-    printf '%-10s -> %-10s %3d file(s)  up a floor\n' "$from" "$to" "$count"
-    up=$((up + 1))
+  if [[ ${allowed[$from]-} != *" $to "* ]]; then
+    printf '%-10s -> %-10s %3d file(s)  NOT ALLOWED (harness/%s/README.md)\n' \
+      "$from" "$to" "$count" "$from"
+    bad=$((bad + 1))
   else
     printf '%-10s -> %-10s %3d file(s)\n' "$from" "$to" "$count"
   fi
@@ -24,5 +35,5 @@ done < <(
       while read -r to; do [[ $to == "$from" ]] || echo "$from $to"; done
   done | sort | uniq -c | awk '{print $1, $2, $3}'
 )
-echo "arrows back up a floor: $up"
-(( up == 0 ))
+echo "includes not allowed: $bad"
+(( bad == 0 ))

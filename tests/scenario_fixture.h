@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "harness/verdict/scenario.h"
+#include "harness/scenario/scenario.h"
 
 namespace splitcheck {
 

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "harness/verdict/approx_lane.h"
+#include "harness/lanes/approx_lane.h"
 #include "reference/partial_files.h"
 
 namespace splitcheck {

@@ -1,4 +1,4 @@
-// `splitcheck approx`: the approximate lane with its float64 judge (harness/verdict/
+// `splitcheck approx`: the approximate lane with its float64 judge (harness/lanes/
 // approx_lane.h) on one scenario, for the CPU backend, the CUDA backend or both.
 #pragma once
 

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "harness/cli/external_cli.h"
+#include "harness/judge/bisect.h"
 #include "harness/runner/interrupt.h"
-#include "harness/verdict/bisect.h"
 #include "reports/report.h"
 
 namespace splitcheck {

@@ -1,4 +1,4 @@
-// `splitcheck bisect`: the command line over bisect() (harness/verdict/bisect.h).
+// `splitcheck bisect`: the command line over bisect() (harness/judge/bisect.h).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -14,12 +14,12 @@
 #include "harness/cli/version.h"
 #include "harness/dump/compare.h"
 #include "harness/dump/verify.h"
-#include "harness/engine/partition.h"
 #include "harness/engine/run.h"
-#include "harness/verdict/bisect.h"
-#include "harness/verdict/golden.h"
-#include "harness/verdict/properties.h"
-#include "harness/verdict/sensitivity.h"
+#include "harness/gates/golden.h"
+#include "harness/gates/sensitivity.h"
+#include "harness/judge/bisect.h"
+#include "harness/lanes/properties.h"
+#include "harness/scenario/partition.h"
 #include "reports/report.h"
 
 namespace splitcheck {
@@ -164,7 +164,7 @@ int cmd_verify_dump(const std::string& path) {
   return kExitOk;
 }
 
-// The fault sensitivity table (harness/verdict/sensitivity.h): exit 0 when every fault is
+// The fault sensitivity table (harness/gates/sensitivity.h): exit 0 when every fault is
 // caught by its check at every seed with no false alarm, 1 otherwise.
 int cmd_sensitivity(std::vector<std::string> scenarios, const std::vector<uint64_t>& seeds,
                     int threads) {
@@ -180,7 +180,7 @@ int cmd_sensitivity(std::vector<std::string> scenarios, const std::vector<uint64
   return ok ? kExitOk : kExitDiverged;
 }
 
-// GPU properties (harness/verdict/properties.h): measured and printed as JSON (also
+// GPU properties (harness/lanes/properties.h): measured and printed as JSON (also
 // written to `json_out` when given). Exit 0 when measured, whatever they show: they are
 // reports, not verdicts.
 int cmd_properties(const std::string& scenario_path, const std::string& json_out) {
@@ -197,6 +197,182 @@ int cmd_properties(const std::string& scenario_path, const std::string& json_out
   return kExitOk;
 }
 
+// `run`: PP=1 (or the partitioned engine at --split's cuts) on one scenario.
+struct RunCmd {
+  std::string scenario = default_scenario(), out;
+  std::vector<std::string> split_text;
+  CLI::App* command = nullptr;
+
+  void add_to(CLI::App& app) {
+    command = app.add_subcommand(
+        "run", "Run the PP=1 reference on a scenario, print a summary, write its dump");
+    command->add_option("scenario", scenario,
+                        "Scenario JSON (default: the embedded default scenario)");
+    command->add_option("--out", out, "Dump file (HDF5) to write");
+    command
+        ->add_option("--split", split_text,
+                     "Run the partitioned engine with these cuts instead of PP=1 (e.g. --split "
+                     "12 or --split 8,20; --split \"\" is PP=1, so an external-engine "
+                     "template's {cuts} can name any partition)")
+        ->delimiter(',');
+  }
+
+  int run() const {
+    std::vector<int> split;
+    for (const std::string& cut : split_text) {
+      if (cut.empty()) continue;
+      size_t used = 0;
+      int value = -1;
+      try {
+        value = std::stoi(cut, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != cut.size() || used == 0) {
+        fmt::print(stderr, "splitcheck: error: --split: \"{}\" is not a layer number\n", cut);
+        return kExitInvalid;
+      }
+      split.push_back(value);
+    }
+    return cmd_run(scenario, out, split);
+  }
+};
+
+// `checkpoint`: the scenario's model weights as an HDF5 checkpoint.
+struct CheckpointCmd {
+  std::string scenario = default_scenario(), out;
+  CLI::App* command = nullptr;
+
+  void add_to(CLI::App& app) {
+    command = app.add_subcommand("checkpoint",
+                                 "Write the scenario's model weights as an HDF5 checkpoint");
+    command->add_option("scenario", scenario, "Scenario JSON");
+    command->add_option("--out", out, "Checkpoint file to write")->required();
+  }
+  int run() const { return cmd_checkpoint(scenario, out); }
+};
+
+// `golden verify` and `golden update`: the committed PP=1 goldens.
+struct GoldenCmd {
+  std::string dir = std::string(SPLITCHECK_SOURCE_DIR) + "/golden";
+  std::string reason, backend;
+  std::vector<std::string> scenarios;
+  CLI::App* command = nullptr;
+  CLI::App* verify = nullptr;
+  CLI::App* update = nullptr;
+
+  void add_to(CLI::App& app) {
+    command = app.add_subcommand("golden", "Verify or update the committed PP=1 goldens");
+    command->require_subcommand(1);
+    command->add_option("--dir", dir, "Golden directory (default: the source tree's golden/)");
+    verify = command->add_subcommand("verify", "Recompute every golden and compare bit for bit");
+    update = command->add_subcommand("update",
+                                     "Regenerate goldens; the reason is recorded in MANIFEST.json");
+    update->add_option("--reason", reason, "Why the golden changes")->required();
+    update->add_option("scenarios", scenarios, "Scenario files (default: every golden's)");
+    update
+        ->add_option("--backend", backend,
+                     "Run the scenarios on this backend and record it in the manifest (cuda: a "
+                     "GPU golden, fingerprinted with the GPU, SM count, driver, CUDA and "
+                     "cuBLASLt versions); default: each scenario's own")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
+  }
+
+  int run() const {
+    if (*verify) return cmd_golden_verify(dir);
+    Status st = update_goldens(SPLITCHECK_SOURCE_DIR, dir, scenarios, reason, backend);
+    if (!st.is_ok()) return report_status(st);
+    fmt::print("goldens updated: {}\n", reason);
+    return kExitOk;
+  }
+};
+
+// `compare A B` and `verify-dump FILE`: dump files, bit for bit.
+struct CompareCmd {
+  std::string a, b, report, verify_path;
+  bool approximate = false, full = false, trust_digests = false;
+  CLI::App* command = nullptr;
+  CLI::App* verify_dump = nullptr;
+
+  void add_to(CLI::App& app) {
+    command = app.add_subcommand(
+        "compare",
+        "Compare two dumps of the splitcheck format bit for bit (every byte read, both files' "
+        "digests verified in the same pass, attributes that carry results compared)");
+    command->add_option("a", a, "Golden (or first) dump")->required();
+    command->add_option("b", b, "Candidate dump")->required();
+    command->add_flag("--approximate", approximate, "Use the approximate lane's thresholds");
+    auto* trust_flag = command->add_flag(
+        "--trust-digests", trust_digests,
+        "Take datasets with equal stored digests as equal without reading them; every report "
+        "form then says the verdict rests on unverified digests");
+    command
+        ->add_flag("--full", full,
+                   "Read every byte (the default; kept so that older scripts still run)")
+        ->excludes(trust_flag);
+    verify_dump = app.add_subcommand(
+        "verify-dump",
+        "Check one dump's integrity: format, format_version, every dataset's digest against "
+        "its bytes, order 0..n-1 once each, every attribute readable; exit 0 or 2");
+    verify_dump->add_option("file", verify_path, "Dump file (HDF5)")->required();
+    command->add_option("--report", report,
+                        "Directory for report.json, report.html, junit.xml, summary.md");
+  }
+};
+
+// `merge`: shard reports joined into one.
+struct MergeCmd {
+  std::vector<std::string> inputs;
+  std::string dir;
+  CLI::App* command = nullptr;
+
+  void add_to(CLI::App& app) {
+    command = app.add_subcommand(
+        "merge", "Join shard reports (sweep --shard i/N --report DIR) into one unsharded report");
+    command->add_option("reports", inputs, "Shard report.json files")->required();
+    command->add_option("--report", dir, "Directory for the merged report")->required();
+  }
+  int run() const { return run_merge(inputs, dir); }
+};
+
+// `sensitivity`: every fault scenario at several seeds, with and without its fault.
+struct SensitivityCmd {
+  std::vector<std::string> scenarios;
+  std::vector<uint64_t> seeds{0x4b334d494e49ull, 1234, 7};
+  int threads = 0;
+  CLI::App* command = nullptr;
+
+  void add_to(CLI::App& app) {
+    command = app.add_subcommand(
+        "sensitivity",
+        "Sweep every fault scenario at several model seeds, with and without its fault: print "
+        "which check caught it and the false alarms of the fixed protocol");
+    command->add_option("scenarios", scenarios,
+                        "Fault scenarios (default: every committed scenarios/fault-*.json)");
+    command->add_option("--seeds", seeds, "Model seeds (default: the preset's, 1234, 7)")
+        ->delimiter(',');
+    command->add_option("--threads", threads, "Threads per sweep (0: one per core)");
+  }
+  int run() const { return cmd_sensitivity(scenarios, seeds, threads); }
+};
+
+// `properties`: GPU properties of the scenario's backend, as JSON.
+struct PropertiesCmd {
+  std::string scenario = default_scenario(), json;
+  CLI::App* command = nullptr;
+
+  void add_to(CLI::App& app) {
+    command = app.add_subcommand(
+        "properties",
+        "Measure whether a token's logits depend on its forward's row count (decode vs "
+        "prefill, verify vs decode, chunked vs whole prefill) on the scenario's backend; "
+        "print JSON");
+    command->add_option("scenario", scenario, "Scenario JSON (default: the default scenario)");
+    command->add_option("--json", json, "Also write the JSON to this file");
+  }
+  int run() const { return cmd_properties(scenario, json); }
+};
+
 int run_cli_unguarded(int argc, char** argv) {
   CLI::App app{
       "splitcheck: proves a pipeline-parallel engine computes exactly what the single-stage "
@@ -210,74 +386,14 @@ int run_cli_unguarded(int argc, char** argv) {
     text.pop_back();  // CLI11 adds the last newline
     return text;
   });
-  std::string golden_dir = std::string(SPLITCHECK_SOURCE_DIR) + "/golden";
-
-  std::string scenario = default_scenario();
-  std::string out;
-  auto* run = app.add_subcommand(
-      "run", "Run the PP=1 reference on a scenario, print a summary, write its dump");
-  run->add_option("scenario", scenario, "Scenario JSON (default: the embedded default scenario)");
-  run->add_option("--out", out, "Dump file (HDF5) to write");
-  std::vector<std::string> run_split_text;
-  run->add_option("--split", run_split_text,
-                  "Run the partitioned engine with these cuts instead of PP=1 (e.g. --split 12 or "
-                  "--split 8,20; --split \"\" is PP=1, so an external-engine template's {cuts} "
-                  "can name any partition)")
-      ->delimiter(',');
-
-  std::string ckpt_out;
-  std::string ckpt_scenario = default_scenario();
-  auto* ckpt =
-      app.add_subcommand("checkpoint", "Write the scenario's model weights as an HDF5 checkpoint");
-  ckpt->add_option("scenario", ckpt_scenario, "Scenario JSON");
-  ckpt->add_option("--out", ckpt_out, "Checkpoint file to write")->required();
-
-  auto* golden = app.add_subcommand("golden", "Verify or update the committed PP=1 goldens");
-  golden->require_subcommand(1);
-  golden->add_option("--dir", golden_dir, "Golden directory (default: the source tree's golden/)");
-  auto* verify = golden->add_subcommand("verify", "Recompute every golden and compare bit for bit");
-  std::string reason;
-  std::vector<std::string> update_scenarios;
-  auto* update = golden->add_subcommand(
-      "update", "Regenerate goldens; the reason is recorded in MANIFEST.json");
-  update->add_option("--reason", reason, "Why the golden changes")->required();
-  update->add_option("scenarios", update_scenarios, "Scenario files (default: every golden's)");
-  std::string update_backend;
-  update
-      ->add_option("--backend", update_backend,
-                   "Run the scenarios on this backend and record it in the manifest (cuda: a "
-                   "GPU golden, fingerprinted with the GPU, SM count, driver, CUDA and cuBLASLt "
-                   "versions); default: each scenario's own")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-
-  std::string cmp_a, cmp_b;
-  bool approximate = false, full = false, trust_digests = false;
-  auto* compare = app.add_subcommand(
-      "compare",
-      "Compare two dumps of the splitcheck format bit for bit (every byte read, both files' "
-      "digests verified in the same pass, attributes that carry results compared)");
-  compare->add_option("a", cmp_a, "Golden (or first) dump")->required();
-  compare->add_option("b", cmp_b, "Candidate dump")->required();
-  compare->add_flag("--approximate", approximate, "Use the approximate lane's thresholds");
-  auto* trust_flag = compare->add_flag(
-      "--trust-digests", trust_digests,
-      "Take datasets with equal stored digests as equal without reading them; every report "
-      "form then says the verdict rests on unverified digests");
-  compare
-      ->add_flag("--full", full,
-                 "Read every byte (the default; kept so that older scripts still run)")
-      ->excludes(trust_flag);
-
-  std::string verify_path;
-  auto* verify_dump_cmd = app.add_subcommand(
-      "verify-dump",
-      "Check one dump's integrity: format, format_version, every dataset's digest against "
-      "its bytes, order 0..n-1 once each, every attribute readable; exit 0 or 2");
-  verify_dump_cmd->add_option("file", verify_path, "Dump file (HDF5)")->required();
-  std::string cmp_report;
-  compare->add_option("--report", cmp_report,
-                      "Directory for report.json, report.html, junit.xml, summary.md");
-
+  RunCmd run;
+  run.add_to(app);
+  CheckpointCmd checkpoint;
+  checkpoint.add_to(app);
+  GoldenCmd golden;
+  golden.add_to(app);
+  CompareCmd compare;
+  compare.add_to(app);
   SweepCli sweep_cli;
   sweep_cli.add_to(app);
   BisectCli bisect_cli;
@@ -286,35 +402,12 @@ int run_cli_unguarded(int argc, char** argv) {
   approx_cli.add_to(app, default_scenario());
   AssembleCli assemble_cli;
   assemble_cli.add_to(app);
-
-  std::vector<std::string> merge_inputs;
-  std::string merge_dir;
-  auto* merge = app.add_subcommand(
-      "merge", "Join shard reports (sweep --shard i/N --report DIR) into one unsharded report");
-  merge->add_option("reports", merge_inputs, "Shard report.json files")->required();
-  merge->add_option("--report", merge_dir, "Directory for the merged report")->required();
-
-  std::vector<std::string> sens_scenarios;
-  std::vector<uint64_t> sens_seeds{0x4b334d494e49ull, 1234, 7};
-  int sens_threads = 0;
-  auto* sens = app.add_subcommand(
-      "sensitivity",
-      "Sweep every fault scenario at several model seeds, with and without its fault: print "
-      "which check caught it and the false alarms of the fixed protocol");
-  sens->add_option("scenarios", sens_scenarios,
-                   "Fault scenarios (default: every committed scenarios/fault-*.json)");
-  sens->add_option("--seeds", sens_seeds, "Model seeds (default: the preset's, 1234, 7)")
-      ->delimiter(',');
-  sens->add_option("--threads", sens_threads, "Threads per sweep (0: one per core)");
-
-  std::string props_scenario = default_scenario();
-  std::string props_json;
-  auto* props = app.add_subcommand(
-      "properties",
-      "Measure whether a token's logits depend on its forward's row count (decode vs prefill, "
-      "verify vs decode, chunked vs whole prefill) on the scenario's backend; print JSON");
-  props->add_option("scenario", props_scenario, "Scenario JSON (default: the default scenario)");
-  props->add_option("--json", props_json, "Also write the JSON to this file");
+  MergeCmd merge;
+  merge.add_to(app);
+  SensitivityCmd sensitivity;
+  sensitivity.add_to(app);
+  PropertiesCmd properties;
+  properties.add_to(app);
 
   for (int i = 0; i < argc; ++i) sweep_cli.command_line += (i ? " " : "") + std::string(argv[i]);
   sweep_cli.args.assign(argv + std::min(argc, 1), argv + argc);
@@ -325,44 +418,19 @@ int run_cli_unguarded(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitInvalid;
   }
-  if (*run) {
-    std::vector<int> run_split;
-    for (const std::string& cut : run_split_text) {
-      if (cut.empty()) continue;
-      size_t used = 0;
-      int value = -1;
-      try {
-        value = std::stoi(cut, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != cut.size() || used == 0) {
-        fmt::print(stderr, "splitcheck: error: --split: \"{}\" is not a layer number\n", cut);
-        return kExitInvalid;
-      }
-      run_split.push_back(value);
-    }
-    return cmd_run(scenario, out, run_split);
-  }
-  if (*ckpt) return cmd_checkpoint(ckpt_scenario, ckpt_out);
-  if (*verify) return cmd_golden_verify(golden_dir);
-  if (*update) {
-    Status st =
-        update_goldens(SPLITCHECK_SOURCE_DIR, golden_dir, update_scenarios, reason, update_backend);
-    if (!st.is_ok()) return report_status(st);
-    fmt::print("goldens updated: {}\n", reason);
-    return kExitOk;
-  }
-  if (*compare)
-    return cmd_compare(cmp_a, cmp_b, approximate, trust_digests, cmp_report,
-                       sweep_cli.command_line);
-  if (*verify_dump_cmd) return cmd_verify_dump(verify_path);
+  if (*run.command) return run.run();
+  if (*checkpoint.command) return checkpoint.run();
+  if (*golden.command) return golden.run();
+  if (*compare.command)
+    return cmd_compare(compare.a, compare.b, compare.approximate, compare.trust_digests,
+                       compare.report, sweep_cli.command_line);
+  if (*compare.verify_dump) return cmd_verify_dump(compare.verify_path);
   if (*bisect_cli.command) return bisect_cli.run();
   if (*approx_cli.command) return approx_cli.run();
   if (*assemble_cli.command) return assemble_cli.run();
-  if (*merge) return run_merge(merge_inputs, merge_dir);
-  if (*props) return cmd_properties(props_scenario, props_json);
-  if (*sens) return cmd_sensitivity(sens_scenarios, sens_seeds, sens_threads);
+  if (*merge.command) return merge.run();
+  if (*properties.command) return properties.run();
+  if (*sensitivity.command) return sensitivity.run();
   return sweep_cli.run();
 }
 

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "harness/dump/printable.h"
-#include "harness/verdict/bisect.h"
+#include "harness/judge/bisect.h"
 #include "reports/report.h"
 #include "reports/writers.h"
 

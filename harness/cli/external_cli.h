@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/judge/waivers.h"
 #include "harness/runner/external_sweep.h"
-#include "harness/verdict/waivers.h"
 
 namespace splitcheck {
 

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/cli/external_cli.h"
-#include "harness/cli/rank_launcher.h"
+#include "harness/judge/sweep.h"
 #include "harness/runner/interrupt.h"
-#include "harness/verdict/sweep.h"
+#include "harness/transport/rank_launcher.h"
 #include "reports/report.h"
 #if SPLITCHECK_HAVE_MPI
 #include <mpi.h>

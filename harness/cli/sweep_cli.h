@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/verdict/sweep.h"
+#include "harness/judge/sweep.h"
 
 namespace splitcheck {
 
@@ -23,7 +23,7 @@ struct SweepCli {
   std::vector<std::string> args;   // the arguments after the program name, as given
   int ranks = 0;                   // --ranks N: start mpirun -np N and supervise it
   bool self_check = false;
-  std::string waivers;     // waiver file (harness/verdict/waivers.h)
+  std::string waivers;     // waiver file (harness/judge/waivers.h)
   int jobs = 0;            // external engines: runs at once (0: as --threads, one per core)
   std::string work_dir;    // external engines: where dumps and engine output are kept
   bool keep_runs = false;  // external engines: keep the work directory made under $TMPDIR

@@ -47,11 +47,10 @@ AcceptanceFigures acceptance_figures(const GenerationSummary& g) {
   return f;
 }
 
-Status bind_drafter(const Scenario& s, const WeightStore& host, int host_stage, bool host_is_first,
-                    DrafterBinding& binding) {
+Status bind_drafter(const Scenario& s, const DrafterHost& host, DrafterBinding& binding) {
   const FaultSet faults{s.faults};
-  binding = share_with_target(host);
-  if (faults.has("draft.own_embedding") && !host_is_first) {
+  binding = share_with_target(host.weights);
+  if (faults.has("draft.own_embedding") && !host.is_first) {
     // The historical bug: under PP the drafter builds its own embedding, which its
     // checkpoint does not have, so it stays as constructed (zeros), on the device the
     // drafter runs on, like every weight of its stage.
@@ -61,23 +60,23 @@ Status bind_drafter(const Scenario& s, const WeightStore& host, int host_stage, 
     binding.source = "own";
   }
   if (s.speculative.context_only_producer) return Status::ok();
-  return check_shared_embedding(binding, s.model, host_stage, s.speculative.method,
+  return check_shared_embedding(binding, s.model, host.stage, s.speculative.method,
                                 faults.has("draft.vocab_from_embedding"));
 }
 
 DrafterPlacement describe_drafter(const Scenario& s, const DrafterBinding& binding,
-                                  const WeightStore& host, int host_stage) {
+                                  const DrafterHost& host) {
   DrafterPlacement p;
   p.method = s.speculative.method;
-  p.stage = host_stage;
+  p.stage = host.stage;
   p.embedding_source = binding.source;
-  p.same_object_as_target = binds_target_embedding(binding, host);
+  p.same_object_as_target = binds_target_embedding(binding, host.weights);
   return p;
 }
 
 Status probe_drafter_load(const Scenario& s, const Stage& stage) {
   DrafterBinding binding;
-  return bind_drafter(s, stage.weights(), stage.index(), stage.is_first(), binding);
+  return bind_drafter(s, DrafterHost{stage.weights(), stage.index(), stage.is_first()}, binding);
 }
 
 bool same_acceptance(const AcceptanceFigures& a, const AcceptanceFigures& ref) {
@@ -168,17 +167,15 @@ Result<std::unique_ptr<Drafter>> make_drafter(const Scenario& s, const WeightSto
   return std::unique_ptr<Drafter>(std::make_unique<CountedDrafter>(std::move(d), calls));
 }
 
-Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, const WeightStore& host,
-                                         int host_stage, bool host_is_first, WeightSource& source,
-                                         const PreparedWorkload& workload, RunRecord* record) {
-  if (s.serving.enabled)
-    return run_serving_generation(s, engine, host, host_stage, host_is_first, source, workload,
-                                  record);
+Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, const DrafterHost& host,
+                                         WeightSource& source, const PreparedWorkload& workload,
+                                         RunRecord* record) {
+  if (s.serving.enabled) return run_serving_generation(s, engine, host, source, workload, record);
   GenerationSummary out;
   const GenerationOptions gen{s.workload.max_new_tokens, s.prefill_chunk};
   const SpecMethodInfo* method = find_spec_method(s.speculative.method);
   out.drafter.method = s.speculative.method;
-  out.drafter.stage = host_stage;
+  out.drafter.stage = host.stage;
   const bool eagle3 = s.speculative.method == "eagle3";
   if (method == nullptr || !method->has_drafter || (s.speculative.method != "dspark" && !eagle3)) {
     ASSIGN_OR_RETURN(out.generation, generate_greedy(engine, workload.prompts, gen, record));
@@ -188,8 +185,8 @@ Result<GenerationSummary> run_generation(const Scenario& s, Engine& engine, cons
 
   // share_with_target on the stage where the drafter runs, then the load-time check.
   DrafterBinding binding;
-  const Status bound = bind_drafter(s, host, host_stage, host_is_first, binding);
-  out.drafter = describe_drafter(s, binding, host, host_stage);
+  const Status bound = bind_drafter(s, host, binding);
+  out.drafter = describe_drafter(s, binding, host);
   if (!bound.is_ok()) {
     out.drafter.refusal = bound.message();
     return bound;

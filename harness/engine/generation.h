@@ -8,7 +8,7 @@
 
 #include "harness/engine/prepared_workload.h"
 #include "harness/engine/stage.h"
-#include "harness/verdict/faults.h"
+#include "harness/scenario/faults.h"
 #include "reference/dspark.h"
 #include "reference/speculative.h"
 #include "reference/weight_source.h"
@@ -25,19 +25,27 @@ struct DrafterPlacement {
   std::string refusal;  // the load-time refusal, when one was made
 };
 
-// The drafter-loading path on the stage where it runs (SPEC 3.1): share_with_target binds
-// the stage's embedding and lm_head (`host`, stage `host_stage`); under
-// draft.own_embedding, off a first stage, the drafter builds its own embedding instead;
-// then, unless the scenario's stage is a context-only producer, check_shared_embedding
-// refuses a missing placeholder (StatusCode::kConfigRejected naming the stage and the
-// method). `binding` is filled in either case; it points into `host`, which must outlive it.
-Status bind_drafter(const Scenario& scenario, const WeightStore& host, int host_stage,
-                    bool host_is_first, DrafterBinding& binding);
+// The stage the drafter runs beside: its weights (the embedding and lm_head the drafter
+// shares), its index, and whether it is the first stage (the one that holds layer 0 and the
+// real embedding). PP=1's is {its weights, 0, true}; a partition's, its last stage's.
+struct DrafterHost {
+  const WeightStore& weights;
+  int stage = 0;
+  bool is_first = true;
+};
 
-// What `binding` says of the drafter on stage `host_stage`, its identity measured against
-// the stage's embed_tokens (binds_target_embedding).
+// The drafter-loading path on the stage where it runs (SPEC 3.1): share_with_target binds
+// the host stage's embedding and lm_head; under draft.own_embedding, off a first stage, the
+// drafter builds its own embedding instead; then, unless the scenario's stage is a
+// context-only producer, check_shared_embedding refuses a missing placeholder
+// (StatusCode::kConfigRejected naming the stage and the method). `binding` is filled in
+// either case; it points into the host's weights, which must outlive it.
+Status bind_drafter(const Scenario& scenario, const DrafterHost& host, DrafterBinding& binding);
+
+// What `binding` says of the drafter on the host stage, its identity measured against the
+// stage's embed_tokens (binds_target_embedding).
 DrafterPlacement describe_drafter(const Scenario& scenario, const DrafterBinding& binding,
-                                  const WeightStore& host, int host_stage);
+                                  const DrafterHost& host);
 
 // What a generation produced, beyond the record.
 struct GenerationSummary {
@@ -85,14 +93,12 @@ Result<std::unique_ptr<Drafter>> make_drafter(const Scenario& scenario, const We
                                               const DrafterBinding& binding,
                                               int64_t* calls = nullptr);
 
-// Runs the scenario's prompts on `engine`. `host` is the weights of the stage where the
-// drafter runs (`host_stage`; `host_is_first` when that stage also holds layer 0).
+// Runs the scenario's prompts on `engine`, the drafter (if any) beside `host`.
 // Records "spec" figures (including the GSM8K-style strict and flexible scores) when
 // speculative, and counts the drafter's calls (GenerationSummary::drafter_calls). A
 // refused drafter binding is StatusCode::kConfigRejected.
 Result<GenerationSummary> run_generation(const Scenario& scenario, Engine& engine,
-                                         const WeightStore& host, int host_stage,
-                                         bool host_is_first, WeightSource& source,
+                                         const DrafterHost& host, WeightSource& source,
                                          const PreparedWorkload& workload, RunRecord* record);
 
 // run_generation for a scenario with a `serving` block (serving.h): every prompt a
@@ -101,10 +107,12 @@ Result<GenerationSummary> run_generation(const Scenario& scenario, Engine& engin
 // subset of the requests (ServingOptions), e.g. one request alone.
 struct ServingResult;
 struct ServingOptions;
-Result<GenerationSummary> run_serving_generation(
-    const Scenario& scenario, Engine& engine, const WeightStore& host, int host_stage,
-    bool host_is_first, WeightSource& source, const PreparedWorkload& workload, RunRecord* record,
-    const ServingOptions* subset = nullptr, ServingResult* serving = nullptr);
+Result<GenerationSummary> run_serving_generation(const Scenario& scenario, Engine& engine,
+                                                 const DrafterHost& host, WeightSource& source,
+                                                 const PreparedWorkload& workload,
+                                                 RunRecord* record,
+                                                 const ServingOptions* subset = nullptr,
+                                                 ServingResult* serving = nullptr);
 
 // Loads the scenario's drafter on `stage` through bind_drafter, as if it ran there, and
 // returns what the loading path said: on a stage without the embedding, the clear

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "harness/transport/inproc.h"
+#include "harness/engine/inproc.h"
 
 namespace splitcheck {
 

@@ -1,5 +1,5 @@
 // The partitioned engine: one Stage per range of the partition, reached through a
-// Transport (transport/transport.h): by default `inproc`, each stage on its own thread,
+// Transport (engine/transport.h): by default `inproc`, each stage on its own thread,
 // handing encoded payloads through bounded queues; `mpi`, each stage its own process. It
 // implements Engine, so the generation loop that drives PP=1 drives it unchanged, and it
 // records the same logical dump layout as the reference engine, at every dump level. An
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "harness/engine/stage.h"
-#include "harness/transport/transport.h"
+#include "harness/engine/transport.h"
 
 namespace splitcheck {
 

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "harness/verdict/scenario.h"
+#include "harness/scenario/scenario.h"
 #include "reference/workload.h"
 
 namespace splitcheck {

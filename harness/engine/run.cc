@@ -138,7 +138,7 @@ Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source) {
       ReferenceEngine::create(s.model, std::move(weights),
                               EngineOptions{s.capture_ids, s.dump_level, s.speculative.method,
                                             s.speculative.context_only_producer}));
-  ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->weights(), 0, true, source,
+  ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, DrafterHost{engine->weights()}, source,
                                                run.workload, &run.record));
   run.generation = run.summary.generation;
   run.computed = engine->computed();
@@ -163,8 +163,10 @@ Result<ReferenceRun> run_partitioned(const Scenario& s, const std::vector<int>& 
       std::unique_ptr<PartitionedEngine> engine,
       PartitionedEngine::create(s.model, partition, options, FaultSet{s.faults}, *source));
   const int last = partition.stages() - 1;
-  ASSIGN_OR_RETURN(run.summary, run_generation(s, *engine, engine->last_stage_weights(), last,
-                                               last == 0, *source, run.workload, &run.record));
+  ASSIGN_OR_RETURN(
+      run.summary,
+      run_generation(s, *engine, DrafterHost{engine->last_stage_weights(), last, last == 0},
+                     *source, run.workload, &run.record));
   run.generation = run.summary.generation;
   run.computed = engine->computed();
   run.computed.drafter = run.summary.drafter_calls;

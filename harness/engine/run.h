@@ -7,7 +7,7 @@
 
 #include "harness/dump/dump.h"
 #include "harness/engine/generation.h"
-#include "harness/verdict/scenario.h"
+#include "harness/scenario/scenario.h"
 #include "reference/engine.h"
 #include "reference/generate.h"
 #include "reference/workload.h"

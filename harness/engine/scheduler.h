@@ -15,7 +15,7 @@
 #include <map>
 #include <vector>
 
-#include "harness/verdict/scenario.h"
+#include "harness/scenario/scenario.h"
 #include "reference/engine.h"
 
 namespace splitcheck {

@@ -11,14 +11,13 @@
 namespace splitcheck {
 
 Result<GenerationSummary> run_serving_generation(const Scenario& s, Engine& engine,
-                                                 const WeightStore& host, int host_stage,
-                                                 bool host_is_first, WeightSource& source,
+                                                 const DrafterHost& host, WeightSource& source,
                                                  const PreparedWorkload& workload,
                                                  RunRecord* record, const ServingOptions* subset,
                                                  ServingResult* serving) {
   GenerationSummary out;
   out.drafter.method = s.speculative.method;
-  out.drafter.stage = host_stage;
+  out.drafter.stage = host.stage;
   ServingOptions opt;
   if (subset != nullptr) opt = *subset;
   opt.config = s.serving;
@@ -41,8 +40,8 @@ Result<GenerationSummary> run_serving_generation(const Scenario& s, Engine& engi
   WeightStore own;
   DrafterFactory factory;
   if (speculative) {
-    const Status bound = bind_drafter(s, host, host_stage, host_is_first, binding);
-    out.drafter = describe_drafter(s, binding, host, host_stage);
+    const Status bound = bind_drafter(s, host, binding);
+    out.drafter = describe_drafter(s, binding, host);
     if (!bound.is_ok()) {
       out.drafter.refusal = bound.message();
       return bound;

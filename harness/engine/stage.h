@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "harness/engine/handoff.h"
-#include "harness/engine/partition.h"
-#include "harness/verdict/faults.h"
+#include "harness/scenario/faults.h"
+#include "harness/scenario/partition.h"
 #include "reference/cache_snapshot.h"
 #include "reference/engine.h"
 #include "reference/weight_source.h"

@@ -1,4 +1,4 @@
-// Runs one engine command (harness/runner/engine_spec.h) as a child process: argv without
+// Runs one engine command (harness/scenario/engine_spec.h) as a child process: argv without
 // a shell, in its own process group, with extra environment, a working directory and a
 // deadline, and with no descriptor of splitcheck but stdin (/dev/null), stdout and stderr.
 //

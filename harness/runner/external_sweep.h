@@ -12,8 +12,8 @@
 
 #include <string>
 
-#include "harness/verdict/scenario.h"
-#include "harness/verdict/sweep.h"
+#include "harness/judge/sweep.h"
+#include "harness/scenario/scenario.h"
 #include "kernels/status.h"
 
 namespace splitcheck {

@@ -12,9 +12,9 @@
 #include <thread>
 #include <utility>
 
-#include "harness/cli/rank_launcher.h"
 #include "harness/engine/run.h"
 #include "harness/engine/wire.h"
+#include "harness/transport/rank_launcher.h"
 
 namespace splitcheck {
 namespace {

@@ -20,8 +20,8 @@
 #include <memory>
 #include <string>
 
-#include "harness/transport/transport.h"
-#include "harness/verdict/scenario.h"
+#include "harness/engine/transport.h"
+#include "harness/scenario/scenario.h"
 
 namespace splitcheck {
 

@@ -233,15 +233,6 @@ std::string ranks_per_gpu_problem(int ranks_on_host, int gpus_on_host) {
       ranks_on_host, gpus_on_host);
 }
 
-std::string nccl_device_problem() {
-  int devices = 0;
-  const cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess)
-    return fmt::format("no CUDA device is usable here ({})", cudaGetErrorString(e));
-  if (devices == 0) return "no CUDA device is visible here";
-  return "";
-}
-
 Result<std::unique_ptr<PayloadChannel>> make_nccl_channel(MpiWorld& world) {
   auto channel = std::make_unique<NcclChannel>();
   Status st = channel->init(world);

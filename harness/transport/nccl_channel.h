@@ -25,9 +25,6 @@
 
 namespace splitcheck {
 
-// Empty when this process can use NCCL (a CUDA device is visible); otherwise why not.
-std::string nccl_device_problem();
-
 // Empty when `ranks_on_host` ranks can each have one of the host's `gpus_on_host` GPUs;
 // otherwise the refusal, naming both counts.
 std::string ranks_per_gpu_problem(int ranks_on_host, int gpus_on_host);

@@ -29,6 +29,7 @@
 
 #include "harness/engine/handoff.h"
 #include "harness/engine/stage_job.h"
+#include "harness/scenario/capabilities.h"
 #include "harness/transport/nccl_channel.h"
 
 namespace splitcheck {
@@ -62,7 +63,7 @@ int run(int argc, char** argv) {
   }
   MpiWorld& w = **world;
   const int rank = w.rank();
-  if (const std::string why = nccl_device_problem(); !why.empty()) {
+  if (const std::string why = find_capability("transport", "nccl")->unavailable(); !why.empty()) {
     fmt::print(stderr, "nccl_payload_bench: rank {}: {}\n", rank, why);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }

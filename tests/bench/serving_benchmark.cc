@@ -72,7 +72,7 @@ Served serve(const Scenario& s, Engine& engine, const WeightStore& weights, Weig
   const auto t0 = std::chrono::steady_clock::now();
   const std::clock_t c0 = std::clock();
   ServingResult serving;
-  Result<GenerationSummary> g = run_serving_generation(s, engine, weights, 0, true, source, w,
+  Result<GenerationSummary> g = run_serving_generation(s, engine, DrafterHost{weights}, source, w,
                                                        nullptr, nullptr, &serving);
   Served out;
   out.cpu_seconds = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;

@@ -14,7 +14,7 @@
 #include <cstdlib>
 
 #include "harness/engine/run.h"
-#include "harness/verdict/sweep.h"
+#include "harness/judge/sweep.h"
 
 namespace splitcheck {
 namespace {

@@ -2,7 +2,7 @@
 // copy_runs (kernels/tensor_copy.h), rows of one tensor scattered to several, and the
 // segmented dense attention (DenseAttentionArgs::begin), each block over its own keys and
 // values. On either device each gives every run and every segment what a call of its own
-// gives, bit for bit; the approximate lane's capture (harness/verdict/op_cases.h) takes a
+// gives, bit for bit; the approximate lane's capture (harness/lanes/op_cases.h) takes a
 // segmented call as one call a segment, each replaying to its rows. The GPU rows are
 // skipped, saying why, without a CUDA device; the CPU rows run everywhere.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "harness/verdict/op_cases.h"
+#include "harness/lanes/op_cases.h"
 #include "kernels/ops.h"
 #include "kernels/tensor_copy.h"
 #include "tests/cuda/gpu_test_support.h"

@@ -1,7 +1,7 @@
 // The approximate lane: the CPU backend is within it on the default scenario, and it
 // fails when an op's output is perturbed (one bf16 ulp per element, or an error of the
 // threshold plus one ulp at the output's scale) or when attn_res runs with a wrong eps.
-#include "harness/verdict/approx_lane.h"
+#include "harness/lanes/approx_lane.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <set>
 #include <xtensor/xbuilder.hpp>
 
-#include "harness/verdict/environment.h"
+#include "harness/gates/environment.h"
 #include "tests/cli_fixture.h"
 #include "tests/scenario_fixture.h"
 

@@ -1,6 +1,6 @@
 // bisect on every committed fault scenario: the cause SPEC 6 expects, a smaller repro,
 // and the repro, loaded and swept again, failing the same way.
-#include "harness/verdict/bisect.h"
+#include "harness/judge/bisect.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "harness/verdict/faults.h"
+#include "harness/scenario/faults.h"
 #include "tests/cli_fixture.h"
 #include "tests/scenario_fixture.h"
 

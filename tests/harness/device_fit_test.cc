@@ -1,13 +1,14 @@
 // The device-memory estimate that refuses a CUDA run before it allocates
-// (harness/verdict/device_fit.h): its weight bytes are exactly the model's bf16 weights
+// (harness/scenario/device_fit.h): its weight bytes are exactly the model's bf16 weights
 // (the store a run loads, at k3-tiny; the 79.5 GiB the GPU sweep holds, at k3-shape), its
 // activations grow with the forward's tokens, and an oversized model is refused with the
 // bytes needed and free named.
+#include "harness/scenario/device_fit.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "harness/verdict/device_fit.h"
 #include "reference/config.h"
 #include "reference/weight_source.h"
 #include "reference/weights.h"

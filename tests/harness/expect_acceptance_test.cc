@@ -2,7 +2,7 @@
 // length 0..gamma, each failing closed.
 #include <gtest/gtest.h>
 
-#include "harness/verdict/sweep.h"
+#include "harness/judge/sweep.h"
 
 namespace splitcheck {
 namespace {

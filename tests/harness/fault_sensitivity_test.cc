@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <iostream>
 
-#include "harness/verdict/faults.h"
-#include "harness/verdict/sensitivity.h"
+#include "harness/gates/sensitivity.h"
+#include "harness/scenario/faults.h"
 
 namespace splitcheck {
 namespace {

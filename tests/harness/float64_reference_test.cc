@@ -1,5 +1,5 @@
 // The float64 judge's reference on cases whose exact result is known by hand.
-#include "harness/verdict/float64_reference.h"
+#include "harness/lanes/float64_reference.h"
 
 #include <gtest/gtest.h>
 

@@ -12,9 +12,9 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "harness/verdict/capabilities.h"
-#include "harness/verdict/checks.h"
-#include "harness/verdict/sweep.h"
+#include "harness/judge/sweep.h"
+#include "harness/scenario/capabilities.h"
+#include "harness/scenario/checks.h"
 #include "reports/merge.h"
 #include "reports/report.h"
 #include "tests/cli_fixture.h"

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/verdict/environment.h"
+#include "harness/gates/environment.h"
 #include "tests/cli_fixture.h"
 
 namespace splitcheck {

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/engine/run.h"
-#include "harness/verdict/environment.h"
-#include "harness/verdict/golden.h"
+#include "harness/gates/environment.h"
+#include "harness/gates/golden.h"
 #include "kernels/gpu_driver.h"
 #include "tests/cli_fixture.h"
 

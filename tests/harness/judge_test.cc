@@ -1,6 +1,6 @@
-// The one judge (harness/verdict/judge.h) on records built by hand: the same inputs give
+// The one judge (harness/judge/judge.h) on records built by hand: the same inputs give
 // the same verdict whoever asks, and each way a case can fail to be a pass is named.
-#include "harness/verdict/judge.h"
+#include "harness/judge/judge.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

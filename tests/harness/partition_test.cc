@@ -1,4 +1,4 @@
-#include "harness/engine/partition.h"
+#include "harness/scenario/partition.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// GPU properties (harness/verdict/properties.h) on the cpu backend: the row comparison
+// GPU properties (harness/lanes/properties.h) on the cpu backend: the row comparison
 // counts what differs and fails closed on mismatched shapes; the measurement runs the
 // three pairs of forwards of k3-tiny and reports what it finds.
-#include "harness/verdict/properties.h"
+#include "harness/lanes/properties.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// scenarios/scenario.schema.json against the loader (harness/verdict/scenario.cc): every
+// scenarios/scenario.schema.json against the loader (harness/scenario/scenario.cc): every
 // committed scenario validates; a scenario mutated at every level (unknown keys, wrong
 // types, values past a bound, unknown names) is refused by both or accepted by both; the
 // schema's names and bounds are the registries' and scenario_bounds'; and each size bound
@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "harness/engine/partition.h"
-#include "harness/verdict/capabilities.h"
-#include "harness/verdict/checks.h"
-#include "harness/verdict/faults.h"
-#include "harness/verdict/scenario.h"
+#include "harness/scenario/capabilities.h"
+#include "harness/scenario/checks.h"
+#include "harness/scenario/faults.h"
+#include "harness/scenario/partition.h"
+#include "harness/scenario/scenario.h"
 #include "reference/config.h"
 
 namespace splitcheck {

@@ -1,6 +1,6 @@
 // Scenario files: parsing, defaults, every class of validation error (with its exact JSON
 // pointer), path resolution, the resolved JSON's stability, and the fault/check registries.
-#include "harness/verdict/scenario.h"
+#include "harness/scenario/scenario.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 #include <set>
 #include <string>
 
-#include "harness/verdict/checks.h"
-#include "harness/verdict/faults.h"
+#include "harness/scenario/checks.h"
+#include "harness/scenario/faults.h"
 
 namespace splitcheck {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "harness/engine/generation.h"
 #include "harness/engine/run.h"
-#include "harness/verdict/sweep.h"
+#include "harness/judge/sweep.h"
 #include "reference/engine.h"
 #include "reports/report.h"
 #include "tests/scenario_fixture.h"

@@ -10,8 +10,8 @@
 #include "harness/engine/partitioned_engine.h"
 #include "harness/engine/run.h"
 #include "harness/engine/scheduler.h"
-#include "harness/verdict/serving_checks.h"
-#include "harness/verdict/sweep.h"
+#include "harness/judge/serving_checks.h"
+#include "harness/judge/sweep.h"
 #include "tests/scenario_fixture.h"
 
 namespace splitcheck {
@@ -288,8 +288,8 @@ TEST(ServingLoop, WithoutBatchInvarianceEveryVerifyStartsFromTheLastEmittedToken
   options.batch_invariant = false;
   RunRecord rec;
   ServingResult served;
-  Result<GenerationSummary> g = run_serving_generation(s, **pe, (*pe)->last_stage_weights(), 1,
-                                                       false, *source, *w, &rec, &options, &served);
+  Result<GenerationSummary> g = run_serving_generation(s, **pe, DrafterHost{(*pe)->last_stage_weights(), 1, false},
+                                                       *source, *w, &rec, &options, &served);
   ASSERT_TRUE(g.is_ok()) << g.status().message();
   EXPECT_GT(served.spec.replay_bonus_mismatches, 0) << "no replay predicted another token";
   int checked = 0;

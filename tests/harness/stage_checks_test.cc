@@ -3,12 +3,12 @@
 // tensor fails with its measured bytes), a refusal is reached through the drafter's real
 // loading path on a stage without the embedding (and depends on that placement), and tap
 // 0's residency under tap.embed_resident_by_module follows what the last stage holds.
-#include "harness/verdict/stage_checks.h"
+#include "harness/judge/stage_checks.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "harness/verdict/sweep.h"
+#include "harness/judge/sweep.h"
 #include "reference/spec_methods.h"
 #include "tests/scenario_fixture.h"
 
@@ -65,10 +65,11 @@ TEST(DrafterIdentity, TheTargetsObjectPassesACopyWithEqualValuesFails) {
   GeneratedWeights source(s.model);
   const std::unique_ptr<Stage> last = make_stage(s, p, 1, source);
   const WeightStore& host = last->weights();
+  const DrafterHost on_last{host, 1, false};
 
   DrafterBinding real;
-  ASSERT_TRUE(bind_drafter(s, host, 1, false, real).is_ok());
-  const DrafterPlacement bound = describe_drafter(s, real, host, 1);
+  ASSERT_TRUE(bind_drafter(s, on_last, real).is_ok());
+  const DrafterPlacement bound = describe_drafter(s, real, on_last);
   EXPECT_TRUE(bound.same_object_as_target);
   EXPECT_FALSE(check_drafter_identity(s, bound).has_value());
 
@@ -77,7 +78,7 @@ TEST(DrafterIdentity, TheTargetsObjectPassesACopyWithEqualValuesFails) {
   ASSERT_TRUE(copy.bit_equal(host.get("embed_tokens.weight")));
   DrafterBinding copied = share_with_target(host);
   copied.embed = &copy;
-  const DrafterPlacement placed = describe_drafter(s, copied, host, 1);
+  const DrafterPlacement placed = describe_drafter(s, copied, on_last);
   EXPECT_FALSE(placed.same_object_as_target);
   const std::optional<CheckFailure> f = check_drafter_identity(s, placed);
   ASSERT_TRUE(f.has_value());

@@ -1,4 +1,4 @@
-// Waivers (harness/verdict/waivers.h): a covered divergence is `waived`, apart from passes
+// Waivers (harness/judge/waivers.h): a covered divergence is `waived`, apart from passes
 // in every report form; a waiver that does not cover every failed check, or names another
 // split point or scenario, waives nothing; an expired waiver fails the gate; a malformed
 // waiver file exits 2 naming the file and the JSON pointer. Through the real binary, on a
@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/verdict/sweep.h"
-#include "harness/verdict/waivers.h"
+#include "harness/judge/sweep.h"
+#include "harness/judge/waivers.h"
 #include "tests/cli_fixture.h"
 #include "tests/reports/report_fixture.h"
 

@@ -3,7 +3,7 @@
 // always; on CUDA while every product has at most 8 rows (beyond, cuBLASLt picks per
 // shape, so a batch's rows may differ from a request's alone: kernels/batch.h). A call
 // whose segments share a cache, or whose bounds do not cover its rows, is refused before
-// anything is written. The approximate lane's capture (harness/verdict/op_cases.h) takes
+// anything is written. The approximate lane's capture (harness/lanes/op_cases.h) takes
 // such a call as one call a segment, each replaying to the segment's rows.
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/verdict/op_cases.h"
+#include "harness/lanes/op_cases.h"
 #include "kernels/ops.h"
 #include "tests/cuda/gpu_test_support.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "harness/engine/run.h"
-#include "harness/verdict/scenario.h"
+#include "harness/scenario/scenario.h"
 #include "reference/spec_methods.h"
 #include "reference/speculative.h"
 #include "tests/scenario_fixture.h"

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "harness/dump/dump.h"
-#include "harness/verdict/sweep.h"
+#include "harness/judge/sweep.h"
 #include "reports/report.h"
 
 namespace splitcheck::testing {

@@ -13,8 +13,8 @@
 #include <fstream>
 #include <thread>
 
-#include "harness/runner/engine_spec.h"
-#include "harness/verdict/scenario.h"
+#include "harness/scenario/engine_spec.h"
+#include "harness/scenario/scenario.h"
 #include "tests/cli_fixture.h"
 
 namespace splitcheck {

@@ -1,0 +1,255 @@
+#include "harness/runner/engine_dump.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "harness/dump/digest.h"
+#include "harness/dump/dump.h"
+#include "harness/dump/verify.h"
+
+namespace splitcheck {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The checks judged from datasets, by the check each dataset path belongs to.
+constexpr const char* kDatasetChecks[] = {"tensors", "taps",     "logits",
+                                          "tokens",  "dispatch", "acceptance"};
+constexpr const char* kStageChecks[] = {"embedding", "memory"};
+
+bool is_dataset_check(const std::string& c) {
+  return std::any_of(std::begin(kDatasetChecks), std::end(kDatasetChecks),
+                     [&](const char* n) { return c == n; });
+}
+
+// The layer of a dataset path "forward/<f>/layers/<l>/<site>", or -1.
+int32_t layer_of_path(const std::string& path) {
+  const size_t p = path.find("/layers/");
+  if (path.rfind("forward/", 0) != 0 || p == std::string::npos) return -1;
+  return std::atoi(path.c_str() + p + 8);
+}
+
+}  // namespace
+
+Result<LoadedDump> load_dump(const std::string& path, bool reference) {
+  ASSIGN_OR_RETURN(DumpReader r, DumpReader::open(path));
+  // The layout here; each dataset's digest as read() reads it below.
+  RETURN_IF_ERROR(verify_dump_layout(r).status());
+  LoadedDump d;
+  std::error_code ec;
+  d.file_size = fs::file_size(path, ec);
+  if (reference) {
+    ASSIGN_OR_RETURN(d.file_sha256, sha256_file(path));
+  }
+  Sha256 content;
+  auto feed = [&](const std::string& text) {
+    const uint64_t n = text.size();
+    content.update(std::as_bytes(std::span(&n, 1)));
+    content.update(std::as_bytes(std::span(text.data(), text.size())));
+  };
+  ASSIGN_OR_RETURN(auto root, r.attributes("/"));
+  for (const auto& [name, value] : root) d.root[name] = value.text;
+  for (const DatasetInfo& info : r.datasets()) {
+    ASSIGN_OR_RETURN(Tensor t, r.read(info.path));
+    if (reference) {
+      feed(info.path);
+      feed(dtype_name(t.dtype()));
+      feed(fmt::format("{}", fmt::join(t.shape(), ",")));
+      content.update(std::span(t.bytes(), t.nbytes()));
+    }
+    if (const int32_t l = layer_of_path(info.path.substr(1)); l >= 0) d.layers.insert(l);
+    if (info.path.ends_with("/dispatch") && d.kernels.empty())
+      if (Result<std::string> k = r.attr_string(info.path, "kernels"); k.is_ok()) d.kernels = *k;
+    if (info.path.ends_with("/dispatch") &&
+        (t.dtype() != DType::kI32 || t.shape().size() != 2 || t.dim(1) != 4))
+      return invalid_input(
+          fmt::format("{}: {}: a dispatch trace is int32 [events, 4] (layer, site, kernel, aux)",
+                      path, info.path));
+    d.record.add(info.path.substr(1), std::move(t));
+  }
+  if (reference) d.content_sha256 = content.hex();
+  for (int s = 0;; ++s) {
+    const std::string g = fmt::format("/stages/{}", s);
+    if (!r.exists(g)) break;
+    StageHoldings h;
+    h.index = s;
+    ASSIGN_OR_RETURN(int64_t b, r.attr_int(g, "layer_begin"));
+    ASSIGN_OR_RETURN(int64_t e, r.attr_int(g, "layer_end"));
+    h.range = StageRange{static_cast<int>(b), static_cast<int>(e)};
+    if (Result<std::string> emb = r.attr_string(g, "embedding"); emb.is_ok()) h.embedding = *emb;
+    Result<int64_t> bytes = r.attr_int(g, "parameter_bytes");
+    if (bytes.is_ok()) h.parameter_bytes = static_cast<size_t>(*bytes);
+    d.stage_bytes = (s == 0 || d.stage_bytes) && bytes.is_ok();
+    std::map<std::string, std::string> text;
+    ASSIGN_OR_RETURN(auto attrs, r.attributes(g));
+    for (const auto& [name, value] : attrs) text[name] = value.text;
+    d.stages.push_back(std::move(h));
+    d.stage_text.push_back(std::move(text));
+  }
+  if (const Tensor* hist = d.record.find("spec/accepted_histogram");
+      hist != nullptr && hist->dtype() == DType::kI32 && hist->numel() > 1) {
+    AcceptanceFigures& a = d.acceptance;
+    a.speculative = true;
+    for (int64_t i = 0; i < hist->numel(); ++i) {
+      const int64_t n = hist->data<int32_t>()[i];
+      a.accepted_histogram.push_back(n);
+      a.steps += n;
+      a.accepted += i * n;
+    }
+    if (a.steps > 0) {
+      const double steps = static_cast<double>(a.steps), acc = static_cast<double>(a.accepted);
+      a.mean_accepted = acc / steps;
+      a.acceptance_rate = acc / (steps * static_cast<double>(hist->numel() - 1));
+      a.tokens_per_forward = 1 + acc / steps;
+    }
+  }
+  return d;
+}
+
+void stage_findings(const std::vector<std::string>& selected, const LoadedDump& pp1,
+                    const LoadedDump& d, JudgeInput& in) {
+  auto wanted = [&](const char* check) {
+    return std::find(selected.begin(), selected.end(), check) != selected.end();
+  };
+  auto fail_check = [&](const char* check, std::string message) {
+    in.stage_failures.push_back({check, std::move(message)});
+  };
+  for (const char* check : kStageChecks) {
+    if (!wanted(check)) continue;
+    const bool memory = std::string(check) == "memory";
+    if (d.stages.empty())
+      in.not_judged.push_back({check, "its dump carries no /stages"});
+    else if (memory && !(d.stage_bytes && pp1.stage_bytes))
+      in.not_judged.push_back({check, pp1.stage_bytes
+                                          ? "its /stages carry no parameter_bytes"
+                                          : "the PP=1 dump's /stages carry no parameter_bytes"});
+    else
+      in.stages_judged = true;
+  }
+  if (d.stages.empty()) return;
+  if (wanted("embedding")) {
+    const bool drafter = d.record.find("spec/accepted_histogram") != nullptr;
+    for (size_t s = 0; s < d.stages.size(); ++s) {
+      const std::string& e = d.stages[s].embedding;
+      if (s == 0 && e != "real")
+        fail_check("embedding", fmt::format("embedding: stage 0 holds \"{}\", not the real "
+                                            "embedding",
+                                            e));
+      if (s > 0 && e == "real")
+        fail_check("embedding", fmt::format("embedding: stage {} holds a real embedding "
+                                            "(only the first stage does)",
+                                            s));
+      if (s > 0 && e == "copy-for-drafter" && !drafter)
+        fail_check("embedding", fmt::format("embedding: stage {} holds a copy for a drafter, "
+                                            "but no drafter ran (no /spec)",
+                                            s));
+      const auto& text = d.stage_text[s];
+      // "none": no drafter runs beside this stage (docs/dump-format.md).
+      if (auto it = text.find("drafter_embedding");
+          it != text.end() && it->second != "target" && it->second != "none")
+        fail_check("embedding", fmt::format("embedding: the drafter on stage {} uses the "
+                                            "\"{}\" embedding, not the target's",
+                                            s, it->second));
+      if (auto it = text.find("drafter_same_object_as_target");
+          it != text.end() && it->second == "0")
+        fail_check("embedding", fmt::format("embedding: the drafter on stage {} uses a copy, "
+                                            "not the target's embedding object",
+                                            s));
+    }
+  }
+  if (wanted("memory") && d.stage_bytes && pp1.stage_bytes) {
+    size_t held = 0, pp1_held = 0;
+    for (const StageHoldings& h : d.stages) held += h.parameter_bytes;
+    for (const StageHoldings& h : pp1.stages) pp1_held += h.parameter_bytes;
+    if (held < pp1_held)
+      fail_check("memory", fmt::format("memory: the stages hold {} parameter bytes, {} fewer "
+                                       "than PP=1's {} (weights not loaded)",
+                                       held, pp1_held - held, pp1_held));
+  }
+}
+
+PartitionEvidence partition_evidence(const LoadedDump& d, const Partition& part, int layers) {
+  PartitionEvidence ev;
+  auto& bad = ev.contradictions;
+  if (auto it = d.root.find("partition");
+      it != d.root.end() && !it->second.empty() && it->second != part.layout())
+    bad.push_back(fmt::format("its partition attribute says \"{}\", asked \"{}\"", it->second,
+                              part.layout()));
+  if (!d.layers.empty() && *d.layers.rbegin() >= layers)
+    bad.push_back(fmt::format(
+        "it holds tensors of layer {}, past the last of the {} layers the scenario names "
+        "(num_hidden_layers)",
+        *d.layers.rbegin(), layers));
+  if (part.stages() == 1 && !d.layers.empty() && *d.layers.rbegin() < layers &&
+      static_cast<int>(d.layers.size()) != layers)
+    bad.push_back(fmt::format("its tensors cover {} of the {} layers", d.layers.size(), layers));
+  if (d.stages.empty()) {
+    ev.missing = "the dump carries no /stages (the layer range each stage ran)";
+    return ev;
+  }
+  if (static_cast<int>(d.stages.size()) != part.stages())
+    bad.push_back(
+        fmt::format("{} stage(s) in its /stages, {} asked", d.stages.size(), part.stages()));
+  for (int s = 0; s < std::min<int>(part.stages(), static_cast<int>(d.stages.size())); ++s) {
+    const StageRange want = part.stage(s), got = d.stages[s].range;
+    if (want.begin != got.begin || want.end != got.end)
+      bad.push_back(fmt::format("stage {} ran layers {}-{}, asked {}-{}", s, got.begin, got.end,
+                                want.begin, want.end));
+  }
+  return ev;
+}
+
+std::vector<std::string> file_identity_problems(const std::string& dump, const LoadedDump& d,
+                                                const std::string& pp1_dump, const LoadedDump& pp1,
+                                                int stages) {
+  std::vector<std::string> bad;
+  struct stat link {};
+  if (lstat(dump.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+    std::error_code ec;
+    bad.push_back(fmt::format("{{out}} is a symbolic link (to {}), not a dump the engine wrote",
+                              fs::read_symlink(dump, ec).string()));
+  }
+  struct stat a {
+  }, b{};
+  if (!pp1_dump.empty() && stat(dump.c_str(), &a) == 0 && stat(pp1_dump.c_str(), &b) == 0 &&
+      a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+    bad.push_back("its dump is the PP=1 dump's file itself");
+  else if (stages > 1 && d.file_size == pp1.file_size) {
+    // Only a file of PP=1's size can be its copy: the digest is taken then.
+    const Result<std::string> digest = sha256_file(dump);
+    if (digest.is_ok() && digest.value() == pp1.file_sha256)
+      bad.push_back("its dump is byte for byte the PP=1 dump");
+  }
+  return bad;
+}
+
+std::vector<std::string> judged_dataset_checks(const std::vector<std::string>& selected,
+                                               const RunRecord& pp1,
+                                               std::vector<NotJudged>& not_judged) {
+  std::set<std::string> present;
+  for (const RecordEntry& e : pp1.entries()) present.insert(dataset_check(e.path));
+  std::vector<std::string> judged;
+  for (const std::string& c : selected) {
+    if (!is_dataset_check(c)) continue;
+    if (present.count(c)) {
+      judged.push_back(c);
+      continue;
+    }
+    const std::string what = c == "dispatch"     ? "no dispatch trace"
+                             : c == "acceptance" ? "no /spec"
+                             : c == "taps"       ? "no taps"
+                             : c == "logits"     ? "no logits"
+                             : c == "tokens"     ? "no token datasets"
+                                                 : "no per-layer tensors";
+    not_judged.push_back({c, "the PP=1 dump carries " + what});
+  }
+  return judged;
+}
+
+std::span<const char* const> stage_checks_of_dumps() { return kStageChecks; }
+
+}  // namespace splitcheck

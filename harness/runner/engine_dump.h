@@ -1,0 +1,74 @@
+// What an external engine's dump shows, read whole and checked: its datasets in execution
+// order, what its stages say they hold, its speculative figures; and the evidence the
+// runner takes from it for the judge (harness/judge/judge.h): the stage checks' findings,
+// the partition it shows against the one asked, whether the file is its own run, and which
+// dataset checks PP=1's dump gives evidence for. Nothing here takes the engine's word: each
+// figure is read from the file, and what the file cannot show is listed as not judged.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "harness/engine/generation.h"
+#include "harness/engine/stage.h"
+#include "harness/judge/judge.h"
+#include "harness/scenario/partition.h"
+#include "kernels/status.h"
+#include "reference/record.h"
+
+namespace splitcheck {
+
+// The checks judged from /stages. `partition` is not among them: the evidence of the
+// partition (partition_evidence) is required of every case, selected or not.
+std::span<const char* const> stage_checks_of_dumps();
+
+// One dump, read whole and checked.
+struct LoadedDump {
+  RunRecord record;
+  std::vector<StageHoldings> stages;                           // empty when it carries no /stages
+  std::vector<std::map<std::string, std::string>> stage_text;  // other stage attributes
+  bool stage_bytes = false;  // every stage carries parameter_bytes
+  AcceptanceFigures acceptance;
+  std::map<std::string, std::string> root;  // root attributes as text (producer, partition, ...)
+  std::set<int32_t> layers;                 // the layers of /forward/<f>/layers/<l> datasets
+  // Over every dataset's path, dtype, shape and bytes, in order: PP=1's only (the report's
+  // identity), empty for a case.
+  std::string content_sha256;
+  uintmax_t file_size = 0;
+  std::string file_sha256;  // of the file's bytes: PP=1's only (a case's is taken when needed)
+  std::string kernels;      // a dispatch dataset's `kernels` attribute (names by code)
+};
+
+// Reads and verifies `path` (layout, every digest, the dispatch trace's shape).
+// `reference`: PP=1's dump, whose file and content digests the runner keeps.
+Result<LoadedDump> load_dump(const std::string& path, bool reference = false);
+
+// The embedding and memory checks' evidence in what the case's dump says its stages hold:
+// what it shows wrong (for the judge, in in.stage_failures), what it cannot show
+// (in.not_judged) and whether a selected stage check was judged (in.stages_judged).
+void stage_findings(const std::vector<std::string>& selected, const LoadedDump& pp1,
+                    const LoadedDump& d, JudgeInput& in);
+
+// Judges `d` against the partition asked (`part`, over `layers` layers): its /stages must
+// hold one range per stage, equal to the partition's; its root `partition` attribute, when
+// written, must name the same layout; its per-layer tensors must name no layer past the
+// model's last, and at PP=1 (one stage) every layer.
+PartitionEvidence partition_evidence(const LoadedDump& d, const Partition& part, int layers);
+
+// What shows that the case's dump file is not its own run: a symbolic link, the PP=1 dump's
+// file itself (a hard link), or a byte-for-byte copy of it under another partition.
+std::vector<std::string> file_identity_problems(const std::string& dump, const LoadedDump& d,
+                                                const std::string& pp1_dump, const LoadedDump& pp1,
+                                                int stages);
+
+// The dataset checks of `selected` that the PP=1 dump gives evidence for; the others are
+// appended to `not_judged`.
+std::vector<std::string> judged_dataset_checks(const std::vector<std::string>& selected,
+                                               const RunRecord& pp1,
+                                               std::vector<NotJudged>& not_judged);
+
+}  // namespace splitcheck
