@@ -97,17 +97,28 @@ std::string junit_case(const nlohmann::json& r, const nlohmann::json& c, const s
   return out;
 }
 
+// The gate's test cases beyond split points, each one when its condition holds.
+struct GateCases {
+  bool expect_unmet;   // "expect", failing: the scenario's expect is not met
+  bool refused;        // "self-check", in error: PP=1 does not reproduce itself
+  bool no_data;        // "no-data": the selected checks compared no data...
+  bool no_data_fails;  // ...failing unless the scenario's expect asks for that verdict
+};
+
+GateCases gate_cases_of(const nlohmann::json& r) {
+  const nlohmann::json& expect = obj_field(r, "expect");
+  const std::string verdict = str_field(r, "verdict");
+  const bool no_data = verdict == "no-data";
+  return {expect.contains("met") && expect["met"].is_boolean() && !expect["met"].get<bool>(),
+          verdict == "refused", no_data, no_data && r.value("exit_code", 1) != 0};
+}
+
 // The test cases of the gate beyond split points: a refused self-check, no data compared,
 // an unmet expect, expired waivers.
 std::string junit_gate_cases(const nlohmann::json& r, const std::string& suite) {
   std::string out;
-  const nlohmann::json& expect = obj_field(r, "expect");
-  const bool expect_unmet =
-      expect.contains("met") && expect["met"].is_boolean() && !expect["met"].get<bool>();
-  const bool refused = str_field(r, "verdict") == "refused";
-  const bool no_data = str_field(r, "verdict") == "no-data";
-  const bool no_data_fails = no_data && r.value("exit_code", 1) != 0;
-  if (refused) {
+  const GateCases g = gate_cases_of(r);
+  if (g.refused) {
     const nlohmann::json& sc = obj_field(r, "self_check");
     out += fmt::format(
         "    <testcase classname=\"{}\" name=\"self-check\" time=\"0.000\">\n      <error "
@@ -117,12 +128,12 @@ std::string junit_gate_cases(const nlohmann::json& r, const std::string& suite) 
         suite, sc.value("datasets_differing", 0), sc.value("datasets_compared", 0),
         xml_escape(str_field(sc, "first_difference")));
   }
-  if (no_data) {
+  if (g.no_data) {
     const std::string what =
         "no data compared: every split point passed, but its selected checks compared no "
         "dataset and judged no stage";
     out += fmt::format("    <testcase classname=\"{}\" name=\"no-data\" time=\"0.000\">\n", suite);
-    out += no_data_fails
+    out += g.no_data_fails
                ? fmt::format("      <failure type=\"no-data\" message=\"{}\">{}</failure>\n",
                              xml_escape(what), xml_escape(what))
                : fmt::format(
@@ -131,9 +142,9 @@ std::string junit_gate_cases(const nlohmann::json& r, const std::string& suite) 
                      xml_escape(what));
     out += "    </testcase>\n";
   }
-  if (expect_unmet) {
+  if (g.expect_unmet) {
     std::string fails;
-    for (const auto& f : expect.value("failures", nlohmann::json::array()))
+    for (const auto& f : obj_field(r, "expect").value("failures", nlohmann::json::array()))
       fails += (fails.empty() ? "" : "\n") + (f.is_string() ? f.get<std::string>() : f.dump());
     const std::string message = "the scenario's expect is not met";
     out += fmt::format(
@@ -157,22 +168,14 @@ std::string junit_gate_cases(const nlohmann::json& r, const std::string& suite) 
 
 std::string render_junit(const nlohmann::json& r) {
   const nlohmann::json& counts = r["counts"];
-  const nlohmann::json& expect = obj_field(r, "expect");
-  const bool expect_unmet =
-      expect.contains("met") && expect["met"].is_boolean() && !expect["met"].get<bool>();
-  // A sweep refused by --self-check judged nothing: one test case, "self-check", in error.
-  const bool refused = str_field(r, "verdict") == "refused";
-  // A sweep whose checks compared no data: one test case, "no-data", failed unless the
-  // scenario's expect asks for exactly that verdict (exit code 0).
-  const bool no_data = str_field(r, "verdict") == "no-data";
-  const bool no_data_fails = no_data && r.value("exit_code", 1) != 0;
-  const int64_t total =
-      counts.value("total", 0) + (expect_unmet ? 1 : 0) + (refused ? 1 : 0) + (no_data ? 1 : 0);
+  const GateCases g = gate_cases_of(r);
+  const int64_t total = counts.value("total", 0) + (g.expect_unmet ? 1 : 0) + (g.refused ? 1 : 0) +
+                        (g.no_data ? 1 : 0);
   const int64_t failures = counts.value("diverged", 0) + counts.value("config_rejected", 0) +
-                           counts.value("unproven", 0) + (expect_unmet ? 1 : 0) +
-                           (no_data_fails ? 1 : 0);
+                           counts.value("unproven", 0) + (g.expect_unmet ? 1 : 0) +
+                           (g.no_data_fails ? 1 : 0);
   const int64_t errors =
-      counts.value("error", 0) + counts.value("interrupted", 0) + (refused ? 1 : 0);
+      counts.value("error", 0) + counts.value("interrupted", 0) + (g.refused ? 1 : 0);
   const int64_t skipped = counts.value("skipped", 0);
   const double seconds = r.contains("timing") ? r["timing"].value("total_seconds", 0.0) : 0.0;
   const std::string suite =
