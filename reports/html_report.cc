@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "reports/report.h"
@@ -592,9 +593,79 @@ std::string html_provenance(const nlohmann::json& r) {
   return out;
 }
 
+// The page of a large sweep stays small (a few MB at 10,000 split points): it draws at most
+// kShownCases split points in its map and tables, those that did not pass first (in index
+// order), then passing ones. The counts, the gate notes and a first-divergence-per-layer
+// table still cover every case, and report.json holds each of them.
+constexpr size_t kShownCases = 300;
+
+// The rows of `rows` (acceptance, the serving matrix) whose "split" is shown, with the
+// first row kept where it is PP=1's.
+nlohmann::json shown_rows(const nlohmann::json& rows, const std::set<std::string>& keys) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const nlohmann::json& row : rows) {
+    const std::string split = str_field(row, "split");
+    if (split == "PP=1" || keys.count(split)) out.push_back(row);
+  }
+  return out;
+}
+
+// The report as this page shows it: `r` itself when it has at most kShownCases cases, else
+// a copy holding the cases shown (each keeps its `index`) and their rows.
+nlohmann::json page_view(const nlohmann::json& r) {
+  const nlohmann::json& cases = r.value("cases", nlohmann::json::array());
+  if (cases.size() <= kShownCases) return r;
+  std::vector<size_t> shown;
+  for (int pass_round = 0; pass_round < 2; ++pass_round)
+    for (size_t i = 0; i < cases.size() && shown.size() < kShownCases; ++i)
+      if ((str_field(cases[i], "verdict") == "pass") == (pass_round == 1)) shown.push_back(i);
+  std::sort(shown.begin(), shown.end());
+  nlohmann::json view = r;
+  view["cases"] = nlohmann::json::array();
+  std::set<std::string> keys;
+  for (const size_t i : shown) {
+    view["cases"].push_back(cases[i]);
+    keys.insert(str_field(cases[i], "key"));
+  }
+  if (r.contains("acceptance") && r["acceptance"].is_array())
+    view["acceptance"] = shown_rows(r["acceptance"], keys);
+  if (r.contains("serving") && r["serving"].is_object() && r["serving"].contains("matrix"))
+    view["serving"]["matrix"] = shown_rows(r["serving"]["matrix"], keys);
+  return view;
+}
+
+// Said above the map of a page that does not draw every case: how many it draws, which, and
+// where every split point first diverged, per layer, over all of them.
+std::string omitted_cases_note(const nlohmann::json& r, const nlohmann::json& view) {
+  const nlohmann::json& cases = r.value("cases", nlohmann::json::array());
+  const size_t shown = view["cases"].size();
+  if (shown == cases.size()) return "";
+  std::map<int, size_t> first_at;
+  size_t not_passed = 0;
+  for (const nlohmann::json& c : cases) {
+    const std::string verdict = str_field(c, "verdict");
+    not_passed += verdict != "pass";
+    if (verdict == "diverged") ++first_at[first_divergent_layer(c)];
+  }
+  std::string out = fmt::format(
+      "<p id=\"cases-omitted\" class=\"note\" data-shown=\"{}\" data-total=\"{}\">This page "
+      "shows {} of {} split points: {} that did not pass (of {}), then passing ones, in index "
+      "order. Every split point is in report.json.</p>\n",
+      shown, cases.size(), shown, cases.size(), std::min(not_passed, shown), not_passed);
+  if (first_at.empty()) return out;
+  out += "<table id=\"first-divergence-by-layer\"><thead><tr><th>first divergence at layer</th>"
+         "<th>split points (all)</th></tr></thead><tbody>\n";
+  for (const auto& [layer, n] : first_at)
+    out += fmt::format("<tr><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
+                       layer >= 0 ? std::to_string(layer) : "no layer", n);
+  return out + "</tbody></table>\n";
+}
+
 }  // namespace
 
-std::string render_html(const nlohmann::json& r) {
+std::string render_html(const nlohmann::json& report) {
+  const nlohmann::json view = page_view(report);
+  const nlohmann::json& r = view;
   const nlohmann::json& scenario = obj_field(r, "scenario");
   const std::string kind = str_field(r, "kind", "sweep");
   const std::string verdict = str_field(r, "verdict");
@@ -637,7 +708,9 @@ std::string render_html(const nlohmann::json& r) {
   }
   out += "</header>\n";
   if (kind == "bisect") out += cause_block(obj_field(r, "bisect"));
-  if (kind == "sweep") out += "<h2>Where each split point first diverged</h2>\n" + map_svg(r);
+  if (kind == "sweep")
+    out += "<h2>Where each split point first diverged</h2>\n" +
+           omitted_cases_note(report, view) + map_svg(r);
   out +=
       std::string(kind == "compare" ? "<h2>Differing datasets</h2>\n" : "<h2>Split points</h2>\n") +
       cases_table(r);

@@ -9,21 +9,6 @@
 namespace splitcheck {
 namespace {
 
-// Markdown table cells: no pipes or newlines.
-std::string cell(const std::string& text) {
-  std::string out;
-  for (const char ch : text) {
-    if (ch == '|') {
-      out += "\\|";
-    } else if (ch == '\n' || ch == '\r') {
-      out += ' ';
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-
 constexpr size_t kShownDivergences = 5;
 
 // `compare A B`: the inputs, their provenance side by side, the digests' standing and the
@@ -32,28 +17,28 @@ std::string markdown_compare_inputs(const nlohmann::json& r) {
   std::string out;
   const nlohmann::json& counts = r["counts"];
   const nlohmann::json& in = obj_field(r, "inputs");
-  out += fmt::format("`{}` against `{}`: {} datasets, exit code {}. {}\n\n",
-                     cell(str_field(in, "b")), cell(str_field(in, "a")), counts.value("total", 0),
-                     r.value("exit_code", 0), cell(str_field(r, "summary")));
+  out += fmt::format("{} against {}: {} datasets, exit code {}. {}\n\n",
+                     markdown_code(str_field(in, "b")), markdown_code(str_field(in, "a")), counts.value("total", 0),
+                     r.value("exit_code", 0), markdown_text(str_field(r, "summary")));
   const bool trusted = str_field(r, "digests") == "trusted";
   out += fmt::format("{}Digests {}: {}.\n\n", trusted ? "⚠️ " : "",
-                     trusted ? "**UNVERIFIED**" : "verified", cell(str_field(r, "digests_rule")));
+                     trusted ? "**UNVERIFIED**" : "verified", markdown_text(str_field(r, "digests_rule")));
   if (r.contains("inputs_provenance")) {
     out += "| input | golden (a) | candidate (b) | comparator (this build) |\n|---|---|---|---|\n";
     for (const nlohmann::json& row : r["inputs_provenance"]) {
       const bool differs = row.value("differs", false);
       const std::string mark = differs ? "**" : "";
-      out += fmt::format("| {}{}{} | {}`{}`{} | {}`{}`{} | `{}` |\n", mark,
-                         cell(str_field(row, "field")), differs ? " (differs)**" : "", mark,
-                         cell(str_field(row, "a")), mark, mark, cell(str_field(row, "b")), mark,
-                         cell(str_field(row, "comparator")));
+      out += fmt::format("| {}{}{} | {}{}{} | {}{}{} | {} |\n", mark,
+                         markdown_text(str_field(row, "field")), differs ? " (differs)**" : "", mark,
+                         markdown_code(str_field(row, "a")), mark, mark, markdown_code(str_field(row, "b")), mark,
+                         markdown_code(str_field(row, "comparator")));
     }
     out += "\n";
   }
   if (const nlohmann::json& p = obj_field(r, "placement_judgement"); p.contains("line"))
     out += fmt::format("{}Placement: {}.\n\n",
                        str_field(p, "judgement") == "not-judged" ? "⚠️ **NOT JUDGED** " : "",
-                       cell(str_field(p, "line")));
+                       markdown_text(str_field(p, "line")));
   return out;
 }
 
@@ -85,16 +70,16 @@ std::string markdown_caveats(const nlohmann::json& r) {
       if (std::none_of(sweep_wide.begin(), sweep_wide.end(), [&](const std::string& w) {
             return w.rfind(str_field(n, "check") + ":", 0) == 0;
           }))
-        case_caveats += fmt::format("- `{}`: {}: not judged ({})\n", cell(str_field(c, "key")),
-                                    cell(str_field(n, "check")), cell(str_field(n, "reason")));
+        case_caveats += fmt::format("- {}: {}: not judged ({})\n", markdown_code(str_field(c, "key")),
+                                    markdown_text(str_field(n, "check")), markdown_text(str_field(n, "reason")));
     if (str_field(c, "evidence") == "waived")
-      case_caveats += fmt::format("- `{}`: partition evidence WAIVED\n", cell(str_field(c, "key")));
+      case_caveats += fmt::format("- {}: partition evidence WAIVED\n", markdown_code(str_field(c, "key")));
   }
   if (!case_caveats.empty())
     out += "**Per split point** (not passed on evidence):\n\n" + case_caveats + "\n";
   if (const std::vector<std::string> nj = not_judged_lines(r); !nj.empty()) {
     out += "**Not judged** (no evidence in the dumps; not passed):\n\n";
-    for (const std::string& line : nj) out += fmt::format("- {}\n", cell(line));
+    for (const std::string& line : nj) out += fmt::format("- {}\n", markdown_text(line));
     out += "\n";
   }
   return out;
@@ -127,21 +112,21 @@ std::string markdown_divergences(const nlohmann::json& r, const std::string& kin
       if (kind == "compare") {
         const nlohmann::json& d = obj_field(c, "first_divergence");
         out += d.contains("elements")
-                   ? fmt::format("| `{}` | {} of {} | {:.4g}% | {:g} | {:.6g} | {} |\n",
-                                 cell(str_field(c, "key")), d.value("mismatches", int64_t{0}),
+                   ? fmt::format("| {} | {} of {} | {:.4g}% | {:g} | {:.6g} | {} |\n",
+                                 markdown_code(str_field(c, "key")), d.value("mismatches", int64_t{0}),
                                  d.value("elements", int64_t{0}),
                                  100.0 * d.value("mismatch_fraction", 0.0), d.value("max_ulp", 0.0),
-                                 d.value("cosine", 1.0), cell(str_field(c, "message")))
-                   : fmt::format("| `{}` | - | - | - | - | {} |\n", cell(str_field(c, "key")),
-                                 cell(str_field(c, "message")));
+                                 d.value("cosine", 1.0), markdown_text(str_field(c, "message")))
+                   : fmt::format("| {} | - | - | - | - | {} |\n", markdown_code(str_field(c, "key")),
+                                 markdown_text(str_field(c, "message")));
         continue;
       }
-      out += fmt::format("| `{}` | `{}` | {} | {} | {} |\n", cell(str_field(c, "key")),
-                         cell(str_field(c, "layout")), cell(str_field(c, "verdict")),
+      out += fmt::format("| {} | {} | {} | {} | {} |\n", markdown_code(str_field(c, "key")),
+                         markdown_code(str_field(c, "layout")), markdown_text(str_field(c, "verdict")),
                          layer >= 0 ? std::to_string(layer) : "-",
-                         cell(str_field(c, "message")) +
+                         markdown_text(str_field(c, "message")) +
                              (c.contains("stderr_tail")
-                                  ? "<br>stderr: " + cell(xml_escape(str_field(c, "stderr_tail")))
+                                  ? "<br>stderr: " + markdown_text(str_field(c, "stderr_tail"))
                                   : ""));
     }
     out += "\n";
@@ -150,9 +135,9 @@ std::string markdown_divergences(const nlohmann::json& r, const std::string& kin
     out += fmt::format("### Waived (known divergences, not passes: {})\n\n", waived.size());
     out += "| split | layout | waiver | divergence |\n|---|---|---|---|\n";
     for (const nlohmann::json* c : waived)
-      out += fmt::format("| `{}` | `{}` | {} | {} |\n", cell(str_field(*c, "key")),
-                         cell(str_field(*c, "layout")), cell(waiver_line(*c)),
-                         cell(str_field(*c, "message")));
+      out += fmt::format("| {} | {} | {} | {} |\n", markdown_code(str_field(*c, "key")),
+                         markdown_code(str_field(*c, "layout")), markdown_text(waiver_line(*c)),
+                         markdown_text(str_field(*c, "message")));
     out += "\n";
   }
   return out;
@@ -165,13 +150,14 @@ std::string markdown_cause(const nlohmann::json& r) {
   if (b.contains("cause")) {
     const nlohmann::json& at = obj_field(b, "first_divergence");
     out += fmt::format(
-        "**Cause:** {} at `{}`: forward {}, layer {}, site {}, token {}, channel {}.\n\n",
-        cell(str_field(b, "cause")), cell(str_field(b, "first_failing_split")),
-        at.value("forward", -1), at.value("layer", -1), cell(str_field(at, "site")),
+        "**Cause:** {} at {}: forward {}, layer {}, site {}, token {}, channel {}.\n\n",
+        markdown_text(str_field(b, "cause")), markdown_code(str_field(b, "first_failing_split")),
+        at.value("forward", -1), at.value("layer", -1), markdown_text(str_field(at, "site")),
         at.value("token", -1), at.value("channel", -1));
     const nlohmann::json& repro = obj_field(b, "repro");
-    out += fmt::format("Minimised scenario `{}`; replay:\n\n```sh\n{}\n```\n\n",
-                       cell(str_field(repro, "path")), str_field(repro, "replay"));
+    out += fmt::format("Minimised scenario {}; replay:\n\n{}\n",
+                       markdown_code(str_field(repro, "path")),
+                       markdown_fence(str_field(repro, "replay"), "sh"));
   }
   return out;
 }
@@ -188,7 +174,7 @@ std::string render_markdown(const nlohmann::json& r) {
   const bool refused = verdict == "refused";
   const bool no_data = verdict == "no-data";
   std::string out = fmt::format(
-      "## splitcheck {}: **{}** {}\n\n", cell(str_field(r, "kind", "sweep")),
+      "## splitcheck {}: **{}** {}\n\n", markdown_text(str_field(r, "kind", "sweep")),
       refused                       ? "REFUSED: PP=1 DOES NOT REPRODUCE ITSELF"
       : no_data && gate_ok          ? "NO DATA COMPARED (AS THE SCENARIO'S EXPECT ASKS)"
       : no_data                     ? "NO DATA COMPARED"
@@ -203,64 +189,64 @@ std::string render_markdown(const nlohmann::json& r) {
   } else {
     const nlohmann::json& scenario = obj_field(r, "scenario");
     out +=
-        fmt::format("Scenario `{}` (sha256 `{}`), {} split points, exit code {}.\n\n",
-                    cell(str_field(scenario, "name")), str_field(scenario, "sha256").substr(0, 12),
+        fmt::format("Scenario {} (sha256 {}), {} split points, exit code {}.\n\n",
+                    markdown_code(str_field(scenario, "name")), markdown_code(str_field(scenario, "sha256").substr(0, 12)),
                     counts.value("total", 0), r.value("exit_code", 0));
   }
   if (const auto rows = engine_rows(r); !rows.empty()) {
     out += "| engine | |\n|---|---|\n";
-    for (const auto& [k, v] : rows) out += fmt::format("| {} | `{}` |\n", cell(k), cell(v));
+    for (const auto& [k, v] : rows) out += fmt::format("| {} | {} |\n", markdown_text(k), markdown_code(v));
     out += "\n";
   }
   if (refused) {
     const nlohmann::json& sc = obj_field(r, "self_check");
     out += fmt::format(
         "PP=1 run twice gave different bits ({} of {} datasets differ), so no split point was "
-        "judged (exit code 4). First difference: `{}`.\n\n",
+        "judged (exit code 4). First difference: {}.\n\n",
         sc.value("datasets_differing", 0), sc.value("datasets_compared", 0),
-        cell(str_field(sc, "first_difference")));
+        markdown_code(str_field(sc, "first_difference")));
   }
   out += markdown_counts(r);
   if (r.contains("placement"))
-    out += fmt::format("Stages ran on {}.\n\n", cell(placement_line(r["placement"])));
+    out += fmt::format("Stages ran on {}.\n\n", markdown_text(placement_line(r["placement"])));
   for (size_t i = 0; i < r.value("placement_by_shard", nlohmann::json::array()).size(); ++i)
     out += fmt::format("Shard {}'s stages ran on {}.\n\n", i,
-                       cell(placement_line(r["placement_by_shard"][i])));
+                       markdown_text(placement_line(r["placement_by_shard"][i])));
   if (r.contains("checks") && r["checks"].is_array()) {
     std::string names;
     for (const auto& c : r["checks"])
       if (c.is_string()) names += (names.empty() ? "" : ", ") + c.get<std::string>();
-    out += fmt::format("Checks evaluated: {}.\n\n", cell(names));
+    out += fmt::format("Checks evaluated: {}.\n\n", markdown_text(names));
   }
   out += markdown_caveats(r);
   if (r.contains("computed")) {
-    out += fmt::format("Computed: {}.\n\n", cell(computed_summary(r)));
+    out += fmt::format("Computed: {}.\n\n", markdown_text(computed_summary(r)));
     out +=
         "<details><summary>What each split point computed</summary>\n\n"
         "| split | verdict | computed (this split point of PP=1's) |\n|---|---|---|\n";
     for (const nlohmann::json& c : r["cases"])
       out += fmt::format(
-          "| `{}` | {} | {} |\n", cell(str_field(c, "key")), cell(str_field(c, "verdict")),
-          cell(computed_text(obj_field(c, "computed"), obj_field(r["computed"], "pp1"))));
+          "| {} | {} | {} |\n", markdown_code(str_field(c, "key")), markdown_text(str_field(c, "verdict")),
+          markdown_text(computed_text(obj_field(c, "computed"), obj_field(r["computed"], "pp1"))));
     out += "\n</details>\n\n";
   }
   if (const std::string a = acceptance_line(r); !a.empty())
-    out += fmt::format("Speculative decoding: {}.\n\n", cell(a));
+    out += fmt::format("Speculative decoding: {}.\n\n", markdown_text(a));
   out += markdown_divergences(r, kind);
   if (const std::vector<std::string> expired = waiver_failures(r); !expired.empty()) {
     out += "**Expired waivers (the gate fails):**\n\n";
-    for (const std::string& f : expired) out += fmt::format("- {}\n", cell(f));
+    for (const std::string& f : expired) out += fmt::format("- {}\n", markdown_text(f));
     out += "\n";
   }
   if (r.contains("expect") && r["expect"].contains("failures") &&
       !r["expect"]["failures"].empty()) {
     out += "**Scenario expectations not met:**\n\n";
     for (const auto& f : r["expect"]["failures"])
-      out += fmt::format("- {}\n", cell(f.get<std::string>()));
+      out += fmt::format("- {}\n", markdown_text(f.get<std::string>()));
     out += "\n";
   }
   out += markdown_cause(r);
-  out += fmt::format("Reproduce:\n\n```sh\n{}\n```\n", str_field(r, "command"));
+  out += "Reproduce:\n\n" + markdown_fence(str_field(r, "command"), "sh");
   return out;
 }
 

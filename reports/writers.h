@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "reports/escape.h"
+
 namespace splitcheck {
 
 // report.html: one self-contained page (inline CSS and SVG, no script, no network).
@@ -18,9 +20,6 @@ std::string render_junit(const nlohmann::json& report);
 
 // summary.md: a verdict line, the counts and the first divergences, for a PR comment.
 std::string render_markdown(const nlohmann::json& report);
-
-// Escapes &, <, >, " and ' for HTML and XML text and attribute values.
-std::string xml_escape(const std::string& text);
 
 // The first layer where a case diverged: the earliest of its first dispatch mismatch, its
 // first numeric divergence and (bisect) its location; -1 when none names a layer.

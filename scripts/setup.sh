@@ -33,6 +33,7 @@ packages=(
   python3-pytest python3-venv python3-pip python3-setuptools  # python/ tests, pip install ./python
   chromium libopenmpi-dev openmpi-bin  # the mpi transport (mpirun; tests launch real ranks)
   clang libclang-rt-14-dev  # the libFuzzer build of scripts/fuzz.sh
+  cmark-gfm  # tests render summary.md as GitHub renders a PR comment
 )
 
 missing=()

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "harness/dump/assemble.h"
-#include "harness/dump/printable.h"
+#include "reports/escape.h"
 
 namespace splitcheck {
 
@@ -20,11 +20,11 @@ int AssembleCli::run() {
   Result<AssembleSummary> r = assemble_parts(parts, out);
   if (!r.is_ok()) {
     // Part files name their run and hold attribute values: shown escaped, on one line.
-    fmt::print(stderr, "splitcheck: error: {}\n", printable(r.status().message(), false));
+    fmt::print(stderr, "splitcheck: error: {}\n", console_line(r.status().message()));
     return r.status().code() == StatusCode::kInvalidInput ? 2 : 3;
   }
   fmt::print("assembled {}: {} stages of run {}, {} datasets\n", out, r->stages,
-             printable(r->run, false), r->datasets);
+             console_line(r->run), r->datasets);
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include "harness/cli/external_cli.h"
 #include "harness/judge/bisect.h"
 #include "harness/runner/interrupt.h"
+#include "reports/escape.h"
 #include "reports/report.h"
 
 namespace splitcheck {
@@ -80,12 +81,13 @@ int BisectCli::run() {
                f.step >= 0 ? fmt::format(" (scheduler step {})", f.step) : std::string());
   if (!f.dataset.empty()) {
     fmt::print("  first divergence: forward {}, layer {}, site {}, token {}, channel {} ({})\n",
-               f.forward, f.layer, f.site, f.token, f.channel, f.dataset);
+               f.forward, f.layer, console_line(f.site), f.token, f.channel,
+               console_line(f.dataset));
   } else if (f.forward >= 0) {
     fmt::print("  first divergence: forward {}, layer {}, site {} (dispatch)\n", f.forward, f.layer,
-               f.site);
+               console_line(f.site));
   }
-  fmt::print("  detail: {}\n", f.message);
+  fmt::print("  detail: {}\n", console_line(f.message));
   fmt::print("  cause: {}\n", f.cause);
   for (const std::string& step : r->steps) fmt::print("  minimise: {}\n", step);
   auto size = [](const ScenarioSize& z) {

@@ -20,6 +20,7 @@
 #include "harness/judge/bisect.h"
 #include "harness/lanes/properties.h"
 #include "harness/scenario/partition.h"
+#include "reports/escape.h"
 #include "reports/report.h"
 
 namespace splitcheck {
@@ -144,7 +145,8 @@ int cmd_compare(const std::string& a, const std::string& b, bool approximate, bo
   opts.judge_placement = true;
   Result<CompareResult> r = compare_dumps(a, b, opts);
   if (!r.is_ok()) return report_status(r.status());
-  fmt::print("{}\n{}\n{}\n", verdict(*r), digests_line(*r), placement_line(*r));
+  fmt::print("{}\n{}\n{}\n", console_line(verdict(*r)), digests_line(*r),
+             console_line(placement_line(*r)));
   if (!report_dir.empty()) {
     Status st =
         write_reports(report_dir, compare_report(*r, a, b, ReportContext{command}, approximate));

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <fstream>
 
-#include "harness/dump/printable.h"
 #include "harness/judge/bisect.h"
+#include "reports/escape.h"
 #include "reports/report.h"
 #include "reports/writers.h"
 
@@ -25,14 +25,14 @@ void print_tail(const std::string& tail) {
   while (start < tail.size()) {
     size_t end = tail.find('\n', start);
     if (end == std::string::npos) end = tail.size();
-    fmt::print("      | {}\n", printable(tail.substr(start, end - start), false));
+    fmt::print("      | {}\n", console_line(tail.substr(start, end - start)));
     start = end + 1;
   }
 }
 
 void print_opening(const nlohmann::json& report) {
   for (const auto& [k, v] : engine_rows(report))
-    fmt::print("{:<16} {}\n", k + ":", printable(v, false));
+    fmt::print("{:<16} {}\n", k + ":", console_line(v));
   const std::string tail = str_field(obj_field(report, "engine"), "pp1_stderr_tail");
   if (!tail.empty()) {
     fmt::print("PP=1 stderr (tail):\n");
@@ -85,20 +85,20 @@ int external_sweep_and_report(const Scenario& s, const ExternalSweepOptions& opt
                    : fmt::format("PP=1 run twice DIFFERS ({} of {} datasets): {}; no split point "
                                  "judged (exit 4)",
                                  r->self_check.datasets_differing, r->self_check.datasets_compared,
-                                 printable(r->self_check.first_difference, false)));
+                                 console_line(r->self_check.first_difference)));
   fmt::print("sweep {} ({} split points, external engine)\n", s.name, r->cases.size());
   for (const CaseResult& c : r->cases) {
-    fmt::print("  {:<16} {:<16} {}\n", c.key, verdict_name(c.verdict), printable(c.message, false));
+    fmt::print("  {:<16} {:<16} {}\n", c.key, verdict_name(c.verdict), console_line(c.message));
     // What this case could not judge, beyond what the sweep as a whole could not.
     for (const NotJudged& n : c.not_judged)
       if (std::none_of(r->external->not_judged.begin(), r->external->not_judged.end(),
                        [&](const NotJudged& w) { return w.check == n.check; }))
-        fmt::print("      {}: not judged ({})\n", n.check, printable(n.reason, false));
+        fmt::print("      {}: not judged ({})\n", n.check, console_line(n.reason));
     if (!c.stderr_tail.empty()) print_tail(c.stderr_tail);
   }
   fmt::print("checks: {}\n", fmt::join(r->checks, ", "));
   for (const std::string& line : not_judged_lines(report))
-    fmt::print("  {}\n", printable(line, false));
+    fmt::print("  {}\n", console_line(line));
   fmt::print("summary: {}\n", r->counts_line());
   fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s with {} jobs; engine runs {:.2f} s in all\n",
              r->pp1_seconds, r->total_seconds, r->threads, r->external->engine_seconds);
@@ -115,7 +115,7 @@ int external_sweep_and_report(const Scenario& s, const ExternalSweepOptions& opt
   for (const std::string& f : r->expect_failures) fmt::print("expect: NOT MET: {}\n", f);
   if (!report_dir.empty()) {
     if (Status st = write_reports(report_dir, report); !st.is_ok()) return fail(st);
-    fmt::print("report: {}/report.json\n", printable(report_dir, false));
+    fmt::print("report: {}/report.json\n", console_line(report_dir));
   }
   return r->exit_code();
 }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/scenario/scenario.h"
 #include "kernels/dispatch.h"
 #include "reference/engine.h"
 #include "reference/weight_source.h"
@@ -100,6 +101,22 @@ std::vector<std::pair<std::string, double>> op_breakdown(int forwards, Forward f
 }
 #endif
 
+#ifdef SPLITCHECK_HAVE_CUDA
+// Why the sweep would refuse a CUDA scenario of `preset` with one prompt of 16 tokens and
+// `decodes` new tokens on this GPU (scenario validation, harness/scenario/device_fit.h);
+// empty when it would run.
+std::string device_refusal(const std::string& preset, int decodes) {
+  const nlohmann::json j = {
+      {"model", {{"preset", preset}}},
+      {"backend", "cuda"},
+      {"workload", {{"prompts", 1}, {"max_new_tokens", decodes}, {"max_prompt_tokens", 16}}}};
+  Result<Scenario> s = parse_scenario(j, "k3_forward_benchmark " + preset, ".");
+  if (!s.is_ok()) return s.status().message();
+  const Status fits = check_capabilities(*s, "k3_forward_benchmark " + preset);
+  return fits.is_ok() ? "" : fits.message();
+}
+#endif
+
 int run(int argc, char** argv) {
 #ifndef SPLITCHECK_HAVE_CUDA
   (void)argc;
@@ -116,6 +133,12 @@ int run(int argc, char** argv) {
   const std::optional<ModelConfig> c = model_preset(preset);
   if (!c) {
     fmt::print(stderr, "k3 forward: unknown preset {}\n", preset);
+    return 2;
+  }
+  // A shape that does not fit the GPU's free memory is refused as the sweep refuses it (exit
+  // 2, the same message), before anything is allocated.
+  if (const std::string why = device_refusal(preset, decodes); !why.empty()) {
+    fmt::print(stderr, "k3 forward: {}\n", why);
     return 2;
   }
   // HBM: a 2 GiB device-to-device copy, read + written bytes per second.

@@ -446,7 +446,7 @@ TEST_P(InterruptTest, KillsEveryEngineAndStillReports) {
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    freopen(out.c_str(), "w", stdout);
+    if (freopen(out.c_str(), "w", stdout) == nullptr) _exit(126);
     execl(SPLITCHECK_BINARY, SPLITCHECK_BINARY, "sweep", s.c_str(), "--jobs", "2", "--report",
           path("rep").c_str(), static_cast<char*>(nullptr));
     _exit(127);
