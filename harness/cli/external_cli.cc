@@ -79,9 +79,10 @@ int interrupted_bisect(const Scenario& s, const SweepResult& r, const std::strin
   }
   print_opening(report);
   const char* name = sigabbrev_np(r.interrupted_by);
-  fmt::print("bisect {}: interrupted by {} (engine processes killed) before it finished: no "
-             "cause named, no repro written\n",
-             s.name, name != nullptr ? fmt::format("SIG{}", name) : "a signal");
+  fmt::print(
+      "bisect {}: interrupted by {} (engine processes killed) before it finished: no "
+      "cause named, no repro written\n",
+      s.name, name != nullptr ? fmt::format("SIG{}", name) : "a signal");
   return 128 + r.interrupted_by;
 }
 

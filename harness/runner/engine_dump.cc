@@ -10,6 +10,7 @@
 #include "harness/dump/digest.h"
 #include "harness/dump/dump.h"
 #include "harness/dump/verify.h"
+#include "kernels/dispatch.h"
 
 namespace splitcheck {
 namespace {
@@ -35,7 +36,9 @@ int32_t layer_of_path(const std::string& path) {
 
 // Dispatch sites whose events belong to the stage that owns their layer: a drafter's
 // (draft) and a capture's (tap) are left out, since they may run beside another stage.
-bool site_owned_by_layer(int32_t site) { return site != 9 && site != 10; }
+bool site_owned_by_layer(int32_t site) {
+  return site != static_cast<int32_t>(Site::kTap) && site != static_cast<int32_t>(Site::kDraft);
+}
 
 // What the dump's own dispatch trace (`/forward/<f>/dispatch` and `/stage_trace/<f>`, the
 // stage of each event) says against the partition: an event of a stage past the last, of a
@@ -74,15 +77,17 @@ void stage_trace_contradictions(const LoadedDump& d, const Partition& part,
       const StageRange r = part.stage(s);
       if (layer >= r.begin && layer < r.end) continue;
       if (outside_count++ == 0)
-        outside = fmt::format("its /{} has stage {} run layer {} (event {}), outside its layers {}-{}",
-                              e.path, s, layer, i, r.begin, r.end);
+        outside =
+            fmt::format("its /{} has stage {} run layer {} (event {}), outside its layers {}-{}",
+                        e.path, s, layer, i, r.begin, r.end);
     }
   }
-  for (std::string* line : {&other, &past}) if (!line->empty()) bad.push_back(std::move(*line));
+  for (std::string* line : {&other, &past})
+    if (!line->empty()) bad.push_back(std::move(*line));
   if (outside_count > 0)
-    bad.push_back(outside_count == 1 ? outside
-                                     : fmt::format("{} (and {} more such events)", outside,
-                                                   outside_count - 1));
+    bad.push_back(outside_count == 1
+                      ? outside
+                      : fmt::format("{} (and {} more such events)", outside, outside_count - 1));
   std::vector<int> idle;
   for (int s = 0; s < part.stages(); ++s) {
     const StageRange r = part.stage(s);
@@ -90,10 +95,11 @@ void stage_trace_contradictions(const LoadedDump& d, const Partition& part,
     if (!seen.count(s) && l != layers_traced.end() && *l < r.end) idle.push_back(s);
   }
   if (!idle.empty())
-    bad.push_back(fmt::format(
-        "its dispatch trace shows events of {} of the {} stages: stage(s) {} ran none of their "
-        "layers",
-        part.stages() - static_cast<int>(idle.size()), part.stages(), fmt::join(idle, ", ")));
+    bad.push_back(
+        fmt::format("its dispatch trace shows events of {} of the {} stages: {} {} ran "
+                    "none of {} layers",
+                    seen.size(), part.stages(), idle.size() == 1 ? "stage" : "stages",
+                    fmt::join(idle, ", "), idle.size() == 1 ? "its" : "their"));
 }
 
 }  // namespace

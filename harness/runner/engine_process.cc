@@ -610,8 +610,10 @@ Result<ProcessOutcome> run_engine_process(const EngineProcess& p) {
   if (null_fd.get() < 0) return internal_error(fmt::format("/dev/null: {}", std::strerror(errno)));
   Fd stdout_fd, stderr_fd;
   std::optional<CappedOutput> stdout_kept, stderr_kept;
-  RETURN_IF_ERROR(open_output(p.stdout_path, "stdout", p.output_keep_bytes, stdout_fd, stdout_kept));
-  RETURN_IF_ERROR(open_output(p.stderr_path, "stderr", p.output_keep_bytes, stderr_fd, stderr_kept));
+  RETURN_IF_ERROR(
+      open_output(p.stdout_path, "stdout", p.output_keep_bytes, stdout_fd, stdout_kept));
+  RETURN_IF_ERROR(
+      open_output(p.stderr_path, "stderr", p.output_keep_bytes, stderr_fd, stderr_kept));
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0)
     return internal_error(fmt::format("pipe: {}", std::strerror(errno)));
@@ -664,17 +666,16 @@ Result<ProcessOutcome> run_engine_process(const EngineProcess& p) {
     stopped = true;
   }
   SupervisorReport report{};
-  const bool reported =
-      await_report(supervisor, report_read.get(), {&*stdout_kept, &*stderr_kept}, deadline,
-                   grace, timed_out, stopped, report);
+  const bool reported = await_report(supervisor, report_read.get(), {&*stdout_kept, &*stderr_kept},
+                                     deadline, grace, timed_out, stopped, report);
   unregister_engine_supervisor(supervisor);
   int status = 0;
   while (waitpid(supervisor, &status, 0) < 0 && errno == EINTR) {
   }
   // Every process of the run has ended: what the pipes hold is all there is.
   if (!stdout_kept->finish() || !stderr_kept->finish())
-    return internal_error(fmt::format("{}, {}: cannot write the engine's output: {}",
-                                      p.stdout_path, p.stderr_path, std::strerror(errno)));
+    return internal_error(fmt::format("{}, {}: cannot write the engine's output: {}", p.stdout_path,
+                                      p.stderr_path, std::strerror(errno)));
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const int interrupted_by = interrupt_signal();
   const bool stopped_early = reported ? report.stop_signal != 0 : stopped;

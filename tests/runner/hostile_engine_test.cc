@@ -549,24 +549,24 @@ TEST_F(HostileEngineTest, ASweepIntoAWorkDirectoryInUseIsRefused) {
   json b = a;
   b["engine"]["command"] = {liar.string(), "{out}"};
   write_text(path("b.json"), b.dump(2));
-  const pid_t pid = start_cli(
-      {"sweep", path("a.json").string(), "--jobs", "2", "--report", path("rep").string()},
-      path("a.txt").string());
+  const pid_t pid =
+      start_cli({"sweep", path("a.json").string(), "--jobs", "2", "--report", path("rep").string()},
+                path("a.txt").string());
   ASSERT_GT(pid, 0);
   const bool started = wait_for(path("rep") / "runs" / "pp1.h5.started");
   const std::string runs = (path("rep") / "runs").string();
-  const std::string in_use = runs + ": the work directory is in use by another sweep or bisect (pid " +
+  const std::string in_use = runs +
+                             ": the work directory is in use by another sweep or bisect (pid " +
                              std::to_string(pid) + ")";
   if (started) {
-    expect_one_line_refusal(cli("sweep " + quote(path("b.json").string()) + " --report " +
-                                quote(path("rep").string())),
-                            {in_use});
+    expect_one_line_refusal(
+        cli("sweep " + quote(path("b.json").string()) + " --report " + quote(path("rep").string())),
+        {in_use});
     expect_one_line_refusal(cli("sweep " + quote(path("b.json").string()) + " --work-dir " +
                                 quote(runs) + " --report " + quote(path("rep-b").string())),
                             {in_use});
-    expect_one_line_refusal(cli("bisect " + quote(path("b.json").string()) + " --work-dir " +
-                                quote(runs)),
-                            {in_use});
+    expect_one_line_refusal(
+        cli("bisect " + quote(path("b.json").string()) + " --work-dir " + quote(runs)), {in_use});
   }
   write_text(release, "");
   int status = 0;
@@ -580,11 +580,11 @@ TEST_F(HostileEngineTest, ASweepIntoAWorkDirectoryInUseIsRefused) {
 // A file at {out} that the run did not make: one last modified before the run started (an
 // earlier run's dump, copied with its time) is no dump of this run.
 TEST_F(HostileEngineTest, ADumpOlderThanItsRunIsNotItsRun) {
-  const CliResult r = sweep(scenario_with(
-                                "\"$SPLITCHECK\" run \"$scenario\" --split \"$cuts\" --out "
-                                "\"$out\" || exit 1\n"
-                                "[ -z \"$cuts\" ] || touch -d '2020-01-01 00:00:00' \"$out\"\n"),
-                            "--filter split-3");
+  const CliResult r =
+      sweep(scenario_with("\"$SPLITCHECK\" run \"$scenario\" --split \"$cuts\" --out "
+                          "\"$out\" || exit 1\n"
+                          "[ -z \"$cuts\" ] || touch -d '2020-01-01 00:00:00' \"$out\"\n"),
+            "--filter split-3");
   EXPECT_EQ(r.code, 3) << r.out << r.err;
   const json rep = report();
   EXPECT_EQ(rep["counts"]["pass"], 0);
@@ -597,27 +597,27 @@ TEST_F(HostileEngineTest, ADumpOlderThanItsRunIsNotItsRun) {
 // dispatch trace (every event on stage 0) shows that the partition did not run.
 TEST_F(HostileEngineTest, AStageTraceOfFewerStagesThanDeclaredIsNotThePartition) {
   if (!have_h5py()) GTEST_SKIP() << "Debian's python3-h5py is not installed (scripts/setup.sh)";
-  const CliResult r = sweep(
-      scenario_with("\"$SPLITCHECK\" run \"$scenario\" --split '' --out \"$out\" || exit 1\n"
-                    "[ -z \"$cuts\" ] && exit 0\n"
-                    "exec /usr/bin/python3 - \"$out\" \"$cuts\" <<'PY'\n"
-                    "import sys, h5py\n"
-                    "bounds = [0] + [int(c) for c in sys.argv[2].split(',')] + [8]\n"
-                    "with h5py.File(sys.argv[1], 'r+') as f:\n"
-                    "    s0 = dict(f['stages/0'].attrs)\n"
-                    "    del f['stages']\n"
-                    "    for s in range(len(bounds) - 1):\n"
-                    "        g = f.create_group(f'stages/{s}')\n"
-                    "        for k, v in s0.items():\n"
-                    "            g.attrs[k] = v\n"
-                    "        g.attrs.modify('layer_begin', bounds[s])\n"
-                    "        g.attrs.modify('layer_end', bounds[s + 1])\n"
-                    "        if s > 0 and 'embedding' in s0:\n"
-                    "            g.attrs.modify('embedding', NON_FIRST)\n"
-                    "    if 'partition' in f.attrs:\n"
-                    "        del f.attrs['partition']\n"
-                    "PY\n"),
-      "--filter split-3");
+  const CliResult r =
+      sweep(scenario_with("\"$SPLITCHECK\" run \"$scenario\" --split '' --out \"$out\" || exit 1\n"
+                          "[ -z \"$cuts\" ] && exit 0\n"
+                          "exec /usr/bin/python3 - \"$out\" \"$cuts\" <<'PY'\n"
+                          "import sys, h5py\n"
+                          "bounds = [0] + [int(c) for c in sys.argv[2].split(',')] + [8]\n"
+                          "with h5py.File(sys.argv[1], 'r+') as f:\n"
+                          "    s0 = dict(f['stages/0'].attrs)\n"
+                          "    del f['stages']\n"
+                          "    for s in range(len(bounds) - 1):\n"
+                          "        g = f.create_group(f'stages/{s}')\n"
+                          "        for k, v in s0.items():\n"
+                          "            g.attrs[k] = v\n"
+                          "        g.attrs.modify('layer_begin', bounds[s])\n"
+                          "        g.attrs.modify('layer_end', bounds[s + 1])\n"
+                          "        if s > 0:\n"
+                          "            g.attrs['embedding'] = 'missing'\n"
+                          "    if 'partition' in f.attrs:\n"
+                          "        del f.attrs['partition']\n"
+                          "PY\n"),
+            "--filter split-3");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   const json rep = report();
   EXPECT_EQ(rep["counts"]["pass"], 0);
@@ -631,7 +631,8 @@ TEST_F(HostileEngineTest, AStageTraceOfFewerStagesThanDeclaredIsNotThePartition)
 // --self-check with engine.golden: the engine's PP=1 still runs twice and the two runs are
 // compared (the golden stays the reference); an engine that differs from itself is refused.
 TEST_F(HostileEngineTest, SelfCheckWithAGoldenRunsTheEnginesPp1Twice) {
-  json j = scenario_with("exec \"$SPLITCHECK\" run \"$scenario\" --split \"$cuts\" --out \"$out\"\n");
+  json j =
+      scenario_with("exec \"$SPLITCHECK\" run \"$scenario\" --split \"$cuts\" --out \"$out\"\n");
   write_text(path("plain.json"), j.dump(2));
   const CliResult g = cli("run " + quote(path("plain.json").string()) + " --split '' --out " +
                           quote(path("golden.h5").string()));
@@ -661,11 +662,11 @@ TEST_F(HostileEngineTest, AnInterruptedBisectWritesNoRepro) {
   const std::string marker = "splitcheck-bisect-sleeper-" + std::to_string(getpid());
   const std::string sleeper = path(marker).string();
   fs::copy_file("/bin/sleep", sleeper);
-  const json j = scenario_with("if [ \"$cuts\" = 1 ]; then touch \"$out.started\"; exec " +
-                               sleeper +
-                               " 300; fi\n"
-                               "exec \"$SPLITCHECK\" run \"$scenario\" --split \"$cuts\" --out "
-                               "\"$out\"\n");
+  const json j =
+      scenario_with("if [ \"$cuts\" = 1 ]; then touch \"$out.started\"; exec " + sleeper +
+                    " 300; fi\n"
+                    "exec \"$SPLITCHECK\" run \"$scenario\" --split \"$cuts\" --out "
+                    "\"$out\"\n");
   write_text(path("scenario.json"), j.dump(2));
   const fs::path repro = path("repro.json");
   const pid_t pid = start_cli({"bisect", path("scenario.json").string(), "--threads", "2",
