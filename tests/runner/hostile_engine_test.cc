@@ -518,6 +518,10 @@ TEST_F(HostileEngineTest, AnyBytesOnStderrStillGiveEveryReport) {
   const json rep = report();
   EXPECT_EQ(rep["counts"]["error"], 2);
   EXPECT_EQ(rep["counts"]["pass"], 5);
+  // Of the 100 MB, the first and the last MiB are kept on disk; the rest is counted.
+  EXPECT_LE(fs::file_size(path("rep") / "runs" / "split-3.stderr"), (uintmax_t{2} << 20) + 100);
+  EXPECT_NE(file_text(path("rep") / "runs" / "split-3.stderr").find(" bytes omitted ..."),
+            std::string::npos);
   for (const char* form : {"summary.md", "junit.xml", "report.html", "report.json"}) {
     const std::string text = file_text(path("rep") / form);
     EXPECT_EQ(text.find('\x1b'), std::string::npos) << form;
