@@ -569,8 +569,9 @@ TEST_F(HostileEngineTest, ASweepIntoAWorkDirectoryInUseIsRefused) {
     expect_one_line_refusal(cli("sweep " + quote(path("b.json").string()) + " --work-dir " +
                                 quote(runs) + " --report " + quote(path("rep-b").string())),
                             {in_use});
-    expect_one_line_refusal(
-        cli("bisect " + quote(path("b.json").string()) + " --work-dir " + quote(runs)), {in_use});
+    expect_one_line_refusal(cli("bisect " + quote(path("b.json").string()) + " --work-dir " +
+                                quote(runs) + " --out " + quote(path("b-repro.json").string())),
+                            {in_use});
   }
   write_text(release, "");
   int status = 0;
