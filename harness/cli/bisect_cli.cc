@@ -24,7 +24,8 @@ void BisectCli::add_to(CLI::App& app) {
                       "Directory for report.json, report.html, junit.xml, summary.md");
   command->add_option("--work-dir", work_dir,
                       "External engines: directory for the dumps and each run's stdout/stderr "
-                      "(kept; default: a new directory under $TMPDIR, removed at the end)");
+                      "(kept; default: a new directory under $TMPDIR, removed at the end); one "
+                      "sweep or bisect at a time (exit 2 when another holds it)");
   command->add_flag("--keep-runs", keep_runs,
                     "External engines: keep the directory made under $TMPDIR");
 }

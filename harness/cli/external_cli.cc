@@ -67,6 +67,25 @@ nlohmann::json engine_repro(const Scenario& s, const std::vector<int>& cuts) {
   return j;
 }
 
+// A bisect that SIGINT, SIGTERM or SIGHUP stopped: what ran proves no cause, so no repro is
+// written; the report, when asked, is the sweep's of what finished (verdict interrupted).
+int interrupted_bisect(const Scenario& s, const SweepResult& r, const std::string& report_dir,
+                       const std::string& command_line) {
+  const nlohmann::json report = sweep_report(r, ReportContext{command_line});
+  if (!report_dir.empty()) {
+    if (Status st = write_reports(report_dir, report); !st.is_ok()) return fail(st);
+    fmt::print("report: {}/report.json (the sweep of what finished)\n",
+               printable(report_dir, false));
+  }
+  print_opening(report);
+  const char* name = sigabbrev_np(r.interrupted_by);
+  fmt::print(
+      "bisect {}: interrupted by {} (engine processes killed) before it finished: no "
+      "cause named, no repro written\n",
+      s.name, name != nullptr ? fmt::format("SIG{}", name) : "a signal");
+  return 128 + r.interrupted_by;
+}
+
 }  // namespace
 
 int external_sweep_and_report(const Scenario& s, const ExternalSweepOptions& options,
@@ -125,6 +144,7 @@ int external_bisect(const Scenario& s, const ExternalSweepOptions& options,
                     const std::string& command_line) {
   Result<SweepResult> r = run_external_sweep(s, options);
   if (!r.is_ok()) return fail(r.status());
+  if (r->interrupted_by != 0) return interrupted_bisect(s, *r, report_dir, command_line);
   BisectResult b;
   b.sweeps = 1;
   b.before = scenario_size(s);

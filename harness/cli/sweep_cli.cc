@@ -59,7 +59,8 @@ void SweepCli::add_to(CLI::App& app) {
   command->add_option("--work-dir", work_dir,
                       "External engines: directory for the dumps and each run's stdout/stderr "
                       "(default: <report>/runs, else a new directory under $TMPDIR, removed at "
-                      "the end unless --keep-runs)");
+                      "the end unless --keep-runs); one sweep at a time: a sweep given a work "
+                      "directory another sweep or bisect holds is refused (exit 2)");
   command->add_flag("--keep-runs", keep_runs,
                     "External engines: keep the work directory made under $TMPDIR");
   command->add_option("--waivers", waivers,

@@ -92,7 +92,8 @@ struct Trial {
 std::string classify_cause(const CaseResult& c) {
   if (c.verdict == Verdict::kConfigRejected)
     return is_structural(c) ? kCauseStructural : kCauseConfigRejected;
-  if (c.verdict == Verdict::kError || c.verdict == Verdict::kInterrupted) return kCauseError;
+  if (c.verdict == Verdict::kInterrupted) return "";  // stopped: it shows no cause
+  if (c.verdict == Verdict::kError) return kCauseError;
   if (c.verdict == Verdict::kUnproven || c.evidence == "contradicted")
     return kCausePartitionEvidence;
   if (!c.first_missing.empty())
@@ -122,7 +123,10 @@ std::string classify_cause(const CaseResult& c) {
 
 std::optional<BisectFinding> first_failure(const SweepResult& r) {
   for (const CaseResult& c : r.cases) {
-    if (c.verdict == Verdict::kPass || c.verdict == Verdict::kSkipped) continue;
+    // An interrupted case proves nothing: it is no failure to bisect.
+    if (c.verdict == Verdict::kPass || c.verdict == Verdict::kSkipped ||
+        c.verdict == Verdict::kInterrupted)
+      continue;
     return finding_of(c);
   }
   return std::nullopt;

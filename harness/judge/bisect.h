@@ -96,10 +96,12 @@ struct BisectOptions {
 // named at the start of the message: "bisect refused (<reason>): ...".
 inline constexpr const char* kRefusedTransport = "transport";  // stages not in-process
 
-// Names the probable cause of a non-pass case (one of the kCause* strings).
+// Names the probable cause of a non-pass case (one of the kCause* strings; "" for an
+// interrupted case, which shows none).
 std::string classify_cause(const CaseResult& c);
 
-// The first non-pass case in enumeration order as a finding; nullopt when all pass.
+// The first failing case in enumeration order as a finding (an interrupted case is none);
+// nullopt when there is none.
 std::optional<BisectFinding> first_failure(const SweepResult& r);
 
 // The sizes of a scenario.

@@ -2,8 +2,12 @@
 // order, what its stages say they hold, its speculative figures; and the evidence the
 // runner takes from it for the judge (harness/judge/judge.h): the stage checks' findings,
 // the partition it shows against the one asked, whether the file is its own run, and which
-// dataset checks PP=1's dump gives evidence for. Nothing here takes the engine's word: each
-// figure is read from the file, and what the file cannot show is listed as not judged.
+// dataset checks PP=1's dump gives evidence for. Each figure is read from the file, and what
+// the file cannot show is listed as not judged; but the file is the engine's own record of
+// its run. Evidence here is records that contradict each other or the partition asked (its
+// /stages, its `partition` attribute, its layers, its dispatch trace's stages); an engine
+// that fabricates every record consistently is beyond any check of its dump. What rests on
+// splitcheck alone is that the file is this run's (harness/runner/external_sweep.h).
 #pragma once
 
 #include <cstdint>
@@ -56,7 +60,9 @@ void stage_findings(const std::vector<std::string>& selected, const LoadedDump& 
 // Judges `d` against the partition asked (`part`, over `layers` layers): its /stages must
 // hold one range per stage, equal to the partition's; its root `partition` attribute, when
 // written, must name the same layout; its per-layer tensors must name no layer past the
-// model's last, and at PP=1 (one stage) every layer.
+// model's last, and at PP=1 (one stage) every layer; its dispatch trace's stages
+// (/stage_trace/<f>, one per event of /forward/<f>/dispatch) must name no stage past the
+// last, and each event of a layer must come from the stage that owns the layer.
 PartitionEvidence partition_evidence(const LoadedDump& d, const Partition& part, int layers);
 
 // What shows that the case's dump file is not its own run: a symbolic link, the PP=1 dump's

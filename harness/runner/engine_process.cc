@@ -98,13 +98,90 @@ class Fd {
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
-  void reset() {
+  void reset(int fd = -1) {
     if (fd_ >= 0) close(fd_);
-    fd_ = -1;
+    fd_ = fd;
   }
 
  private:
   int fd_;
+};
+
+// One of the engine's output streams, read from a pipe and kept in a file capped at the
+// first and the last `keep` bytes; what lies between is counted and named in the file.
+class CappedOutput {
+ public:
+  CappedOutput(int pipe_read, int file, size_t keep) : pipe_(pipe_read), file_(file), keep_(keep) {}
+  int fd() const { return open_ ? pipe_.get() : -1; }
+  // Reads what the pipe holds now (it is non-blocking), at most `max_reads` times 64 KiB so
+  // that an engine writing without pause still lets the caller see its deadline; false once
+  // its writers are gone.
+  bool take(int max_reads = 16) {
+    char buf[65536];
+    for (int i = 0; i < max_reads && open_; ++i) {
+      const ssize_t n = read(pipe_.get(), buf, sizeof buf);
+      if (n > 0) {
+        keep(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) open_ = false;
+      break;
+    }
+    return open_;
+  }
+  // Writes the kept tail after the omitted count; false (with errno) when the file fails.
+  bool finish() {
+    take(1 << 30);  // every writer has ended: up to the pipe's end or its last byte
+    if (omitted_ > 0 && !write_all(fmt::format("\n... {} bytes omitted ...\n", omitted_)))
+      return false;
+    const size_t n = tail_.size();
+    return write_all(tail_.substr(tail_at_ % std::max<size_t>(n, 1))) &&
+           write_all(tail_.substr(0, tail_at_ % std::max<size_t>(n, 1))) && !failed_;
+  }
+
+ private:
+  void keep(const char* p, size_t n) {
+    const size_t head = std::min(n, keep_ - std::min(keep_, written_));
+    if (head > 0) failed_ |= !write_all(std::string_view(p, head));
+    written_ += head;
+    p += head;
+    n -= head;
+    // The tail: a ring of `keep_` bytes; tail_at_ is where the next byte goes.
+    for (; n > 0 && keep_ > 0;) {
+      if (tail_.size() < keep_) {
+        const size_t take = std::min(n, keep_ - tail_.size());
+        tail_.append(p, take);
+        tail_at_ = tail_.size() % keep_;
+        p += take;
+        n -= take;
+        continue;
+      }
+      const size_t take = std::min(n, keep_ - tail_at_);
+      tail_.replace(tail_at_, take, p, take);
+      omitted_ += take;
+      tail_at_ = (tail_at_ + take) % keep_;
+      p += take;
+      n -= take;
+    }
+    if (keep_ == 0) omitted_ += n;
+  }
+  bool write_all(std::string_view s) {
+    while (!s.empty()) {
+      const ssize_t n = write(file_.get(), s.data(), s.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      s.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  Fd pipe_;
+  Fd file_;
+  size_t keep_;
+  bool open_ = true, failed_ = false;
+  size_t written_ = 0, omitted_ = 0, tail_at_ = 0;
+  std::string tail_;
 };
 
 // Why the engine did not start, sent by the engine's child over a close-on-exec pipe.
@@ -407,10 +484,12 @@ bool later_by(timespec a, timespec b, timespec& diff) {
 // ---------------------------------------------------------------------------------------
 // The parent's side.
 
-// Reads the supervisor's report; on the deadline (or an interrupt) it stops the
-// supervisor. False when the supervisor ended without a report (it was killed).
-bool await_report(pid_t supervisor, int report_fd, Clock::time_point deadline, double grace_s,
-                  bool& timed_out, bool& stopped, SupervisorReport& report) {
+// Reads the supervisor's report, and the engine's output meanwhile; on the deadline (or an
+// interrupt) it stops the supervisor. False when the supervisor ended without a report (it
+// was killed).
+bool await_report(pid_t supervisor, int report_fd, std::array<CappedOutput*, 2> outputs,
+                  Clock::time_point deadline, double grace_s, bool& timed_out, bool& stopped,
+                  SupervisorReport& report) {
   size_t got = 0;
   bool killed = false;
   Clock::time_point stop_at{};
@@ -438,8 +517,13 @@ bool await_report(pid_t supervisor, int report_fd, Clock::time_point deadline, d
     if (!stopped)
       wait_ms = static_cast<int>(std::clamp<int64_t>(
           std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count(), 0, 100));
-    pollfd pfd{report_fd, POLLIN, 0};
-    const int ready = poll(&pfd, 1, wait_ms);
+    std::array<pollfd, 3> pfds{pollfd{report_fd, POLLIN, 0}, pollfd{outputs[0]->fd(), POLLIN, 0},
+                               pollfd{outputs[1]->fd(), POLLIN, 0}};
+    const int ready = poll(pfds.data(), pfds.size(), wait_ms);
+    for (int i = 0; i < 2 && ready > 0; ++i)
+      if (pfds[i + 1].revents != 0) outputs[i]->take();
+    pollfd& pfd = pfds[0];
+    if (ready > 0 && pfd.revents == 0) continue;
     if (ready > 0) {
       const ssize_t n =
           read(report_fd, reinterpret_cast<char*>(&report) + got, sizeof report - got);
@@ -457,6 +541,25 @@ bool await_report(pid_t supervisor, int report_fd, Clock::time_point deadline, d
       }
     }
   }
+}
+
+// The file `path` for the engine's `what` (stdout, stderr) and the pipe it reaches it
+// through: `write_end` for the engine, `kept` reading the other end into the file.
+Status open_output(const std::string& path, const char* what, size_t keep, Fd& write_end,
+                   std::optional<CappedOutput>& kept) {
+  const int file = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (file < 0)
+    return internal_error(fmt::format("{}: cannot create the engine's {} file: {}", path, what,
+                                      std::strerror(errno)));
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    close(file);
+    return internal_error(fmt::format("pipe: {}", std::strerror(errno)));
+  }
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  kept.emplace(fds[0], file, keep);
+  write_end.reset(fds[1]);
+  return Status::ok();
 }
 
 }  // namespace
@@ -505,14 +608,12 @@ Result<ProcessOutcome> run_engine_process(const EngineProcess& p) {
   }
   const Fd null_fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (null_fd.get() < 0) return internal_error(fmt::format("/dev/null: {}", std::strerror(errno)));
-  const Fd stdout_fd(open(p.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (stdout_fd.get() < 0)
-    return internal_error(fmt::format("{}: cannot create the engine's stdout file: {}",
-                                      p.stdout_path, std::strerror(errno)));
-  const Fd stderr_fd(open(p.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (stderr_fd.get() < 0)
-    return internal_error(fmt::format("{}: cannot create the engine's stderr file: {}",
-                                      p.stderr_path, std::strerror(errno)));
+  Fd stdout_fd, stderr_fd;
+  std::optional<CappedOutput> stdout_kept, stderr_kept;
+  RETURN_IF_ERROR(
+      open_output(p.stdout_path, "stdout", p.output_keep_bytes, stdout_fd, stdout_kept));
+  RETURN_IF_ERROR(
+      open_output(p.stderr_path, "stderr", p.output_keep_bytes, stderr_fd, stderr_kept));
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0)
     return internal_error(fmt::format("pipe: {}", std::strerror(errno)));
@@ -556,6 +657,8 @@ Result<ProcessOutcome> run_engine_process(const EngineProcess& p) {
     return out;
   }
   report_write.reset();
+  stdout_fd.reset();
+  stderr_fd.reset();
 
   bool stopped = false, timed_out = false;
   if (!register_engine_supervisor(supervisor)) {
@@ -563,12 +666,16 @@ Result<ProcessOutcome> run_engine_process(const EngineProcess& p) {
     stopped = true;
   }
   SupervisorReport report{};
-  const bool reported =
-      await_report(supervisor, report_read.get(), deadline, grace, timed_out, stopped, report);
+  const bool reported = await_report(supervisor, report_read.get(), {&*stdout_kept, &*stderr_kept},
+                                     deadline, grace, timed_out, stopped, report);
   unregister_engine_supervisor(supervisor);
   int status = 0;
   while (waitpid(supervisor, &status, 0) < 0 && errno == EINTR) {
   }
+  // Every process of the run has ended: what the pipes hold is all there is.
+  if (!stdout_kept->finish() || !stderr_kept->finish())
+    return internal_error(fmt::format("{}, {}: cannot write the engine's output: {}", p.stdout_path,
+                                      p.stderr_path, std::strerror(errno)));
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const int interrupted_by = interrupt_signal();
   const bool stopped_early = reported ? report.stop_signal != 0 : stopped;

@@ -34,8 +34,13 @@ struct EngineProcess {
   std::string cwd;
   std::vector<std::pair<std::string, std::string>> env;  // added to (or replacing) the inherited
   double timeout_s = 600;
-  std::string stdout_path;  // the command's stdout and stderr are written here
+  // The command's stdout and stderr reach splitcheck through pipes, read as they come (so
+  // that a full pipe never stops the engine), and are kept here: the first and the last
+  // `output_keep_bytes` of each, with what lies between counted, not kept
+  // ("... 8388608 bytes omitted ...").
+  std::string stdout_path;
   std::string stderr_path;
+  size_t output_keep_bytes = size_t{1} << 20;
   double kill_grace_s = 2;  // between SIGTERM and SIGKILL on a timeout or an interrupt
 };
 

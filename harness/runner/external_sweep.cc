@@ -1,16 +1,22 @@
 #include "harness/runner/external_sweep.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <thread>
@@ -46,6 +52,48 @@ std::string make_work_dir(const std::string& requested) {
   return templ;
 }
 
+// The work directory held by one sweep: an exclusive lock on <work>/.splitcheck-lock, taken
+// for the sweep's life and released by the kernel however it ends.
+class WorkDirLock {
+ public:
+  WorkDirLock() = default;
+  WorkDirLock(const WorkDirLock&) = delete;
+  WorkDirLock& operator=(const WorkDirLock&) = delete;
+  ~WorkDirLock() {
+    if (fd_ >= 0) close(fd_);
+  }
+  // Takes the lock, or says (invalid input, exit 2) that another sweep holds it.
+  Status take(const std::string& dir) {
+    const std::string path = dir + "/.splitcheck-lock";
+    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      return internal_error(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
+    if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      char holder[32] = {};
+      const ssize_t n = pread(fd_, holder, sizeof holder - 1, 0);
+      return invalid_input(fmt::format(
+          "{}: the work directory is in use by another sweep or bisect (pid {}); give each its "
+          "own --report or --work-dir",
+          dir, n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown"));
+    }
+    const std::string pid = std::to_string(getpid());
+    if (ftruncate(fd_, 0) != 0 || pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+      // The pid only names the holder in the message above; the lock stands without it.
+    }
+    return Status::ok();
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Whether `path` (not followed, should it be a link) exists and was last modified in a
+// second before `t` (whole seconds: some file systems keep no finer time).
+bool modified_before(const std::string& path, time_t t) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0 && st.st_mtim.tv_sec < t;
+}
+
 // "splitcheck got SIGINT (engine processes killed)".
 std::string interrupt_line(int sig) {
   return fmt::format("splitcheck got SIG{} (engine processes killed)",
@@ -68,7 +116,10 @@ std::string run_engine(const Scenario& s, const std::vector<int>& cuts, const st
                        std::string& stderr_tail) {
   const ExternalEngine& e = *s.external;
   std::error_code ec;
-  fs::remove(dump, ec);
+  // The dump counts only when this run made it: nothing is at {out} when the run starts.
+  if (fs::remove(dump, ec), fs::symlink_status(dump, ec).type() != fs::file_type::not_found)
+    return fmt::format("an earlier file at {} cannot be removed before the run", dump);
+  const time_t started = time(nullptr);
   const std::string stem = dump.substr(0, dump.size() - 3);
   EngineProcess p{expand_command(e, placeholder_values(s, cuts, dump, scenario_file)),
                   e.cwd,
@@ -84,6 +135,11 @@ std::string run_engine(const Scenario& s, const std::vector<int>& cuts, const st
     why = "engine " + outcome.describe(e.timeout_s);
   else if (!fs::is_regular_file(dump, ec))
     why = fmt::format("engine exited with status 0 but wrote no dump at {}", dump);
+  else if (modified_before(dump, started))
+    why = fmt::format(
+        "engine exited with status 0, but the file at {} was last modified before its run "
+        "started: not a dump this run wrote",
+        dump);
   if (!why.empty()) stderr_tail = printable(file_tail(p.stderr_path));
   return why;
 }
@@ -178,25 +234,43 @@ Status run_pp1(ExternalSweep& x) {
   return Status::ok();
 }
 
-// The engine's PP=1 must reproduce itself before anything is judged against it: runs it a
-// second time and compares (result.self_check); a failed second run sets x.pp1_failure.
-Status run_self_check(ExternalSweep& x) {
-  const auto t_self = Clock::now();
-  const std::string again = x.info.work_dir + "/pp1-self-check.h5";
+// One PP=1 run of the engine for the self-check, into `dump`, read back.
+Result<LoadedDump> self_check_run(ExternalSweep& x, const std::string& dump) {
   ProcessOutcome o;
   std::string tail;
+  const std::string why = run_engine(x.s, {}, dump, x.scenario_file, o, tail);
+  x.info.engine_seconds += o.seconds;
+  if (!tail.empty()) x.info.pp1_stderr_tail = tail;
+  if (!why.empty()) return invalid_input(why);
+  return load_dump(dump);
+}
+
+// The engine's PP=1 must reproduce itself before anything is judged against it: runs it a
+// second time and compares (result.self_check); a failed run sets x.pp1_failure. With a
+// golden as the reference, the engine's PP=1 runs twice (pp1.h5, pp1-self-check.h5) and the
+// two runs are compared; the golden stays the reference.
+Status run_self_check(ExternalSweep& x) {
+  const auto t_self = Clock::now();
   SelfCheckResult& sc = x.result.self_check;
   sc.ran = true;
-  std::string why = run_engine(x.s, {}, again, x.scenario_file, o, tail);
-  x.info.engine_seconds += o.seconds;
-  Result<LoadedDump> second = why.empty() ? load_dump(again) : invalid_input(why);
+  const LoadedDump* first = &x.pp1;
+  std::optional<Result<LoadedDump>> own;
+  if (!x.e.golden.empty()) {
+    own = self_check_run(x, x.pp1_dump);
+    if (!own->is_ok()) {
+      x.pp1_failure = "the self-check's first PP=1 run failed: " + own->status().message();
+      sc.seconds = elapsed_seconds(t_self);
+      return Status::ok();
+    }
+    first = &own->value();
+  }
+  Result<LoadedDump> second = self_check_run(x, x.info.work_dir + "/pp1-self-check.h5");
   if (!second.is_ok()) {
     x.pp1_failure = "the self-check's second PP=1 run failed: " + second.status().message();
-    x.info.pp1_stderr_tail = tail;
   } else {
     CaseResult probe;
     probe.key = "pp1-self-check";
-    RETURN_IF_ERROR(compare_records(x.pp1.record, second->record, probe));
+    RETURN_IF_ERROR(compare_records(first->record, second->record, probe));
     sc.datasets_compared = probe.datasets_compared;
     sc.datasets_differing = probe.datasets_differing;
     sc.reproduced = probe.datasets_differing == 0 && probe.datasets_compared > 0;
@@ -401,6 +475,9 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
   std::error_code ec;
   if (info.work_dir.empty() || (fs::create_directories(info.work_dir, ec), ec))
     return invalid_input(fmt::format("{}: cannot create the work directory", info.work_dir));
+  // One sweep per work directory, so that no case is judged on another sweep's files.
+  WorkDirLock lock;
+  RETURN_IF_ERROR(lock.take(info.work_dir));
   // A directory made here is removed on every way out (finish_work_dir says so in the report).
   struct RemoveOnExit {
     std::string dir;
@@ -413,7 +490,7 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
 
   const auto t_ref = Clock::now();
   RETURN_IF_ERROR(run_pp1(x));
-  if (options.self_check && x.pp1_failure.empty() && s.external->golden.empty()) {
+  if (options.self_check && x.pp1_failure.empty()) {
     RETURN_IF_ERROR(run_self_check(x));
     if (result.refused_to_judge()) {
       info.pp1_outcome += "; the self-check's second PP=1 run differs: nothing judged";

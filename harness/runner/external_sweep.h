@@ -3,6 +3,11 @@
 // partition, several at a time; each dump's integrity is checked (format, order, every
 // digest), then it is judged against PP=1 with every check its dumps give evidence for.
 //
+// A work directory serves one sweep at a time (an exclusive lock on <work>/.splitcheck-lock;
+// a second sweep is refused, exit 2), and a case counts only a dump its own run made: the
+// file at {out} is removed before the run, and one last modified before the run started is
+// no dump of it.
+//
 // A case ends in exactly one state: pass, diverged, or error (the engine exited non-zero,
 // was killed, hung past its timeout, wrote no dump or a corrupt one), each naming its
 // split point; an error carries the tail of the engine's stderr, whose whole text stays
@@ -30,6 +35,8 @@ struct ExternalSweepOptions {
   bool progress = false;
   // Run the engine's PP=1 twice before judging any split point; when the two dumps differ
   // (datasets, bit for bit), no split point is judged (SweepResult::refused_to_judge, exit 4).
+  // With the engine's `golden`, the engine's PP=1 still runs twice; the golden stays the
+  // reference.
   bool self_check = false;
 };
 

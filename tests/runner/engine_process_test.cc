@@ -4,6 +4,7 @@
 // SIGTERM, after which no process of theirs may survive.
 #include "harness/runner/engine_process.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -197,6 +198,35 @@ TEST_F(EngineProcessTest, WhatANormalExitLeavesInItsGroupIsKilled) {
   pid_t child = 0;
   ASSERT_TRUE(in >> child);
   EXPECT_TRUE(process_gone(child)) << "the engine left " << child << " running";
+}
+
+TEST_F(EngineProcessTest, OutputIsKeptCappedAtItsFirstAndLastBytesWithoutStoppingTheEngine) {
+  // 10 MB on each stream, fast: the engine must finish (nothing blocks it) and each file
+  // keep the first and the last MiB, the rest counted.
+  const fs::path s =
+      script("loud.sh",
+             "printf HEAD; head -c 10000000 /dev/zero; printf TAIL\n"
+             "printf HEAD >&2; head -c 10000000 /dev/zero >&2; echo last line >&2\n");
+  EngineProcess p = process(s);
+  Result<ProcessOutcome> o = run_engine_process(p);
+  ASSERT_TRUE(o.is_ok()) << o.status().message();
+  EXPECT_TRUE(o->ok()) << o->describe(5);
+  const size_t keep = p.output_keep_bytes;
+  ASSERT_EQ(keep, size_t{1} << 20);
+  const std::pair<const char*, size_t> streams[] = {{"run.stdout", 10000008},
+                                                    {"run.stderr", 10000014}};
+  for (const auto& [name, bytes] : streams) {
+    const std::string text = file_text(path(name));
+    const std::string omitted = fmt::format("\n... {} bytes omitted ...\n", bytes - 2 * keep);
+    EXPECT_EQ(text.size(), 2 * keep + omitted.size()) << name;
+    EXPECT_EQ(text.rfind("HEAD", 0), 0u) << name;
+    EXPECT_EQ(text.find(omitted), keep) << name;
+  }
+  EXPECT_TRUE(file_text(path("run.stdout")).ends_with("TAIL"));
+  EXPECT_TRUE(file_tail(path("run.stderr").string()).ends_with("last line\n"));
+  // Under the cap, a stream is kept whole, without a note.
+  ASSERT_TRUE(run_engine_process(process(script("quiet.sh", "echo quiet >&2\n"))).is_ok());
+  EXPECT_EQ(file_text(path("run.stderr")), "quiet\n");
 }
 
 }  // namespace

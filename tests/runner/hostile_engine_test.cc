@@ -24,6 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using cli_test::CliResult;
+using cli_test::expect_one_line_refusal;
 using cli_test::file_text;
 using cli_test::quote;
 using cli_test::write_text;
@@ -100,6 +101,31 @@ class HostileEngineTest : public cli_test::CliFixture {
 
   json report(const std::string& dir = "rep") const {
     return json::parse(file_text(path(dir) / "report.json"));
+  }
+
+  // Starts `splitcheck <args>` in the background, stdout and stderr into `out`.
+  static pid_t start_cli(const std::vector<std::string>& args, const std::string& out) {
+    std::vector<std::string> argv_s{SPLITCHECK_BINARY};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      if (freopen(out.c_str(), "w", stdout) == nullptr || dup2(STDOUT_FILENO, STDERR_FILENO) < 0)
+        _exit(126);
+      execv(SPLITCHECK_BINARY, argv.data());
+      _exit(127);
+    }
+    return pid;
+  }
+
+  // Waits up to `seconds` for `file` to exist.
+  static bool wait_for(const fs::path& file, double seconds = 60) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!fs::exists(file) && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return fs::exists(file);
   }
 
   static bool have_h5py() {
@@ -492,6 +518,10 @@ TEST_F(HostileEngineTest, AnyBytesOnStderrStillGiveEveryReport) {
   const json rep = report();
   EXPECT_EQ(rep["counts"]["error"], 2);
   EXPECT_EQ(rep["counts"]["pass"], 5);
+  // Of the 100 MB, the first and the last MiB are kept on disk; the rest is counted.
+  EXPECT_LE(fs::file_size(path("rep") / "runs" / "split-3.stderr"), (uintmax_t{2} << 20) + 100);
+  EXPECT_NE(file_text(path("rep") / "runs" / "split-3.stderr").find(" bytes omitted ..."),
+            std::string::npos);
   for (const char* form : {"summary.md", "junit.xml", "report.html", "report.json"}) {
     const std::string text = file_text(path("rep") / form);
     EXPECT_EQ(text.find('\x1b'), std::string::npos) << form;
@@ -504,6 +534,163 @@ TEST_F(HostileEngineTest, AnyBytesOnStderrStillGiveEveryReport) {
   EXPECT_EQ(o.code, 3) << o.err;
   EXPECT_TRUE(fs::exists(odd / "report.json"));
   EXPECT_TRUE(fs::exists(odd / "report.html"));
+}
+
+// Two sweeps given one report folder: while the first runs, the second (whose engine writes
+// nothing and exits 0) is refused, as is any sweep or bisect given the first's work
+// directory; the first, undisturbed, passes on its own dumps.
+TEST_F(HostileEngineTest, ASweepIntoAWorkDirectoryInUseIsRefused) {
+  const std::string release = path("release").string();
+  const json a = scenario_with(
+      "\"$SPLITCHECK\" run \"$scenario\" --split \"$cuts\" --out \"$out\" || exit 1\n"
+      "[ -n \"$cuts\" ] && exit 0\ntouch \"$out.started\"; i=0\n"
+      "while [ ! -e " +
+      quote(release) + " ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done\n");
+  write_text(path("a.json"), a.dump(2));
+  const fs::path liar = path("liar.sh");
+  write_text(liar, "#!/bin/sh\nsleep 0.1\nexit 0\n");
+  fs::permissions(liar, fs::perms::owner_all);
+  json b = a;
+  b["engine"]["command"] = {liar.string(), "{out}"};
+  write_text(path("b.json"), b.dump(2));
+  const pid_t pid = start_cli(
+      {"sweep", path("a.json").string(), "--filter", "split-3", "--report", path("rep").string()},
+      path("a.txt").string());
+  ASSERT_GT(pid, 0);
+  const bool started = wait_for(path("rep") / "runs" / "pp1.h5.started");
+  const std::string runs = (path("rep") / "runs").string();
+  const std::string in_use = runs +
+                             ": the work directory is in use by another sweep or bisect (pid " +
+                             std::to_string(pid) + ")";
+  if (started) {
+    expect_one_line_refusal(
+        cli("sweep " + quote(path("b.json").string()) + " --report " + quote(path("rep").string())),
+        {in_use});
+    expect_one_line_refusal(cli("sweep " + quote(path("b.json").string()) + " --work-dir " +
+                                quote(runs) + " --report " + quote(path("rep-b").string())),
+                            {in_use});
+    expect_one_line_refusal(cli("bisect " + quote(path("b.json").string()) + " --work-dir " +
+                                quote(runs) + " --out " + quote(path("b-repro.json").string())),
+                            {in_use});
+  }
+  write_text(release, "");
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(started) << file_text(path("a.txt"));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << file_text(path("a.txt"));
+  EXPECT_EQ(report()["counts"]["pass"], 1) << file_text(path("a.txt"));
+  EXPECT_FALSE(fs::exists(path("rep-b") / "report.json"));
+}
+
+// A file at {out} that the run did not make: one last modified before the run started (an
+// earlier run's dump, copied with its time) is no dump of this run.
+TEST_F(HostileEngineTest, ADumpOlderThanItsRunIsNotItsRun) {
+  const CliResult r =
+      sweep(scenario_with("\"$SPLITCHECK\" run \"$scenario\" --split \"$cuts\" --out "
+                          "\"$out\" || exit 1\n"
+                          "[ -z \"$cuts\" ] || touch -d '2020-01-01 00:00:00' \"$out\"\n"),
+            "--filter split-3");
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  const json rep = report();
+  EXPECT_EQ(rep["counts"]["pass"], 0);
+  EXPECT_NE(message_of(rep, "split-3").find("was last modified before its run started"),
+            std::string::npos)
+      << message_of(rep, "split-3");
+}
+
+// An engine that computes PP=1 whatever it is asked, and writes the /stages asked: its own
+// dispatch trace (every event on stage 0) shows that the partition did not run.
+TEST_F(HostileEngineTest, AStageTraceOfFewerStagesThanDeclaredIsNotThePartition) {
+  if (!have_h5py()) GTEST_SKIP() << "Debian's python3-h5py is not installed (scripts/setup.sh)";
+  const CliResult r =
+      sweep(scenario_with("\"$SPLITCHECK\" run \"$scenario\" --split '' --out \"$out\" || exit 1\n"
+                          "[ -z \"$cuts\" ] && exit 0\n"
+                          "exec /usr/bin/python3 - \"$out\" \"$cuts\" <<'PY'\n"
+                          "import sys, h5py\n"
+                          "bounds = [0] + [int(c) for c in sys.argv[2].split(',')] + [8]\n"
+                          "with h5py.File(sys.argv[1], 'r+') as f:\n"
+                          "    s0 = dict(f['stages/0'].attrs)\n"
+                          "    del f['stages']\n"
+                          "    for s in range(len(bounds) - 1):\n"
+                          "        g = f.create_group(f'stages/{s}')\n"
+                          "        for k, v in s0.items():\n"
+                          "            g.attrs[k] = v\n"
+                          "        g.attrs.modify('layer_begin', bounds[s])\n"
+                          "        g.attrs.modify('layer_end', bounds[s + 1])\n"
+                          "        if s > 0:\n"
+                          "            g.attrs['embedding'] = 'missing'\n"
+                          "    if 'partition' in f.attrs:\n"
+                          "        del f.attrs['partition']\n"
+                          "PY\n"),
+            "--filter split-3");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  const json rep = report();
+  EXPECT_EQ(rep["counts"]["pass"], 0);
+  const std::string m = message_of(rep, "split-3");
+  EXPECT_NE(m.find("partition not run as asked"), std::string::npos) << m;
+  EXPECT_NE(m.find("has stage 0 run layer 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("outside its layers 0-3"), std::string::npos) << m;
+  EXPECT_NE(m.find("events of 1 of the 2 stages"), std::string::npos) << m;
+}
+
+// --self-check with engine.golden: the engine's PP=1 still runs twice and the two runs are
+// compared (the golden stays the reference); an engine that differs from itself is refused.
+TEST_F(HostileEngineTest, SelfCheckWithAGoldenRunsTheEnginesPp1Twice) {
+  json j =
+      scenario_with("exec \"$SPLITCHECK\" run \"$scenario\" --split \"$cuts\" --out \"$out\"\n");
+  write_text(path("plain.json"), j.dump(2));
+  const CliResult g = cli("run " + quote(path("plain.json").string()) + " --split '' --out " +
+                          quote(path("golden.h5").string()));
+  ASSERT_EQ(g.code, 0) << g.out << g.err;
+  j["engine"]["golden"] = path("golden.h5").string();
+  CliResult r = sweep(j, "--self-check --filter split-3");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("self-check: PP=1 run twice, bit-identical"), std::string::npos) << r.out;
+  EXPECT_TRUE(report()["self_check"]["reproduced"].get<bool>());
+
+  const fs::path count = path("count.txt");
+  json odd = scenario_with(
+      "n=$(cat " + count.string() + " 2>/dev/null || echo 0); echo $((n+1)) > " + count.string() +
+      "\nsed \"s/\\\"seed\\\": [0-9]*/\\\"seed\\\": $((n % 2 + 3))/\" "
+      "\"$scenario\" > \"$out.json\"\n"
+      "exec \"$SPLITCHECK\" run \"$out.json\" --split \"$cuts\" --out \"$out\"\n");
+  odd["engine"]["golden"] = path("golden.h5").string();
+  r = sweep(odd, "--self-check --filter split-3");
+  EXPECT_EQ(r.code, 4) << r.out << r.err;
+  EXPECT_NE(r.out.find("PP=1 run twice DIFFERS"), std::string::npos) << r.out;
+  EXPECT_EQ(report()["verdict"], "refused");
+}
+
+// SIGINT while bisect's sweep runs: no repro (an interrupted case proves no cause), exit 130,
+// every engine gone.
+TEST_F(HostileEngineTest, AnInterruptedBisectWritesNoRepro) {
+  const std::string marker = "splitcheck-bisect-sleeper-" + std::to_string(getpid());
+  const std::string sleeper = path(marker).string();
+  fs::copy_file("/bin/sleep", sleeper);
+  const json j =
+      scenario_with("if [ \"$cuts\" = 1 ]; then touch \"$out.started\"; exec " + sleeper +
+                    " 300; fi\n"
+                    "exec \"$SPLITCHECK\" run \"$scenario\" --split \"$cuts\" --out "
+                    "\"$out\"\n");
+  write_text(path("scenario.json"), j.dump(2));
+  const fs::path repro = path("repro.json");
+  const pid_t pid = start_cli({"bisect", path("scenario.json").string(), "--threads", "2",
+                               "--work-dir", path("work").string(), "--out", repro.string()},
+                              path("out.txt").string());
+  ASSERT_GT(pid, 0);
+  const bool started = wait_for(path("work") / "split-1.h5.started");
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(started) << file_text(path("out.txt"));
+  ASSERT_TRUE(WIFEXITED(status)) << "splitcheck died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 130) << file_text(path("out.txt"));
+  EXPECT_FALSE(fs::exists(repro)) << file_text(repro);
+  const std::string out = file_text(path("out.txt"));
+  EXPECT_NE(out.find("interrupted by SIGINT"), std::string::npos) << out;
+  EXPECT_NE(out.find("no repro written"), std::string::npos) << out;
+  EXPECT_EQ(out.find("cause: error"), std::string::npos) << out;
+  EXPECT_TRUE(all_gone(marker, 2)) << processes_with(marker).size() << " left";
 }
 
 }  // namespace
