@@ -75,7 +75,7 @@ int interrupted_bisect(const Scenario& s, const SweepResult& r, const std::strin
   if (!report_dir.empty()) {
     if (Status st = write_reports(report_dir, report); !st.is_ok()) return fail(st);
     fmt::print("report: {}/report.json (the sweep of what finished)\n",
-               printable(report_dir, false));
+               console_line(report_dir));
   }
   print_opening(report);
   const char* name = sigabbrev_np(r.interrupted_by);
