@@ -89,9 +89,12 @@ std::string markdown_caveats(const nlohmann::json& r) {
                                     cell(str_field(n, "check")), cell(str_field(n, "reason")));
     if (str_field(c, "evidence") == "waived")
       case_caveats += fmt::format("- `{}`: partition evidence WAIVED\n", cell(str_field(c, "key")));
+    for (const std::string& line : rounding_lines(c))
+      case_caveats += fmt::format("- `{}`: {}\n", cell(str_field(c, "key")), cell(line));
   }
   if (!case_caveats.empty())
     out += "**Per split point** (not passed on evidence):\n\n" + case_caveats + "\n";
+  for (const std::string& line : rounding_lines(r)) out += fmt::format("**{}**\n\n", cell(line));
   if (const std::vector<std::string> nj = not_judged_lines(r); !nj.empty()) {
     out += "**Not judged** (no evidence in the dumps; not passed):\n\n";
     for (const std::string& line : nj) out += fmt::format("- {}\n", cell(line));
@@ -187,12 +190,14 @@ std::string render_markdown(const nlohmann::json& r) {
   const bool gate_ok = r.value("exit_code", ok ? 0 : 1) == 0;
   const bool refused = verdict == "refused";
   const bool no_data = verdict == "no-data";
+  const bool rounded = !rounding_lines(r).empty();
   std::string out = fmt::format(
       "## splitcheck {}: **{}** {}\n\n", cell(str_field(r, "kind", "sweep")),
       refused                       ? "REFUSED: PP=1 DOES NOT REPRODUCE ITSELF"
       : no_data && gate_ok          ? "NO DATA COMPARED (AS THE SCENARIO'S EXPECT ASKS)"
       : no_data                     ? "NO DATA COMPARED"
       : !ok                         ? "DIVERGENT"
+      : gate_ok && rounded          ? "CONFORMANT AFTER ROUNDING (NOT THE ENGINE'S OWN BITS)"
       : gate_ok                     ? "CONFORMANT"
       : !waiver_failures(r).empty() ? "FAILED: A WAIVER HAS EXPIRED"
                                     : "CONFORMANT, BUT THE SCENARIO'S EXPECT IS NOT MET",

@@ -145,6 +145,7 @@ int cmd_compare(const std::string& a, const std::string& b, bool approximate, bo
   Result<CompareResult> r = compare_dumps(a, b, opts);
   if (!r.is_ok()) return report_status(r.status());
   fmt::print("{}\n{}\n{}\n", verdict(*r), digests_line(*r), placement_line(*r));
+  if (const std::string rounded = rounding_line(*r); !rounded.empty()) fmt::print("{}\n", rounded);
   if (!report_dir.empty()) {
     Status st =
         write_reports(report_dir, compare_report(*r, a, b, ReportContext{command}, approximate));
