@@ -245,7 +245,6 @@ class DumpWriter:
         if offset is None:  # not allocated after all: let h5py write it
             ds[...] = data
             return ds, _encoding.digest_text(data) if self._digest else None
-        self._file.flush()
         failure = []
         view = memoryview(data.reshape(-1)).cast("B")
 
