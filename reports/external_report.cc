@@ -84,7 +84,10 @@ std::vector<std::string> rounding_lines(const nlohmann::json& j) {
   return {fmt::format(
       "COMPARED AFTER ROUNDING: {} datasets{} were narrowed by their writer ({}): equal there "
       "is equal after rounding, not the engine's own bits",
-      n, r.contains("cases") ? fmt::format(" in {} split points", r.value("cases", 0)) : "",
+      n,
+      r.contains("cases")
+          ? fmt::format(" in {} split point{}", r.value("cases", 0), r.value("cases", 0) == 1 ? "" : "s")
+          : "",
       examples)};
 }
 

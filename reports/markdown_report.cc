@@ -201,7 +201,7 @@ std::string render_markdown(const nlohmann::json& r) {
       : gate_ok                     ? "CONFORMANT"
       : !waiver_failures(r).empty() ? "FAILED: A WAIVER HAS EXPIRED"
                                     : "CONFORMANT, BUT THE SCENARIO'S EXPECT IS NOT MET",
-      (ok || no_data) && gate_ok ? "✅" : "❌");
+      (ok || no_data) && gate_ok ? (rounded ? "⚠️" : "✅") : "❌");
   const std::string kind = str_field(r, "kind", "sweep");
   if (kind == "compare") {
     out += markdown_compare_inputs(r);
