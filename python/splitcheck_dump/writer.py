@@ -2,7 +2,6 @@
 
 import json
 import os
-import threading
 
 import h5py
 import numpy as np
@@ -209,64 +208,15 @@ class DumpWriter:
         data, dtype = as_array(array, dtype, path=dataset_path)
         if dataset_path in self._file:
             raise ValueError(f"{dataset_path}: written twice")
-        ds, digest = self._create(dataset_path, data)
+        ds = self._file.create_dataset(dataset_path, data=data)
         ds.attrs["dtype"] = _encoding.string_attr(dtype)
         ds.attrs["order"] = np.int64(self._order)
         self._order += 1
-        if digest is not None:
-            ds.attrs["digest"] = _encoding.string_attr(digest)
+        if self._digest:
+            ds.attrs["digest"] = _encoding.string_attr(_encoding.digest_text(data))
         if source is not None:
             ds.attrs["source_dtype"] = _encoding.string_attr(source)
         return ds
-
-    # Datasets from this size on are written by _create_large (one pass, the digest
-    # overlapping the write); smaller ones by h5py as they are (the golden bytes).
-    _LARGE_BYTES = 4 << 20
-
-    def _create(self, dataset_path, data):
-        """(the new dataset holding `data`, its digest text or None)."""
-        if data.nbytes >= self._LARGE_BYTES and data.dtype.isnative:
-            return self._create_large(dataset_path, data)
-        ds = self._file.create_dataset(dataset_path, data=data)
-        return ds, _encoding.digest_text(data) if self._digest else None
-
-    def _create_large(self, dataset_path, data):
-        """A contiguous dataset allocated in the file at once (no fill), its bytes written
-        by pwrite at its offset on a thread, which runs without the GIL while this thread
-        hashes the same bytes: the digest costs no pass of its own. h5py would hold the
-        GIL for its whole write, and the digest would follow it."""
-        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-        dcpl.set_layout(h5py.h5d.CONTIGUOUS)
-        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-        ds = self._file.create_dataset(dataset_path, shape=data.shape, dtype=data.dtype,
-                                       dcpl=dcpl)
-        offset = ds.id.get_offset()
-        if offset is None:  # not allocated after all: let h5py write it
-            ds[...] = data
-            return ds, _encoding.digest_text(data) if self._digest else None
-        failure = []
-        view = memoryview(data.reshape(-1)).cast("B")
-
-        def put():
-            try:
-                fd = os.open(self._partial, os.O_WRONLY | os.O_CLOEXEC)
-                try:
-                    done = 0
-                    while done < len(view):
-                        done += os.pwrite(fd, view[done:], offset + done)
-                finally:
-                    os.close(fd)
-            except OSError as e:
-                failure.append(e)
-
-        writer = threading.Thread(target=put)
-        writer.start()
-        digest = _encoding.digest_text(data) if self._digest else None
-        writer.join()
-        if failure:
-            raise OSError(f"{self._partial}: writing {dataset_path}: {failure[0]}")
-        return ds, digest
 
     def begin_forward(self, forward, kind="prefill", first_position=0, tokens=None,
                       last_position=None):

@@ -181,8 +181,8 @@ def test_written_bf16_reads_back_as_the_reference(tmp_path):
 
 def test_every_float_dtype_is_stored_as_computed_and_narrowing_is_named(tmp_path):
     """float32 keeps its bits (a 1-ULP pair stays 1 ULP apart), float16 and bf16 theirs;
-    only a narrower dtype asked for records source_dtype. A large float32 dataset (the
-    pwrite path) reads back bit for bit with its digest checked."""
+    only a narrower dtype asked for records source_dtype; a 5 MiB float32 dataset reads back
+    bit for bit with its digest checked."""
     torch = pytest.importorskip("torch")
     f32 = np.array([[1.0, np.nextafter(np.float32(1.0), np.float32(2.0))]], np.float32)
     f16 = np.array([[0.1, -65504.0, 6e-8]], np.float16)

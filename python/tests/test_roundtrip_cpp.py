@@ -39,7 +39,7 @@ def test_cpp_finds_one_ulp_in_the_engines_own_dtype_and_names_narrowing(tmp_path
     x = np.zeros((2, 4), np.float32)
     x[1, 2] = np.uint32(0x3D97CF8A).view(np.float32)
     h = np.full((2, 4), 0.5, np.float16)
-    big = np.arange((5 << 20) // 4, dtype=np.float32)  # written by the writer's pwrite path
+    big = np.arange((5 << 20) // 4, dtype=np.float32)  # mapped by the C++ comparator
 
     def dump(path, ulp, dtype=None):
         y, g = x.copy(), h.copy()
