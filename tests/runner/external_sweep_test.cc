@@ -269,6 +269,7 @@ class Float32EngineTest : public ExternalSweepTest {
     return cli("sweep " + quote(s.string()) + " --jobs 2 --report " + quote(path(name).string()));
   }
   void SetUp() override {
+    ExternalSweepTest::SetUp();  // the test's own temporary directory
     if (std::system("/usr/bin/python3 -c 'import h5py, numpy, xxhash' 2>/dev/null") != 0)
       GTEST_SKIP() << "Debian's python3-h5py, numpy or xxhash is not installed";
   }
