@@ -12,6 +12,7 @@ namespace splitcheck {
 size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kBF16:
+    case DType::kF16:
       return 2;
     case DType::kF32:
     case DType::kI32:
@@ -28,8 +29,20 @@ const char* dtype_name(DType dtype) {
       return "float32";
     case DType::kI32:
       return "int32";
+    case DType::kF16:
+      return "float16";
   }
   return "?";
+}
+
+bool parse_dtype(const std::string& name, DType& out) {
+  for (DType d : {DType::kBF16, DType::kF32, DType::kI32, DType::kF16}) {
+    if (name == dtype_name(d)) {
+      out = d;
+      return true;
+    }
+  }
+  return false;
 }
 
 const char* device_name(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }

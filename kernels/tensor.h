@@ -20,17 +20,21 @@
 #include <vector>
 
 #include "kernels/bf16.h"
+#include "kernels/f16.h"
 
 namespace splitcheck {
 
-enum class DType : uint8_t { kBF16, kF32, kI32 };
+// kF16 (IEEE float16) is only read and compared: an outside engine's own dtype in a dump.
+enum class DType : uint8_t { kBF16, kF32, kI32, kF16 };
 
 // Where a tensor's bytes are. kCuda exists only in builds with SPLITCHECK_CUDA.
 enum class Device : uint8_t { kCpu, kCuda };
 const char* device_name(Device device);  // "cpu", "cuda"
 
 size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);  // "bfloat16", "float32", "int32"
+const char* dtype_name(DType dtype);  // "bfloat16", "float32", "int32", "float16"
+// The DType dtype_name() names `name`; false (and `out` untouched) for any other name.
+bool parse_dtype(const std::string& name, DType& out);
 
 using Shape = std::vector<int64_t>;
 std::string shape_string(const Shape& shape);  // "[3, 256]"

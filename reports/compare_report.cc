@@ -191,6 +191,8 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
   j["digests"] = r.digests_trusted ? "trusted" : "verified";
   j["unverified_datasets"] = r.datasets_unverified;
   j["digests_rule"] = digests_line(r);
+  if (r.datasets_rounded > 0)
+    j["rounded"] = {{"datasets", r.datasets_rounded}, {"examples", r.rounded_examples}};
   const char* placement = r.placement == PlacementJudgement::kJudged        ? "judged"
                           : r.placement == PlacementJudgement::kNotJudged   ? "not-judged"
                           : r.placement == PlacementJudgement::kNotRecorded ? "not-recorded"

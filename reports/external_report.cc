@@ -69,6 +69,44 @@ std::vector<std::pair<std::string, std::string>> engine_rows(const nlohmann::jso
   return rows;
 }
 
+std::vector<std::string> rounding_lines(const nlohmann::json& j) {
+  const nlohmann::json& r = obj_field(j, "rounded");
+  const int64_t n = r.value("datasets", int64_t{0});
+  if (n == 0) return {};
+  std::string examples;
+  for (const auto& e : r.value("examples", nlohmann::json::array()))
+    examples += (examples.empty() ? "" : ", ") + (e.is_string() ? e.get<std::string>() : "");
+  if (n > static_cast<int64_t>(r.value("examples", nlohmann::json::array()).size()))
+    examples += ", ...";
+  if (!j.contains("cases"))
+    return {fmt::format("compared after rounding: {} datasets narrowed by their writer ({})", n,
+                        examples)};
+  return {fmt::format(
+      "COMPARED AFTER ROUNDING: {} datasets{} were narrowed by their writer ({}): equal there "
+      "is equal after rounding, not the engine's own bits",
+      n,
+      r.contains("cases")
+          ? fmt::format(" in {} split point{}", r.value("cases", 0), r.value("cases", 0) == 1 ? "" : "s")
+          : "",
+      examples)};
+}
+
+nlohmann::json rounding_summary(const nlohmann::json& cases) {
+  int64_t n = 0, with = 0;
+  nlohmann::json examples = nlohmann::json::array();
+  for (const nlohmann::json& c : cases) {
+    const nlohmann::json& r = obj_field(c, "rounded");
+    const int64_t k = r.value("datasets", int64_t{0});
+    if (k == 0) continue;
+    n += k;
+    ++with;
+    for (const auto& e : r.value("examples", nlohmann::json::array()))
+      if (examples.size() < 3) examples.push_back(e);
+  }
+  if (n == 0) return nullptr;
+  return {{"cases", with}, {"datasets", n}, {"examples", examples}};
+}
+
 std::vector<std::string> not_judged_lines(const nlohmann::json& j) {
   std::vector<std::string> lines;
   for (const auto& n : j.value("not_judged", nlohmann::json::array()))

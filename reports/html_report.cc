@@ -152,6 +152,8 @@ std::string case_extra(const nlohmann::json& c) {
   std::string out;
   for (const std::string& line : not_judged_lines(c))
     out += "<br><span class=\"not-judged\">" + esc(line) + "</span>";
+  for (const std::string& line : rounding_lines(c))
+    out += "<br><span class=\"rounded\">" + esc(line) + "</span>";
   if (c.contains("stderr_tail"))
     out += "<details class=\"stderr\"><summary>engine stderr (tail)</summary><pre>" +
            esc(str_field(c, "stderr_tail")) + "</pre></details>";
@@ -517,6 +519,8 @@ std::string html_gate_notes(const nlohmann::json& r) {
     for (const auto& c : r["checks"]) names += (names.empty() ? "" : ", ") + text_of(c);
     out += fmt::format("<p id=\"checks\">Checks evaluated: {}</p>\n", esc(names));
   }
+  for (const std::string& line : rounding_lines(r))
+    out += "<p id=\"rounded\"><b>" + esc(line) + "</b></p>\n";
   if (const std::vector<std::string> nj = not_judged_lines(r); !nj.empty()) {
     out +=
         "<p id=\"not-judged\">Checks <b>not judged</b> (no evidence in the dumps; not "
@@ -691,6 +695,9 @@ std::string render_html(const nlohmann::json& report) {
                      : "NO DATA COMPARED, as the scenario's expect asks: its selected checks "
                        "compared no data")
           : verdict != "conformant" ? "DIVERGENT"
+          : r.value("exit_code", 0) == 0 && !rounding_lines(r).empty()
+              ? "CONFORMANT AFTER ROUNDING: equal, but some datasets were narrowed by their "
+                "writer before the comparison (not the engine's own bits)"
           : kind == "compare"       ? "CONFORMANT: the dumps are bit-identical"
           : r.value("exit_code", 0) != 0 && !waiver_failures(r).empty()
               ? "FAILED: a waiver of this scenario has expired"

@@ -46,6 +46,9 @@ std::string junit_properties(const nlohmann::json& r) {
                        xml_escape(v));
   for (const std::string& line : not_judged_lines(r))
     out += fmt::format("      <property name=\"not judged\" value=\"{}\"/>\n", xml_escape(line));
+  for (const std::string& line : rounding_lines(r))
+    out += fmt::format("      <property name=\"compared after rounding\" value=\"{}\"/>\n",
+                       xml_escape(line));
   out += "    </properties>\n";
   return out;
 }
@@ -69,6 +72,8 @@ std::string junit_case(const nlohmann::json& r, const nlohmann::json& c, const s
   if (str_field(c, "evidence") == "waived")
     caveats += std::string(caveats.empty() ? "" : "\n") + "partition evidence WAIVED: " +
                str_field(obj_field(obj_field(r, "engine"), "evidence"), "waived");
+  for (const std::string& line : rounding_lines(c))
+    caveats += (caveats.empty() ? "" : "\n") + line;
   if (!caveats.empty())
     out += fmt::format("      <system-out>{}</system-out>\n", xml_escape(caveats));
   if (verdict == "pass") return out + "    </testcase>\n";

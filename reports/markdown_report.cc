@@ -73,10 +73,15 @@ std::string markdown_caveats(const nlohmann::json& r) {
         case_caveats += fmt::format("- {}: {}: not judged ({})\n", markdown_code(str_field(c, "key")),
                                     markdown_text(str_field(n, "check")), markdown_text(str_field(n, "reason")));
     if (str_field(c, "evidence") == "waived")
-      case_caveats += fmt::format("- {}: partition evidence WAIVED\n", markdown_code(str_field(c, "key")));
+      case_caveats +=
+          fmt::format("- {}: partition evidence WAIVED\n", markdown_code(str_field(c, "key")));
+    for (const std::string& line : rounding_lines(c))
+      case_caveats +=
+          fmt::format("- {}: {}\n", markdown_code(str_field(c, "key")), markdown_text(line));
   }
   if (!case_caveats.empty())
     out += "**Per split point** (not passed on evidence):\n\n" + case_caveats + "\n";
+  for (const std::string& line : rounding_lines(r)) out += fmt::format("**{}**\n\n", markdown_text(line));
   if (const std::vector<std::string> nj = not_judged_lines(r); !nj.empty()) {
     out += "**Not judged** (no evidence in the dumps; not passed):\n\n";
     for (const std::string& line : nj) out += fmt::format("- {}\n", markdown_text(line));
@@ -173,16 +178,18 @@ std::string render_markdown(const nlohmann::json& r) {
   const bool gate_ok = r.value("exit_code", ok ? 0 : 1) == 0;
   const bool refused = verdict == "refused";
   const bool no_data = verdict == "no-data";
+  const bool rounded = !rounding_lines(r).empty();
   std::string out = fmt::format(
       "## splitcheck {}: **{}** {}\n\n", markdown_text(str_field(r, "kind", "sweep")),
       refused                       ? "REFUSED: PP=1 DOES NOT REPRODUCE ITSELF"
       : no_data && gate_ok          ? "NO DATA COMPARED (AS THE SCENARIO'S EXPECT ASKS)"
       : no_data                     ? "NO DATA COMPARED"
       : !ok                         ? "DIVERGENT"
+      : gate_ok && rounded          ? "CONFORMANT AFTER ROUNDING (NOT THE ENGINE'S OWN BITS)"
       : gate_ok                     ? "CONFORMANT"
       : !waiver_failures(r).empty() ? "FAILED: A WAIVER HAS EXPIRED"
                                     : "CONFORMANT, BUT THE SCENARIO'S EXPECT IS NOT MET",
-      (ok || no_data) && gate_ok ? "✅" : "❌");
+      (ok || no_data) && gate_ok ? (rounded ? "⚠️" : "✅") : "❌");
   const std::string kind = str_field(r, "kind", "sweep");
   if (kind == "compare") {
     out += markdown_compare_inputs(r);

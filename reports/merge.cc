@@ -12,6 +12,7 @@
 #include "harness/scenario/partition.h"
 #include "harness/scenario/scenario.h"
 #include "reports/writers.h"
+#include "reports/writers.h"
 
 namespace splitcheck {
 namespace {
@@ -342,6 +343,8 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   merged["timing"]["cost_in_pp1_runs"] = pp1 > 0 ? total / pp1 : 0.0;
   merged["timing"]["shards"] = reports.size();
   merged["cases"] = cases;
+  if (nlohmann::json rounded = rounding_summary(merged["cases"]); !rounded.is_null())
+    merged["rounded"] = rounded;
   if (first.contains("not_judged")) {
     // External engines: a check some shard judged is judged; not judged are those no shard
     // had evidence for.

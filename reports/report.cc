@@ -63,14 +63,8 @@ nlohmann::json diff_json(const TensorDiff& d) {
           {"mismatches", d.mismatches},
           {"token", d.first_row},
           {"channel", d.first_col},
-          {"expected_bits", format_bits(d.dtype == "bfloat16"  ? DType::kBF16
-                                        : d.dtype == "float32" ? DType::kF32
-                                                               : DType::kI32,
-                                        d.first_a_bits)},
-          {"actual_bits", format_bits(d.dtype == "bfloat16"  ? DType::kBF16
-                                      : d.dtype == "float32" ? DType::kF32
-                                                             : DType::kI32,
-                                      d.first_b_bits)},
+          {"expected_bits", format_bits(diff_dtype(d), d.first_a_bits)},
+          {"actual_bits", format_bits(diff_dtype(d), d.first_b_bits)},
           {"max_ulp", d.max_ulp},
           {"max_abs", d.max_abs},
           {"cosine", d.cosine},
@@ -270,6 +264,8 @@ nlohmann::json case_json(const SweepResult& r, const CaseResult& c, int64_t inde
   cj["stages"] = stages;
   if (!r.external) cj["computed"] = computed_json(c.computed);
   if (!c.evidence.empty()) cj["evidence"] = c.evidence;
+  if (c.datasets_rounded > 0)
+    cj["rounded"] = {{"datasets", c.datasets_rounded}, {"examples", c.rounded_examples}};
   if (r.external) cj["engine_seconds"] = c.engine_seconds;
   if (c.drafter.method != "none") {
     cj["drafter"] = {{"stage", c.drafter.stage},
@@ -442,6 +438,7 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
         case_json(r, r.cases[i], at != index.end() ? at->second : static_cast<int64_t>(i)));
   }
   j["cases"] = cases;
+  if (nlohmann::json rounded = rounding_summary(cases); !rounded.is_null()) j["rounded"] = rounded;
   if (r.external) set_engine(*r.external, j);
   if (r.pp1_acceptance.speculative && !refused) set_acceptance(r, j);
   if (!r.requests.empty() && !refused) set_serving(r, j);

@@ -57,6 +57,15 @@ std::vector<std::pair<std::string, std::string>> engine_rows(const nlohmann::jso
 // `not_judged` array of a report or of a case.
 std::vector<std::string> not_judged_lines(const nlohmann::json& report_or_case);
 
+// "COMPARED AFTER ROUNDING: ..." for a report, "compared after rounding: ..." for a case,
+// from its `rounded` object (the datasets a writer narrowed, so their equality is after
+// rounding, not of the engine's own bits); empty when nothing was narrowed.
+std::vector<std::string> rounding_lines(const nlohmann::json& report_or_case);
+
+// A report's `rounded` object from its cases' (cases, datasets, the first few examples);
+// null when no case compared a narrowed dataset.
+nlohmann::json rounding_summary(const nlohmann::json& cases);
+
 // An argv array as one line a reader could type (elements quoted where needed); for
 // display only: the runner never hands it to a shell.
 std::string display_argv(const nlohmann::json& argv);

@@ -27,7 +27,8 @@ the stage's module copies its input to the GPU and its output back, which is exa
 
 The dump: each row of each step is its own forward (f = step * batch + row), recorded
 as the same forward of that row alone would be: `input_ids` [T], per layer `pre_attn`,
-`attn_out`, `pre_mlp`, `mlp_out`, `prefix` [T, H] (forward hooks, bf16), `output`,
+`attn_out`, `pre_mlp`, `mlp_out`, `prefix` [T, H] (forward hooks, in the model's dtype:
+float32 stays float32), `output`,
 `logits` [T, V] (float32, from the schedule's merged output), `next_tokens` [T] (argmax),
 `dispatch` (the micro-batch's kernel choices on every stage); then `/generation/<row>`
 and `/stages/<s>` (layer range, measured parameter bytes, embedding storage identity).
@@ -138,7 +139,7 @@ def make_stage_module(model, index, bounds, compute_device):
             self.norm = decoder.norm if self.last else None
             self.lm_head = model.lm_head if self.last else None
             self.chunk = None  # the micro-batch being run by the schedule, else None
-            self.records = {}  # chunk -> [(path, bf16 bits [mb, ...], dtype)]
+            self.records = {}  # chunk -> [(path, values [mb, ...] in the model's dtype, dtype)]
             self.events = {}  # chunk -> [(op, variant, layer, site)]
             for local, layer in enumerate(self.layers):
                 l = self.begin + local
@@ -166,7 +167,7 @@ def make_stage_module(model, index, bounds, compute_device):
         def _keep(self, path, value):
             if self.chunk is not None:
                 self.records.setdefault(self.chunk, []).append(
-                    (path, as_array(value, "bfloat16")[0], "bfloat16"))
+                    (path, *as_array(value, None)))
 
         def _event(self, op, variant, layer, site):
             if self.chunk is not None:

@@ -9,7 +9,8 @@ python/splitcheck_dump/hf.py: each stage is a process holding its decoder layers
 the embedding on stage 0, norm and lm_head on the last) and its own KV cache; the hidden
 states cross each cut through torch.distributed (gloo). A seeded 16-token prompt is
 prefilled, then 4 tokens are decoded greedily (5 forwards). The dump holds every layer's
-tensors in execution order, the attention implementation of each layer as dispatch
+tensors in execution order, in the model's dtype (float32; `--record-dtype bfloat16`
+narrows them, on request), the attention implementation of each layer as dispatch
 events, /stages and the generated tokens. On the GPU when there is one, else the CPU.
 
 Pipeline bugs, behind flags; each changes only the stages after the first, so PP=1 is
@@ -50,6 +51,10 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--scenario", default="", help="a JSON file; recorded, not interpreted")
     ap.add_argument("--device", default="auto", help="auto (the GPU if any), cpu, cuda")
+    ap.add_argument("--record-dtype", choices=("bfloat16", "float16"), default=None,
+                    help="narrow layer sites and output to this dtype (default: the model's "
+                         "own, float32; narrowed datasets carry source_dtype and every "
+                         "report says they were compared after rounding)")
     for bug in BUGS:
         ap.add_argument("--" + bug.replace("_", "-"), action="store_true")
     return ap.parse_args(argv)
@@ -70,7 +75,8 @@ def make_plan(args, bounds):
     def stage_options(stage):
         return hf.StageOptions(
             restart_positions=args.bug_restart_positions and stage > 0,
-            handoff_dtype=torch.bfloat16 if args.bug_bf16_handoff else None)
+            handoff_dtype=torch.bfloat16 if args.bug_bf16_handoff else None,
+            record_dtype=args.record_dtype)
 
     scenario_text = ""
     if args.scenario and os.path.isfile(args.scenario):

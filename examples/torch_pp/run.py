@@ -181,7 +181,15 @@ class Stage:
         cfg = self.cfg
         T = len(ids)
         base = f"/forward/{f}/"
-        keep = self.recorder.keep
+        keep_as = self.recorder.keep
+
+        def keep(path, t, dtype):
+            # K3-mini's activations are bf16 values held in float32 (SPEC's dtype is bf16):
+            # a bf16 tensor is the engine's own dtype, converted exactly, so no record is
+            # narrowed (the recorder would name float32 as its source).
+            if dtype == "bfloat16" and torch.is_tensor(t) and t.dtype == torch.float32:
+                t = t.to(torch.bfloat16)
+            keep_as(path, t, dtype)
 
         with sd.recording(sd.DispatchTrace(stage=self.index)) as trace:
             if self.first:
@@ -346,8 +354,8 @@ def write_dump(args, cfg, bounds, forwards, stages, spec):
         for f, kind, first, tokens in forwards:
             w.begin_forward(f, kind=kind, first_position=first, tokens=tokens)
             for s in stages:
-                for path, data, dtype in s["records"][f]:
-                    w.write(path, data, dtype=dtype)
+                for path, data, dtype, source in s["records"][f]:
+                    w.write(path, data, dtype=dtype, source_dtype=source)
             trace = sd.DispatchTrace()
             for s in stages:
                 trace.extend(s["events"][f])
@@ -370,8 +378,8 @@ def write_part(args, cfg, bounds, stage, forwards, records, events, spec):
                        **dump_header(args, cfg, bounds)) as w:
         for f, kind, first, tokens in forwards:
             w.begin_forward(f, kind=kind, first_position=first, tokens=tokens)
-            for path, data, dtype in records[f]:
-                w.write(path, data, dtype=dtype)
+            for path, data, dtype, source in records[f]:
+                w.write(path, data, dtype=dtype, source_dtype=source)
             trace = sd.DispatchTrace(stage=stage.index)
             trace.extend(events[f])
             w.write_dispatch(f, trace)

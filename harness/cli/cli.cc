@@ -147,6 +147,8 @@ int cmd_compare(const std::string& a, const std::string& b, bool approximate, bo
   if (!r.is_ok()) return report_status(r.status());
   fmt::print("{}\n{}\n{}\n", console_line(verdict(*r)), digests_line(*r),
              console_line(placement_line(*r)));
+  if (const std::string rounded = rounding_line(*r); !rounded.empty())
+    fmt::print("{}\n", console_line(rounded));
   if (!report_dir.empty()) {
     Status st =
         write_reports(report_dir, compare_report(*r, a, b, ReportContext{command}, approximate));

@@ -118,7 +118,12 @@ int external_sweep_and_report(const Scenario& s, const ExternalSweepOptions& opt
   fmt::print("checks: {}\n", fmt::join(r->checks, ", "));
   for (const std::string& line : not_judged_lines(report))
     fmt::print("  {}\n", console_line(line));
-  fmt::print("summary: {}\n", r->counts_line());
+  for (const std::string& line : rounding_lines(report)) fmt::print("{}\n", console_line(line));
+  const int64_t rounded = obj_field(report, "rounded").value("cases", int64_t{0});
+  fmt::print("summary: {}{}\n", r->counts_line(),
+             rounded > 0 ? fmt::format(" ({} compared after rounding, not on the engine's own bits)",
+                                       rounded)
+                         : "");
   fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s with {} jobs; engine runs {:.2f} s in all\n",
              r->pp1_seconds, r->total_seconds, r->threads, r->external->engine_seconds);
   if (r->pp1_acceptance.speculative) {

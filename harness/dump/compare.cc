@@ -30,7 +30,7 @@ constexpr size_t kMaxCopyBlockBytes = size_t{4} << 20;
 
 // Bits of element i of a raw buffer, widened to 32 bits.
 inline uint32_t element_bits(DType dtype, const std::byte* p, int64_t i) {
-  if (dtype == DType::kBF16) {
+  if (dtype_size(dtype) == 2) {
     uint16_t v;
     std::memcpy(&v, p + 2 * i, 2);
     return v;
@@ -50,6 +50,7 @@ inline int64_t ordered(uint32_t bits, uint32_t sign_bit) {
 inline bool is_nan(DType dtype, uint32_t bits) {
   if (dtype == DType::kBF16) return (bits & 0x7f80u) == 0x7f80u && (bits & 0x007fu) != 0;
   if (dtype == DType::kF32) return (bits & 0x7f800000u) == 0x7f800000u && (bits & 0x7fffffu);
+  if (dtype == DType::kF16) return (bits & 0x7c00u) == 0x7c00u && (bits & 0x03ffu) != 0;
   return false;
 }
 
@@ -61,6 +62,8 @@ inline double value_of(DType dtype, uint32_t bits) {
       return std::bit_cast<float>(bits);
     case DType::kI32:
       return static_cast<int32_t>(bits);
+    case DType::kF16:
+      return f16_to_f32(static_cast<uint16_t>(bits));
   }
   return 0;
 }
@@ -73,7 +76,7 @@ class DiffStats {
 
   // Adds elements [offset, offset + n) whose bytes are `a` and `b`.
   void add(const std::byte* a, const std::byte* b, int64_t n, int64_t offset) {
-    const uint32_t sign_bit = dtype_ == DType::kBF16 ? 0x8000u : 0x80000000u;
+    const uint32_t sign_bit = dtype_size(dtype_) == 2 ? 0x8000u : 0x80000000u;
     for (int64_t i = 0; i < n; ++i) {
       uint32_t ua = element_bits(dtype_, a, i), ub = element_bits(dtype_, b, i);
       bool nan_a = is_nan(dtype_, ua), nan_b = is_nan(dtype_, ub);
@@ -154,10 +157,19 @@ class DiffStats {
 void apply_tolerance(const CompareOptions& options, DType dtype, TensorDiff& diff) {
   // A non-finite value the other side does not match bit for bit is never within it.
   if (!options.approximate || diff.mismatches == 0 || diff.non_finite_mismatch) return;
-  double max_ulp = dtype == DType::kBF16  ? options.max_ulp_bf16
+  double max_ulp = dtype == DType::kBF16   ? options.max_ulp_bf16
+                   : dtype == DType::kF16 ? options.max_ulp_f16
                    : dtype == DType::kF32 ? options.max_ulp_f32
                                           : 0;
   diff.within_tolerance = diff.max_ulp <= max_ulp && diff.cosine >= options.min_cosine;
+}
+
+// Counts a compared dataset that either file's writer narrowed, naming the first few.
+void note_rounding(const DatasetInfo& a, const DatasetInfo& b, CompareResult& result) {
+  const std::string& source = a.source_dtype.empty() ? b.source_dtype : a.source_dtype;
+  if (source.empty()) return;
+  if (result.datasets_rounded++ < 3)
+    result.rounded_examples.push_back(a.path + ": " + source + " stored as " + dtype_name(a.dtype));
 }
 
 bool ignored(const std::string& path, const std::vector<std::string>& prefixes) {
@@ -600,6 +612,7 @@ Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
     } else {
       ++result.datasets_compared;
       result.compared_paths.push_back(da.path);
+      note_rounding(da, *db, result);
       std::optional<bool> verified_differs;
       if (auto it = job_of.find(&da); it != job_of.end() && jobs[it->second].done) {
         RETURN_IF_ERROR(jobs[it->second].status);
@@ -647,12 +660,18 @@ Result<CompareResult> compare_tensors(const std::string& path, const Tensor& a, 
 
 std::string format_bits(DType dtype, uint32_t bits) {
   char buf[16];
-  if (dtype == DType::kBF16) {
+  if (dtype_size(dtype) == 2) {
     std::snprintf(buf, sizeof buf, "0x%04x", bits & 0xffffu);
   } else {
     std::snprintf(buf, sizeof buf, "0x%08x", bits);
   }
   return buf;
+}
+
+DType diff_dtype(const TensorDiff& diff) {
+  DType d = DType::kF32;
+  parse_dtype(diff.dtype, d);
+  return d;
 }
 
 std::string describe_site(const std::string& path) {
@@ -687,9 +706,7 @@ std::string describe_site(const std::string& path) {
 std::string verdict_line(const TensorDiff& diff) {
   std::string site = describe_site(diff.path);
   if (diff.first_index < 0) return site + ": equal";
-  DType dtype = diff.dtype == "bfloat16" ? DType::kBF16
-                : diff.dtype == "int32"  ? DType::kI32
-                                         : DType::kF32;
+  const DType dtype = diff_dtype(diff);
   std::string where;
   const Shape& s = diff.shape;
   if (s.size() == 1) {
@@ -728,6 +745,17 @@ std::string digests_line(const CompareResult& result) {
   return "digests TRUSTED, not verified (--trust-digests): " +
          std::to_string(result.datasets_unverified) +
          " datasets taken as equal on their stored digests alone, unread";
+}
+
+std::string rounding_line(const CompareResult& r) {
+  if (r.datasets_rounded == 0) return "";
+  std::string line = "compared AFTER ROUNDING: " + std::to_string(r.datasets_rounded) +
+                     " datasets narrowed by their writer (";
+  for (size_t i = 0; i < r.rounded_examples.size(); ++i)
+    line += (i ? ", " : "") + r.rounded_examples[i];
+  return line + (r.datasets_rounded > static_cast<int64_t>(r.rounded_examples.size()) ? ", ...)"
+                                                                                        : ")") +
+         ": equal there is equal after rounding, not the engine's own bits";
 }
 
 std::string placement_line(const CompareResult& r) {
@@ -769,6 +797,10 @@ std::string verdict(const CompareResult& result) {
   if (result.digests_trusted && result.datasets_unverified > 0)
     line += " on " + std::to_string(result.datasets_unverified) +
             " unverified digests (--trust-digests)";
+  if (result.datasets_rounded > 0)
+    line += ", " + std::to_string(result.datasets_rounded) +
+            " of them compared AFTER ROUNDING (narrowed by their writer, e.g. " +
+            result.rounded_examples.front() + "): not the engine's own bits";
   return line;
 }
 

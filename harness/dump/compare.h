@@ -32,7 +32,7 @@ namespace splitcheck {
 // channel).
 struct TensorDiff {
   std::string path;
-  std::string dtype;  // "bfloat16", "float32", "int32"
+  std::string dtype;  // "bfloat16", "float32", "int32", "float16"
   Shape shape;
   int64_t order = 0;
   int64_t mismatches = 0;
@@ -85,6 +85,8 @@ struct CompareOptions {
   bool approximate = false;
   double max_ulp_bf16 = 2;
   double max_ulp_f32 = std::numeric_limits<double>::infinity();
+  //  - float16 (an outside engine's own dtype): 2 ULP, as bfloat16 and for its reasons.
+  double max_ulp_f16 = 2;
   double min_cosine = 0.999;
   // Datasets whose path starts with one of these are skipped in both files.
   std::vector<std::string> ignore_prefixes;
@@ -137,6 +139,11 @@ struct CompareResult {
   // were taken as equal on their stored digests, unread and unchecked.
   bool digests_trusted = false;
   int64_t datasets_unverified = 0;
+  // Datasets compared after rounding: either file's writer narrowed them (`source_dtype`),
+  // so equal bits there are not the engine's own. rounded_examples: the first few, each
+  // "<path>: <source dtype> stored as <dtype>".
+  int64_t datasets_rounded = 0;
+  std::vector<std::string> rounded_examples;
   // CompareOptions::judge_placement: whether /stages and /stage_trace were judged, and
   // stages_a / stages_b, the /stages/<s> groups each file records.
   PlacementJudgement placement = PlacementJudgement::kNotAsked;
@@ -165,8 +172,12 @@ Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
 Result<CompareResult> compare_tensors(const std::string& path, const Tensor& a, const Tensor& b,
                                       const CompareOptions& options = {});
 
-// An element's bits in hex, as wide as the dtype: "0x3f80" (bfloat16), "0x3f800000".
+// An element's bits in hex, as wide as the dtype: "0x3f80" (bfloat16, float16),
+// "0x3f800000" (float32).
 std::string format_bits(DType dtype, uint32_t bits);
+
+// The DType a diff's `dtype` names (float32 for a name no DType has).
+DType diff_dtype(const TensorDiff& diff);
 
 // A dataset path as words: "/forward/0/layers/12/pre_attn" -> "forward 0 layer 12
 // pre_attn", "/forward/1/taps/2" -> "forward 1 tap 2".
@@ -183,13 +194,17 @@ std::string attribute_line(const AttributeDiff& diff);
 // count of datasets taken as equal unread).
 std::string digests_line(const CompareResult& result);
 
+// One line naming the datasets compared after rounding (CompareResult::datasets_rounded):
+// "compared AFTER ROUNDING: 3 datasets narrowed by their writer (...)"; "" when none.
+std::string rounding_line(const CompareResult& result);
+
 // One line about placement (CompareOptions::judge_placement): "placement judged: 3 stages
 // in A, 3 in B", "placement not judged: B records no /stages (A records 3 stages)", or
 // "placement not recorded by either dump"; "" when not asked.
 std::string placement_line(const CompareResult& result);
 
 // One line for a whole comparison: "equal (N datasets)" (with "on K unverified digests"
-// when digests were trusted), or the first divergence in execution order, a structural
+// when digests were trusted, and "K compared AFTER ROUNDING" when a writer narrowed some), or the first divergence in execution order, a structural
 // error, a missing dataset, or an attribute difference.
 std::string verdict(const CompareResult& result);
 

@@ -129,8 +129,24 @@ std::string parent_of(const std::string& normalized) {
   return slash == 0 ? "/" : normalized.substr(0, slash);
 }
 
+// IEEE float16, little-endian, as h5py stores numpy's float16 (HDF5 1.10 predefines none):
+// sign bit 15, exponent bits 10-14 (bias 15), mantissa bits 0-9.
+hid_t half_type() {
+  static const hid_t type = [] {
+    hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+    H5Tset_fields(t, 15, 10, 5, 0, 10);
+    H5Tset_size(t, 2);
+    H5Tset_ebias(t, 15);
+    H5Tlock(t);
+    return t;
+  }();
+  return type;
+}
+
 hid_t file_type(DType dtype) {
   switch (dtype) {
+    case DType::kF16:
+      return half_type();
     case DType::kBF16:
       return H5T_STD_U16LE;
     case DType::kF32:
@@ -143,6 +159,8 @@ hid_t file_type(DType dtype) {
 
 hid_t memory_type(DType dtype) {
   switch (dtype) {
+    case DType::kF16:
+      return half_type();
     case DType::kBF16:
       return H5T_NATIVE_UINT16;
     case DType::kF32:
@@ -412,8 +430,11 @@ Result<DatasetInfo> inspect_dataset(hid_t ds, const std::string& path, int64_t f
   bool is_f32 =
       cls == H5T_FLOAT && size == 4 &&
       (H5Tequal(type.get(), H5T_IEEE_F32LE) > 0 || H5Tequal(type.get(), H5T_IEEE_F32BE) > 0);
+  bool is_f16 = cls == H5T_FLOAT && size == 2 && H5Tequal(type.get(), half_type()) > 0;
   if (is_u16 && dtype_attr == "bfloat16") {
     info.dtype = DType::kBF16;
+  } else if (is_f16 && (dtype_attr.empty() || dtype_attr == "float16")) {
+    info.dtype = DType::kF16;
   } else if (is_f32 && (dtype_attr.empty() || dtype_attr == "float32")) {
     info.dtype = DType::kF32;
   } else if (is_i32 && (dtype_attr.empty() || dtype_attr == "int32")) {
@@ -424,7 +445,7 @@ Result<DatasetInfo> inspect_dataset(hid_t ds, const std::string& path, int64_t f
       return invalid_input("attribute dtype is \"" + dtype_attr + "\" but the data is " + stored);
     return invalid_input("unsupported datatype " + stored +
                          " (a dump stores bfloat16 as uint16 with dtype=\"bfloat16\", "
-                         "float32 or int32)");
+                         "IEEE float16, float32 or int32)");
   }
 
   H5S_class_t space_class = H5Sget_simple_extent_type(space.get());
@@ -457,6 +478,11 @@ Result<DatasetInfo> inspect_dataset(hid_t ds, const std::string& path, int64_t f
   ASSIGN_OR_RETURN(info.order, read_numeric_attr<int64_t>(ds, "order", false));
   htri_t has_digest = H5Aexists(ds, "digest");
   if (has_digest < 0) return invalid_input("cannot look up attribute digest" + hdf5_detail());
+  htri_t has_source = H5Aexists(ds, "source_dtype");
+  if (has_source < 0) return invalid_input("cannot look up attribute source_dtype" + hdf5_detail());
+  if (has_source > 0) {
+    ASSIGN_OR_RETURN(info.source_dtype, read_string_attr(ds, "source_dtype"));
+  }
   if (has_digest > 0) {
     ASSIGN_OR_RETURN(info.digest, read_string_attr(ds, "digest"));
     const char* want = format_version == 1 ? "xxh64" : "xxh3";

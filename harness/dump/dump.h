@@ -4,7 +4,9 @@
 // partition, backend, producer, env, level, created, volatile). Every dataset carries
 // `order` (its place in execution order, from 0) and `digest` ("xxh3:..." of its raw
 // bytes; "xxh64:..." in format_version 1); bfloat16 is stored as uint16 with `dtype = "bfloat16"`,
-// float32 and int32 as themselves with `dtype = "float32"` / `"int32"`.
+// float32, int32 and (outside engines) IEEE float16 as themselves with `dtype = "float32"` /
+// `"int32"` / `"float16"`. A dataset a writer narrowed (float32 stored as bf16) names the
+// dtype it was computed in as `source_dtype`.
 //
 // Files are byte-deterministic: equal content and equal volatile attributes give equal
 // bytes (no object timestamps, fixed file-format version, fixed-length strings).
@@ -129,6 +131,9 @@ struct DatasetInfo {
   int64_t order = 0;
   std::string digest;  // "xxh3:..." ("xxh64:..." in version 1), or empty when none
   size_t nbytes = 0;
+  // The dtype the engine computed the values in when the writer narrowed them (attribute
+  // `source_dtype`: "float32" for float32 stored as bf16); empty when stored as computed.
+  std::string source_dtype;
 };
 
 // One attribute's value in a form that compares exactly: `type` is "string", "integer",

@@ -212,6 +212,40 @@ void apply_evidence(const PartitionEvidence& ev, const std::string& pp1_unproven
                           fmt::join(missing, "; "), c.message);
 }
 
+// The source dtype a writer recorded for dataset `path` of `record` (its `source_dtype`
+// attribute: the dump narrowed it), or "".
+std::string source_dtype_of(const RunRecord& record, const std::string& path) {
+  auto it = record.attrs().find(path);
+  if (it == record.attrs().end()) return "";
+  auto a = it->second.find("source_dtype");
+  if (a == it->second.end() || !std::holds_alternative<std::string>(a->second)) return "";
+  return std::get<std::string>(a->second);
+}
+
+// Counts a compared dataset that either side's writer narrowed (its equality is after
+// rounding), naming the first few.
+void note_rounding(const RunRecord& ref, const RunRecord& cand, const std::string& path,
+                   const Tensor& t, CaseResult& c) {
+  std::string source = source_dtype_of(ref, path);
+  if (source.empty()) source = source_dtype_of(cand, path);
+  if (source.empty()) return;
+  ++c.datasets_rounded;
+  if (c.rounded_examples.size() < kRoundedExamples)
+    c.rounded_examples.push_back(
+        fmt::format("/{}: {} stored as {}", path, source, dtype_name(t.dtype())));
+}
+
+// The words a case's message ends with when some of its datasets were compared after
+// rounding; "" when none were.
+std::string rounding_note(const CaseResult& c) {
+  if (c.datasets_rounded == 0) return "";
+  return fmt::format("; {} datasets compared AFTER ROUNDING (the writer narrowed them: {}{})",
+                     c.datasets_rounded, fmt::join(c.rounded_examples, ", "),
+                     c.datasets_rounded > static_cast<int64_t>(c.rounded_examples.size())
+                         ? ", ..."
+                         : "");
+}
+
 void set_error(CaseResult& c, const std::string& why) {
   c.verdict = Verdict::kError;
   c.message = fmt::format("{} ({}): {}", c.key, c.layout, why);
@@ -281,6 +315,7 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
       continue;
     }
     ASSIGN_OR_RETURN(CompareResult r, compare_tensors("/" + e.path, e.tensor, b));
+    if (r.structural_errors.empty()) note_rounding(ref, cand, e.path, e.tensor, c);
     const bool is_tap = check == "taps";
     int tap_id = -1;
     if (is_tap) {
@@ -345,6 +380,7 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
     if (!detail.empty()) c.message = c.message.empty() ? detail : detail + "; " + c.message;
     if (c.message.empty()) c.message = "differs in " + c.failed_checks.front();
   }
+  c.message += rounding_note(c);
   return Status::ok();
 }
 

@@ -90,6 +90,12 @@ struct CaseResult {
   std::vector<StageHoldings> stages;
   int64_t datasets_compared = 0;
   int64_t datasets_differing = 0;
+  // Datasets compared after rounding: a writer narrowed them (their `source_dtype`, in
+  // PP=1's dump or this case's: float32 stored as bfloat16, say), so equal bits there are
+  // not the engine's own bits. rounded_examples: the first kRoundedExamples of them, each
+  // "<path>: <source dtype> stored as <dtype>".
+  int64_t datasets_rounded = 0;
+  std::vector<std::string> rounded_examples;
   double seconds = 0;
   AcceptanceFigures acceptance;  // this partition's speculative figures
   DrafterPlacement drafter;      // what the drafter on the last stage was bound to
@@ -115,6 +121,9 @@ struct CaseResult {
   std::string evidence;
   double engine_seconds = 0;  // external engines: the engine run's own wall time
 };
+
+// How many datasets compared after rounding a case names (CaseResult::rounded_examples).
+inline constexpr size_t kRoundedExamples = 3;
 
 // Serving scenarios: every request served alone at PP=1 (its own prefill chunks, a batch
 // of one) against the same request in PP=1's batched run, every dataset of its forwards

@@ -20,6 +20,8 @@ double value_at(const Tensor& t, size_t i) {
       return t.data<float>()[i];
     case DType::kI32:
       return t.data<int32_t>()[i];
+    case DType::kF16:
+      return f16_to_f32(t.data<uint16_t>()[i]);
   }
   return 0;
 }
@@ -36,6 +38,16 @@ bool correctly_rounded(const Tensor& t, size_t i, double ref) {
       return t.data<float>()[i] == static_cast<float>(ref);
     case DType::kI32:
       return static_cast<double>(t.data<int32_t>()[i]) == ref;
+    case DType::kF16: {
+      // Nearest of the value and its two neighbours (no K3-mini op writes float16).
+      const uint16_t h = t.data<uint16_t>()[i];
+      const double err = std::fabs(f16_to_f32(h) - ref);
+      for (int step : {-1, 1}) {
+        const double n = f16_to_f32(static_cast<uint16_t>(h + step));
+        if (std::isfinite(n) && std::fabs(n - ref) < err) return false;
+      }
+      return std::isfinite(err);
+    }
   }
   return false;
 }
@@ -129,6 +141,10 @@ LaneThresholds lane_thresholds(DType out_dtype) {
               "correctly rounded not bounded (float32 sums are a few float32 ulps off)"};
     case DType::kI32:
       return {0.0, 0.0, "exact (argmax of the same logits, lowest index on ties)"};
+    case DType::kF16:
+      return {1.0 / 512.0, 0.20,
+              "max |err| <= 2^-9 of the output's max |ref| (2-4 float16 ulps of the largest "
+              "element); at most 20% of elements not the correctly rounded float16 value"};
   }
   return {};
 }

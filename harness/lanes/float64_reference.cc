@@ -70,6 +70,11 @@ Matrix widen(const Tensor& t) {
       m = xt::cast<double>(v);
       break;
     }
+    case DType::kF16: {
+      const uint16_t* h = t.data<uint16_t>();
+      std::transform(h, h + n, m.begin(), [](uint16_t b) { return double(f16_to_f32(b)); });
+      break;
+    }
   }
   return m;
 }

@@ -138,6 +138,8 @@ Result<LoadedDump> load_dump(const std::string& path, bool reference) {
       return invalid_input(
           fmt::format("{}: {}: a dispatch trace is int32 [events, 4] (layer, site, kernel, aux)",
                       path, info.path));
+    if (!info.source_dtype.empty())  // narrowed by its writer: the judge says so
+      d.record.set_attr(info.path.substr(1), "source_dtype", info.source_dtype);
     d.record.add(info.path.substr(1), std::move(t));
   }
   if (reference) d.content_sha256 = content.hex();

@@ -1,7 +1,8 @@
 """Write and read splitcheck dumps (docs/dump-format.md) from Python.
 
 A dump is one HDF5 file: root attributes that identify the run, datasets under
-/forward/<f>/... each carrying `dtype`, `order` (its place in execution order) and
+/forward/<f>/... each in the dtype the engine computed it in (float32, float16, bfloat16
+bits, int32; `source_dtype` names what a narrowed one was computed in), carrying `dtype`, `order` (its place in execution order) and
 `digest` ("xxh3:%016x" of its raw little-endian bytes; "xxh64:" in format 1), and the evidence the checks
 read: taps, dispatch traces, /stages (placement), /spec (speculative figures).
 A pipeline whose stages are processes may write one part per stage (`PartWriter`) and
@@ -24,7 +25,7 @@ from .recorder import TensorRecorder
 from .reader import CorruptDump, DatasetInfo, DumpReader, FormatError, UnsupportedFormatVersion
 from .spec import SpecRecord
 from .version import FORMAT, FORMAT_VERSION, SUPPORTED_FORMAT_VERSIONS, __version__
-from .writer import DEFAULT_VOLATILE, LAYER_SITES, DumpWriter, as_array
+from .writer import DEFAULT_VOLATILE, LAYER_SITES, DumpWriter, as_array, source_dtype
 
 __all__ = [
     "AssembleError", "PART_FORMAT", "PART_FORMAT_VERSION", "PartWriter", "assemble",
@@ -34,7 +35,8 @@ __all__ = [
     "TensorRecorder",
     "UnsupportedFormatVersion", "__version__", "as_array", "bf16_bits", "differing_datasets",
     "dispatch",
-    "from_bf16_bits", "record_forward_hooks", "recording", "run_stage_processes", "storage_of",
+    "from_bf16_bits", "record_forward_hooks", "recording", "run_stage_processes",
+    "source_dtype", "storage_of",
     "to_bf16_bits",
     "xxh64", "xxh3_64",
 ]

@@ -25,7 +25,9 @@ What a dump holds, per forward f (docs/dump-format.md), in execution order:
 `input_ids`; per layer l `layers/<l>/pre_attn` (input_layernorm's output), `attn_out`
 (self_attn's output), `pre_mlp` (post_attention_layernorm's output), `mlp_out` (the MLP's
 or MoE's output) and `prefix` (the layer's output: the residual stream the next layer
-reads), as bf16 of the float32 values; `output`; `logits` (float32); `next_tokens`;
+reads), each in the dtype the model computed it in (float32 for a float32 model: the
+engine's own bits), or narrowed on request (`StageOptions.record_dtype`, recorded as each
+dataset's `source_dtype`); `output`; `logits` (float32); `next_tokens`;
 `dispatch` (the attention implementation each layer's attention ran with, read from its
 config when it is called; the MLP kind; embedding, final norm, head, argmax). Then
 `/generation/0/{prompt_ids,emitted}` and `/stages/<s>` (layer range, measured parameter
@@ -164,10 +166,13 @@ class StageOptions:
     from the tokens its cache holds (position_ids and cache_position).
     handoff_dtype: the dtype the stage sends its hidden states in (None: their own); the
     receiver widens them back to its own dtype.
+    record_dtype: the dtype layer sites and `output` are recorded in (None: the model's
+    own, bit for bit; "bfloat16": narrowed, each dataset's source dtype recorded).
     """
 
     restart_positions: bool = False
     handoff_dtype: object = None
+    record_dtype: object = None
 
 
 _LAYER_SITES = (("pre_attn", "input_layernorm"), ("attn_out", "self_attn"),
@@ -223,8 +228,8 @@ class PipelineStage:
             self.recorder.keep(f"/forward/{self._forward}/{path}", value, dtype)
 
     def records(self):
-        """{forward: [(path, numpy array, dtype)]} of every recorded forward, in the order
-        recorded; waits for the copies to the host and forgets them."""
+        """{forward: [(path, numpy array, dtype, source dtype or None)]} of every recorded
+        forward, in the order recorded; waits for the copies to the host and forgets them."""
         return self.recorder.take_by_forward()
 
     def _event(self, op, variant, layer, site):
@@ -244,7 +249,7 @@ class PipelineStage:
 
     def _on_output(self, layer, site, module, inputs, output):
         y = output[0] if isinstance(output, tuple) else output
-        self._keep(f"layers/{layer}/{site}", y[0], "bfloat16")
+        self._keep(f"layers/{layer}/{site}", y[0], self.options.record_dtype)
 
     def _on_attention(self, layer, module, inputs):
         self._event("hf_attention", module.config._attn_implementation, layer, "attn")
@@ -284,7 +289,7 @@ class PipelineStage:
             self.seen += T
             out = h
             if self.last:
-                self._keep("output", h[0], "bfloat16")
+                self._keep("output", h[0], self.options.record_dtype)
                 self._event("hf_rms_norm", "final", -1, "final_norm")
                 hn = self.norm(h)
                 self._event("hf_lm_head", "linear", -1, "lm_head")
@@ -417,8 +422,8 @@ def write_dump(plan, forwards, stages, emitted):
         for f, kind, first, tokens in forwards:
             w.begin_forward(f, kind=kind, first_position=first, tokens=tokens)
             for s in stages:
-                for path, data, dtype in s["records"][f]:
-                    w.write(path, data, dtype=dtype)
+                for path, data, dtype, source in s["records"][f]:
+                    w.write(path, data, dtype=dtype, source_dtype=source)
             trace = DispatchTrace(extra_kernels=list(HF_KERNELS) + extra)
             for i, s in enumerate(stages):
                 trace.extend(DispatchEvent(op, variant, layer, site, -1, i)

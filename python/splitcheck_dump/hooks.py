@@ -1,4 +1,5 @@
-"""PyTorch helpers: forward hooks that record layers, and tensors as bf16 bits."""
+"""PyTorch helpers: forward hooks that record layers in the dtype they ran in, and tensors
+as bf16 bits."""
 
 import numpy as np
 
@@ -27,8 +28,16 @@ def bf16_bits(tensor):
     return bits
 
 
-def record_forward_hooks(model, writer, forward_index, modules=None):
-    """Registers forward hooks that record each submodule's input and output as bf16.
+def rows(tensor):
+    """A torch tensor [rows, last axis], leading axes flattened, in its own dtype."""
+    t = tensor.detach()
+    return t.reshape(-1, t.shape[-1]) if t.dim() > 2 else t
+
+
+def record_forward_hooks(model, writer, forward_index, modules=None, dtype=None):
+    """Registers forward hooks that record each submodule's input and output in the dtype
+    the module computed them in (float32 stays float32); `dtype` ("bfloat16", say)
+    narrows them, and the writer records their source dtype.
 
     `modules` is a list of (name, module) pairs (default: model.named_children() that
     have parameters, i.e. the layers). Each call of a hooked module writes
@@ -44,7 +53,7 @@ def record_forward_hooks(model, writer, forward_index, modules=None):
             prefix = f"/forward/{forward_index}/layers/{i}/"
             x = inputs[0] if isinstance(inputs, tuple) else inputs
             y = output[0] if isinstance(output, tuple) else output
-            writer.write(prefix + "pre_attn", bf16_bits(x), dtype="bfloat16")
-            writer.write(prefix + "mlp_out", bf16_bits(y), dtype="bfloat16")
+            writer.write(prefix + "pre_attn", rows(x), dtype=dtype)
+            writer.write(prefix + "mlp_out", rows(y), dtype=dtype)
         handles.append(module.register_forward_hook(hook))
     return handles

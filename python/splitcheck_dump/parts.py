@@ -108,7 +108,7 @@ class PartWriter(DumpWriter):
         super().begin_forward(forward, *args, **kwargs)
         self._segment = int(forward)
 
-    def write(self, dataset_path, array, dtype=None, rank=None):
+    def write(self, dataset_path, array, dtype=None, rank=None, source_dtype=None):
         """As DumpWriter.write, recording the dataset's position; `rank` overrides the
         default (RANK_BODY in a forward, RANK_JOINED for dispatch and stage_trace,
         RANK_AFTER outside the forwards). A layer outside the stage's range is refused."""
@@ -126,7 +126,7 @@ class PartWriter(DumpWriter):
             segment, default = int(forward[1]), RANK_BODY
         else:
             segment, default = self._segment, RANK_AFTER
-        ds = super().write(dataset_path, array, dtype=dtype)
+        ds = super().write(dataset_path, array, dtype=dtype, source_dtype=source_dtype)
         ds.attrs["part_segment"] = np.int64(segment)
         ds.attrs["part_rank"] = np.int64(default if rank is None else int(rank))
         ds.attrs["part_joined"] = np.int64(1 if joined else 0)

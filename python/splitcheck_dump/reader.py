@@ -21,8 +21,8 @@ from . import _encoding
 from .dispatch import DispatchTrace
 from .version import FORMAT, SUPPORTED_FORMAT_VERSIONS
 
-_STORED = {"bfloat16": np.dtype("<u2"), "float32": np.dtype("float32"),
-           "int32": np.dtype("int32")}
+_STORED = {"bfloat16": np.dtype("<u2"), "float16": np.dtype("float16"),
+           "float32": np.dtype("float32"), "int32": np.dtype("int32")}
 
 
 class FormatError(ValueError):
@@ -44,6 +44,10 @@ class DatasetInfo:
     shape: tuple
     order: int
     digest: str
+    # The dtype the engine computed the values in, when the writer narrowed them (its
+    # `source_dtype` attribute: "float32" for float32 stored as bf16); "" when stored as
+    # computed.
+    source_dtype: str = ""
 
 
 class DumpReader:
@@ -86,16 +90,20 @@ class DumpReader:
             dtype = _encoding.attr_value(attrs["dtype"]) if "dtype" in attrs else None
             stored = obj.dtype
             if dtype is None:
-                dtype = {"f": "float32", "i": "int32"}.get(stored.kind)
+                dtype = {("f", 4): "float32", ("f", 2): "float16",
+                         ("i", 4): "int32"}.get((stored.kind, stored.itemsize))
             if dtype not in _STORED or stored.itemsize != _STORED[dtype].itemsize or \
                     stored.kind != _STORED[dtype].kind:
                 raise FormatError(f"{self.path}: {path}: stored type {stored} with dtype "
-                                  f"{dtype!r} is not one of bfloat16 (uint16), float32, int32")
+                                  f"{dtype!r} is not one of bfloat16 (uint16), float16, float32, "
+                                  f"int32")
             if "order" not in attrs:
                 raise FormatError(f"{self.path}: {path}: no order attribute")
             digest = _encoding.attr_value(attrs["digest"]) if "digest" in attrs else ""
+            source = _encoding.attr_value(attrs["source_dtype"]) \
+                if "source_dtype" in attrs else ""
             found.append(DatasetInfo(path, dtype, tuple(obj.shape),
-                                     int(_encoding.attr_value(attrs["order"])), digest))
+                                     int(_encoding.attr_value(attrs["order"])), digest, source))
 
         self._file.visititems(visit)
         found.sort(key=lambda d: (d.order, d.path))
@@ -120,7 +128,7 @@ class DumpReader:
         return data
 
     def read_float(self, path):
-        """The dataset as float32 (bf16 widened exactly)."""
+        """The dataset as float32 (bf16 and float16 widened exactly)."""
         data = self.read(path)
         return _encoding.from_bf16_bits(data) if self._by_path[path].dtype == "bfloat16" \
             else data.astype(np.float32)

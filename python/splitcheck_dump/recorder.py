@@ -6,8 +6,12 @@ synchronisation per tensor, dozens per forward. The recorder instead holds each 
 tensor as it is (no kernel, no copy); `flush()`, once per forward, joins everything kept
 since the last flush into one device buffer per kind (one C++ call, no Python per tensor)
 and starts one asynchronous copy per kind into pinned host memory; `take()`, once per run,
-waits for the copies and converts on the host what must become bf16 bits, a whole batch at
-a time, with the writer's own conversion (`to_bf16_bits`, at memory speed). A decode step
+waits for the copies and converts on the host what was asked to become bf16 bits, a whole
+batch at a time, with the writer's own conversion (`to_bf16_bits`, at memory speed).
+By default (dtype None) a tensor is kept in the dtype the engine computed it in: float32
+stays float32, bfloat16 and float16 keep their bits. A dtype narrower than the tensor's
+(float32 kept as "bfloat16") is narrowing on request: its record names the source dtype,
+and the writer stores it as the dataset's `source_dtype`. A decode step
 is bound by the launches Python makes, so the flush makes as few as it can: no conversion
 kernels on the device, one join, one copy and one event per forward. CPU tensors, numpy
 arrays and lists go through `as_array` when kept. The values are the ones `as_array`
@@ -23,13 +27,14 @@ copies come first).
 import numpy as np
 
 from . import _encoding
-from .writer import _DTYPES, as_array
+from .writer import _DTYPES, as_array, source_dtype
 
 # The kinds a kept CUDA tensor joins, each one device buffer per flush:
 #   "f32>bf16"  a float tensor kept as bfloat16: float32 on the device, bf16 bits made on
 #               the host at take() (float16 and float64 become float32 first, at the flush,
 #               as torch_bf16_bits would make them)
 #   "f32"       a float32 tensor kept as float32
+#   "f16"       a float16 tensor kept as float16
 #   "i32"       an int32 tensor kept as int32
 #   "bf16"      a bfloat16 tensor kept as bfloat16: its bits as they are
 # Anything else (a wider integer kept as int32, float64 kept as float32) goes through
@@ -43,16 +48,18 @@ def _kinds():
         import torch
         _KINDS = {("bfloat16", torch.float32): "f32>bf16", ("bfloat16", torch.float16): "f32>bf16",
                   ("bfloat16", torch.float64): "f32>bf16", ("float32", torch.float32): "f32",
-                  ("int32", torch.int32): "i32", ("bfloat16", torch.bfloat16): "bf16"}
+                  ("float16", torch.float16): "f16", ("int32", torch.int32): "i32",
+                  ("bfloat16", torch.bfloat16): "bf16"}
     return _KINDS
 
 
 class TensorRecorder:
     """keep(path, value, dtype) while a forward runs; flush() at its end; take() at the
-    end of the run: [(path, numpy array, dtype)] in the order kept."""
+    end of the run: [(path, numpy array, dtype, source dtype or None)] in the order kept
+    (the source dtype where the record was narrowed, see `source_dtype`)."""
 
     def __init__(self):
-        self._entries = []  # [path, dtype, shape, array | (batch, kind, offset, count)]
+        self._entries = []  # [path, dtype, shape, array | (batch, kind, offset, count), source]
         self._pending_entries = []  # (entry, kind, tensor, its version when kept)
         self._batches = []  # [(event, {kind: pinned host tensor})]
         self._arena, self._arena_used = None, 0  # pinned host memory the copies land in
@@ -75,16 +82,22 @@ class TensorRecorder:
         self._arena_used = start + nbytes
         return self._arena[start:start + nbytes].view(like.dtype)
 
-    def keep(self, path, value, dtype):
-        """Records `value` under `path` as `dtype` ("bfloat16", "float32" or "int32")."""
+    def keep(self, path, value, dtype=None):
+        """Records `value` under `path` in its own dtype (dtype None), or as `dtype`
+        ("bfloat16", "float16", "float32" or "int32"; narrower than the value's: narrowing,
+        its source dtype recorded)."""
+        if dtype is None:
+            dtype = _own_dtype(value)
         # A CUDA tensor of a known kind is only held: no call beyond this line's lookups.
         kind = _device_kind(value, dtype)
+        source = source_dtype(value, dtype)
         if kind is None:
-            if dtype not in _DTYPES:
+            if dtype is not None and dtype not in _DTYPES:
                 raise ValueError(f"{path}: unsupported dtype {dtype!r}; known: {', '.join(_DTYPES)}")
-            self._entries.append([path, dtype, None, as_array(value, dtype, path)[0]])
+            data, dtype = as_array(value, dtype, path)
+            self._entries.append([path, dtype, None, data, source])
             return
-        entry = [path, dtype, value.shape, None]
+        entry = [path, dtype, value.shape, None, source]
         self._entries.append(entry)
         self._pending_entries.append((entry, kind, value, value._version))
 
@@ -123,30 +136,39 @@ class TensorRecorder:
         self._pending_entries = []
 
     def take(self):
-        """Waits for every copy; returns [(path, numpy array, dtype)] in the order kept and
-        forgets them."""
+        """Waits for every copy; returns [(path, numpy array, dtype, source dtype or None)]
+        in the order kept and forgets them."""
         self.flush()
         views = []
         for event, hosts in self._batches:
             event.synchronize()
             views.append({k: _host_array(k, h) for k, h in hosts.items()})
         out = []
-        for path, dtype, shape, where in self._entries:
+        for path, dtype, shape, where, source in self._entries:
             if isinstance(where, tuple):
                 batch, kind, offset, n = where
                 where = views[batch][kind][offset:offset + n].reshape(shape)
-            out.append((path, where, dtype))
+            out.append((path, where, dtype, source))
         self._entries, self._batches = [], []
         self._arena, self._arena_used = None, 0
         return out
 
     def take_by_forward(self):
         """take(), grouped by the forward of each path (/forward/<f>/...):
-        {f: [(path, array, dtype)]}, each list in the order kept."""
+        {f: [(path, array, dtype, source dtype or None)]}, each list in the order kept."""
         out = {}
-        for path, array, dtype in self.take():
-            out.setdefault(int(path.split("/")[2]), []).append((path, array, dtype))
+        for record in self.take():
+            out.setdefault(int(record[0].split("/")[2]), []).append(record)
         return out
+
+
+def _own_dtype(value):
+    """The dtype a value is kept in by default: its own (torch or numpy float16, float32,
+    bfloat16; integers as int32); None (as_array decides) for anything else."""
+    name = str(getattr(value, "dtype", "")).replace("torch.", "")
+    if name in ("float32", "float16", "bfloat16"):
+        return name
+    return None
 
 
 def _device_kind(value, dtype):

@@ -11,7 +11,12 @@ from .version import FORMAT, FORMAT_VERSION, __version__
 
 DEFAULT_VOLATILE = "created,partition,producer,env"
 LAYER_SITES = ("pre_attn", "attn_out", "pre_mlp", "mlp_out", "prefix")
-_DTYPES = ("bfloat16", "float32", "int32")
+_DTYPES = ("bfloat16", "float16", "float32", "int32")
+# Float dtypes by what they hold: a value of a dtype is exact in every dtype listed after
+# it as "holds", so storing it there is not narrowing (float16 and bfloat16 in float32).
+_HOLDS = {"float64": ("float64",), "float32": ("float32", "float64"),
+          "float16": ("float16", "float32", "float64"),
+          "bfloat16": ("bfloat16", "float32", "float64")}
 _INT32_MIN, _INT32_MAX = -2 ** 31, 2 ** 31 - 1
 
 
@@ -20,10 +25,12 @@ def as_array(value, dtype=None, path=None):
     torch tensor, refusing values the dtype cannot hold (ValueError naming `path`).
 
     dtype "bfloat16": float input is rounded to nearest even (`to_bf16_bits`), uint16 input
-    and torch bfloat16 tensors are taken as bf16 bits. "float32": float input is rounded to
-    float32. "int32": integer input, and float input that holds whole numbers, as long as
-    every value fits int32. By default float16/float32 -> float32, integer -> int32, a torch
-    bfloat16 tensor -> bfloat16; float64 needs dtype="float32" or "bfloat16" spelled out.
+    and torch bfloat16 tensors are taken as bf16 bits. "float16": float input is rounded by
+    numpy's cast (nearest even). "float32": float input is rounded to float32. "int32":
+    integer input, and float input that holds whole numbers, as long as every value fits
+    int32. By default every float keeps its own dtype (float32 -> float32, float16 ->
+    float16, a torch bfloat16 tensor -> bfloat16), integer -> int32; float64 needs
+    dtype="float32" (or narrower) spelled out. `source_dtype` tells whether a call narrows.
 
     A torch tensor off the CPU is converted to bf16 bits on its device and copied to the
     host once (pinned memory, non_blocking, on CUDA).
@@ -44,7 +51,34 @@ def as_array(value, dtype=None, path=None):
     if dtype == "float32":
         _refuse_unconvertible(a, where, dtype)
         return np.ascontiguousarray(a, dtype="<f4"), dtype
+    if dtype == "float16":
+        _refuse_unconvertible(a, where, dtype)
+        return np.ascontiguousarray(a, dtype="<f2"), dtype
     return np.ascontiguousarray(_checked_int32(a, where), dtype="<i4"), dtype
+
+
+def source_dtype(value, dtype):
+    """The float dtype `value` holds ("float32", "float64", "float16", "bfloat16") when
+    storing it as `dtype` rounds it (narrowing: float32 -> bfloat16, say), else None.
+    uint16 input stored as bfloat16 is the caller's bits: None."""
+    name = _float_dtype_name(value)
+    if name is None or dtype is None or dtype == "int32" or dtype in _HOLDS[name]:
+        return None
+    return name
+
+
+def _narrowing_of(value, dtype):
+    """source_dtype(value, dtype), or None for values that are no array or tensor."""
+    return source_dtype(value, dtype) if hasattr(value, "dtype") else None
+
+
+def _float_dtype_name(value):
+    """The float dtype of a numpy array or torch tensor as a name, or None."""
+    dt = getattr(value, "dtype", None)
+    if dt is None:
+        return None
+    text = str(dt).replace("torch.", "")
+    return text if text in _HOLDS else None
 
 
 def _tensor_input(t, dtype):
@@ -61,6 +95,8 @@ def _tensor_input(t, dtype):
             return _encoding.tensor_to_host(_encoding.torch_bf16_bits(t)).view(np.uint16), dtype
         if dtype == "float32" and t.dtype == torch.float64:
             t = t.to(torch.float32)
+        if dtype == "float16" and t.dtype != torch.float16:
+            t = t.to(torch.float16)
     return _encoding.tensor_to_host(t), dtype
 
 
@@ -71,7 +107,7 @@ def _default_dtype(a, where):
                 f"{where}: {a.dtype} input needs its dtype spelled out: pass dtype=\"float32\" "
                 f"or dtype=\"bfloat16\" (a dump holds no {a.dtype}, and rounding it is the "
                 f"caller's call)")
-        return "float32"
+        return "float16" if a.dtype.itemsize == 2 else "float32"
     if a.dtype.kind in "iub" or a.dtype == object:
         return "int32"
     raise ValueError(f"{where}: cannot store {a.dtype} input; known dtypes: {', '.join(_DTYPES)}")
@@ -128,7 +164,7 @@ class DumpWriter:
         with DumpWriter("run.h5", partition="0-16", backend="torch") as w:
             w.begin_forward(0, kind="prefill", first_position=0, tokens=len(ids))
             w.write("/forward/0/input_ids", np.array(ids, np.int32))
-            w.write_layer(0, 3, "pre_attn", x)          # bf16
+            w.write_layer(0, 3, "pre_attn", x)          # x's own dtype (float32 stays)
             w.write("/forward/0/logits", logits)        # float32
             w.write_taps(0, {0: t0, 8: t8})
             w.write_dispatch(0, trace)
@@ -155,14 +191,20 @@ class DumpWriter:
 
     # -- datasets ---------------------------------------------------------------------
 
-    def write(self, dataset_path, array, dtype=None):
+    def write(self, dataset_path, array, dtype=None, source_dtype=None):
         """Writes `array` at `dataset_path` ("/forward/0/logits"); returns the dataset.
 
-        dtype: "bfloat16" (float input is rounded; uint16 input is taken as bf16 bits),
-        "float32" or "int32"; by default float32 -> float32, integer -> int32. Values the
+        dtype: None (the default) stores the array in its own dtype: float32, float16, a
+        torch bfloat16 tensor as bfloat16, integers as int32. "bfloat16", "float16",
+        "float32" or "int32" convert: a float stored in a narrower float is rounded
+        (narrowing, only when asked), and the dataset gets attribute `source_dtype` (the
+        dtype it held, "float32" say), so every report says it was compared after
+        rounding. `source_dtype` names that dtype for input already narrowed (bf16 bits
+        made from float32). uint16 input as "bfloat16" is taken as bf16 bits. Values the
         dtype cannot hold are refused with ValueError (int64 beyond int32, fractions as
-        int32), as is float64 without a dtype: pass dtype="float32" or "bfloat16".
+        int32), as is float64 without a dtype.
         """
+        source = source_dtype or _narrowing_of(array, dtype)
         data, dtype = as_array(array, dtype, path=dataset_path)
         if dataset_path in self._file:
             raise ValueError(f"{dataset_path}: written twice")
@@ -172,6 +214,8 @@ class DumpWriter:
         self._order += 1
         if self._digest:
             ds.attrs["digest"] = _encoding.string_attr(_encoding.digest_text(data))
+        if source is not None:
+            ds.attrs["source_dtype"] = _encoding.string_attr(source)
         return ds
 
     def begin_forward(self, forward, kind="prefill", first_position=0, tokens=None,
@@ -186,17 +230,19 @@ class DumpWriter:
         self.set_attr(g, "first_position", np.int64(first_position))
         self.set_attr(g, "last_position", np.int64(last_position))
 
-    def write_layer(self, forward, layer, site, tensor):
-        """One per-layer tensor [T, H] as bf16: site is one of LAYER_SITES."""
+    def write_layer(self, forward, layer, site, tensor, dtype=None):
+        """One per-layer tensor [T, H] in the engine's dtype (`write`'s dtype: None keeps
+        it; "bfloat16" for bf16 bits or to narrow): site is one of LAYER_SITES."""
         if site not in LAYER_SITES:
             raise ValueError(f"unknown layer site {site!r}; known: {', '.join(LAYER_SITES)}")
         return self.write(f"/forward/{int(forward)}/layers/{int(layer)}/{site}", tensor,
-                          dtype="bfloat16")
+                          dtype=dtype)
 
-    def write_taps(self, forward, taps):
-        """Taps {capture id: [T, H]} as bf16 at /forward/<f>/taps/<k>, ascending id."""
+    def write_taps(self, forward, taps, dtype=None):
+        """Taps {capture id: [T, H]} at /forward/<f>/taps/<k>, ascending id, each in the
+        engine's dtype (or `dtype`, as `write`)."""
         for k in sorted(taps):
-            self.write(f"/forward/{int(forward)}/taps/{int(k)}", taps[k], dtype="bfloat16")
+            self.write(f"/forward/{int(forward)}/taps/{int(k)}", taps[k], dtype=dtype)
 
     def write_dispatch(self, forward, trace):
         """A forward's dispatch trace: /forward/<f>/dispatch and /stage_trace/<f>."""

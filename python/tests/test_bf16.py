@@ -172,7 +172,39 @@ def test_written_bf16_reads_back_as_the_reference(tmp_path):
     x = ALL[:30000].reshape(30, 1000)
     path = tmp_path / "b.h5"
     with sd.DumpWriter(path) as w:
-        w.write_layer(0, 0, "pre_attn", x)
+        w.write_layer(0, 0, "pre_attn", x, dtype="bfloat16")
     with sd.DumpReader(path) as r:
         assert np.array_equal(r.read("/forward/0/layers/0/pre_attn"),
                               _to_bf16_bits_reference(x))
+        assert r.info("/forward/0/layers/0/pre_attn").source_dtype == "float32"
+
+
+def test_every_float_dtype_is_stored_as_computed_and_narrowing_is_named(tmp_path):
+    """float32 keeps its bits (a 1-ULP pair stays 1 ULP apart), float16 and bf16 theirs;
+    only a narrower dtype asked for records source_dtype; a 5 MiB float32 dataset reads back
+    bit for bit with its digest checked."""
+    torch = pytest.importorskip("torch")
+    f32 = np.array([[1.0, np.nextafter(np.float32(1.0), np.float32(2.0))]], np.float32)
+    f16 = np.array([[0.1, -65504.0, 6e-8]], np.float16)
+    bf = torch.tensor([[1.5, -3.0e4]], dtype=torch.bfloat16)
+    big = ALL[: (5 << 20) // 4].copy()
+    path = tmp_path / "d.h5"
+    with sd.DumpWriter(path) as w:
+        w.write_layer(0, 0, "pre_attn", f32)
+        w.write_layer(0, 0, "attn_out", f16)
+        w.write_layer(0, 0, "pre_mlp", bf)
+        w.write_layer(0, 0, "mlp_out", f32, dtype="bfloat16")
+        w.write_layer(0, 0, "prefix", bf, dtype="float16")
+        w.write("/forward/0/output", big)
+    with sd.DumpReader(path) as r:
+        got = {d.path.rsplit("/", 1)[1]: (d.dtype, d.source_dtype) for d in r.datasets}
+        assert got == {"pre_attn": ("float32", ""), "attn_out": ("float16", ""),
+                       "pre_mlp": ("bfloat16", ""), "mlp_out": ("bfloat16", "float32"),
+                       "prefix": ("float16", "bfloat16"), "output": ("float32", "")}
+        assert r.read("/forward/0/layers/0/pre_attn").view(np.uint32).tolist() == \
+            [[0x3F800000, 0x3F800001]]
+        assert r.read("/forward/0/layers/0/attn_out").view(np.uint16).tolist() == \
+            f16.view(np.uint16).tolist()
+        assert r.read("/forward/0/layers/0/pre_mlp").tolist() == \
+            bf.view(torch.int16).numpy().view(np.uint16).tolist()
+        assert np.array_equal(r.read("/forward/0/output").view(np.uint32), big.view(np.uint32))

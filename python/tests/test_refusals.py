@@ -68,7 +68,7 @@ def test_float64_needs_an_explicit_dtype(writer):
     assert writer.write("/a", x, dtype="float32")[()].tolist() == x.astype(np.float32).tolist()
     assert np.array_equal(writer.write("/b", x, dtype="bfloat16")[()],
                           sd.to_bf16_bits(x.astype(np.float32)))
-    assert writer.write("/c", np.ones(2, np.float16))[()].dtype == np.dtype("<f4")
+    assert writer.write("/c", np.ones(2, np.float16))[()].dtype == np.dtype("<f2")  # its own
 
 
 def test_unknown_dtypes_and_inputs_are_refused(writer):

@@ -32,6 +32,48 @@ def test_cpp_verifies_and_compares_python_dumps(tmp_path, splitcheck):
     assert "layer 1 pre_mlp" in out, out
 
 
+def test_cpp_finds_one_ulp_in_the_engines_own_dtype_and_names_narrowing(tmp_path, splitcheck):
+    """float32 and float16 stored as computed: C++ names a 1-ULP difference at its element
+    with the dtype's own bits. Narrowed to bf16 the same pair is equal, and C++ says the
+    comparison was after rounding."""
+    x = np.zeros((2, 4), np.float32)
+    x[1, 2] = np.uint32(0x3D97CF8A).view(np.float32)
+    h = np.full((2, 4), 0.5, np.float16)
+    big = np.arange((5 << 20) // 4, dtype=np.float32)  # mapped by the C++ comparator
+
+    def dump(path, ulp, dtype=None):
+        y, g = x.copy(), h.copy()
+        if ulp:
+            y.view(np.uint32)[1, 2] += 1
+            g.view(np.uint16)[0, 3] += 1
+        with sd.DumpWriter(path) as w:
+            w.write_layer(0, 3, "attn_out", y, dtype=dtype)
+            w.write_layer(0, 3, "mlp_out", g)
+            w.write("/forward/0/output", big)
+        return path
+
+    a, b = dump(tmp_path / "a.h5", False), dump(tmp_path / "b.h5", True)
+    rc, out = run(splitcheck, "verify-dump", a)
+    assert rc == 0, out
+    rc, out = run(splitcheck, "compare", a, b)
+    assert rc == 1, out
+    assert "forward 0 layer 3 attn_out token 1 channel 2: 0x3d97cf8a != 0x3d97cf8b" in out, out
+    rc, out = run(splitcheck, "compare", dump(tmp_path / "h.h5", False), dump(tmp_path / "i.h5",
+                  False))
+    assert rc == 0 and "ROUNDING" not in out, out
+    na, nb = dump(tmp_path / "na.h5", False, "bfloat16"), dump(tmp_path / "nb.h5", False,
+                                                               "bfloat16")
+    rc, out = run(splitcheck, "compare", na, nb)
+    assert rc == 0, out
+    assert "compared AFTER ROUNDING: 1 datasets narrowed by their writer " \
+           "(/forward/0/layers/3/attn_out: float32 stored as bfloat16)" in out, out
+    # float16 differing by one ULP: named with its 4 hex digits
+    rc, out = run(splitcheck, "compare", dump(tmp_path / "f.h5", False, "bfloat16"),
+                  dump(tmp_path / "g.h5", True, "bfloat16"))
+    assert rc == 1 and "layer 3 mlp_out token 0 channel 3: 0x3800 != 0x3801" in out, out
+    assert "AFTER ROUNDING" in out, out
+
+
 def test_cpp_refuses_a_python_dump_whose_digest_lies(tmp_path, splitcheck):
     import h5py
     path = tmp_path / "lie.h5"

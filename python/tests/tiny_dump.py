@@ -42,11 +42,14 @@ def write_tiny_dump(path, flip_bit=False):
                 bits = sd.to_bf16_bits(x)
                 if flip_bit and layer == 1 and site == "pre_mlp":
                     bits[2, 5] ^= 1
-                w.write_layer(0, layer, site, bits)
-        w.write("/forward/0/output", values(T * H, 0.3).reshape(T, H), dtype="bfloat16")
+                w.write_layer(0, layer, site, bits, dtype="bfloat16")
+        # K3-mini's sites are bf16 (SPEC's dtype): bf16 bits, stored as they are.
+        w.write("/forward/0/output", sd.to_bf16_bits(values(T * H, 0.3).reshape(T, H)),
+                dtype="bfloat16")
         w.write("/forward/0/logits", values(T * V, 0.7).reshape(T, V))
-        w.write_taps(0, {2: values(T * H, 0.2).reshape(T, H),
-                         0: values(T * H, 0.1).reshape(T, H)})
+        w.write_taps(0, {2: sd.to_bf16_bits(values(T * H, 0.2).reshape(T, H)),
+                         0: sd.to_bf16_bits(values(T * H, 0.1).reshape(T, H))},
+                     dtype="bfloat16")
         w.write("/forward/0/next_tokens", np.array([1, 1, 3], dtype=np.int32))
         w.write_dispatch(0, trace)
         w.write_spec(spec)

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -154,6 +155,72 @@ TEST_F(CompareTest, OneBitFlipIsReportedAtItsTokenAndChannel) {
       EXPECT_EQ(r.first_divergence(), &r.diffs[0]);
     }
   }
+}
+
+// float16, an outside engine's own dtype: stored as IEEE half, read back bit for bit,
+// converted exactly, and a 1-ULP difference named with its 4 hex digits and ULP distance.
+TEST_F(CompareTest, Float16IsStoredAndComparedAsItsOwnBits) {
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f16_to_f32(0xfbff), -65504.0f);
+  EXPECT_TRUE(std::isinf(f16_to_f32(0x7c00)));
+  EXPECT_TRUE(std::isnan(f16_to_f32(0x7e01)));
+  Tensor h = Tensor::zeros(DType::kF16, {4, 8});
+  for (int64_t i = 0; i < h.numel(); ++i)
+    h.data<uint16_t>()[i] = static_cast<uint16_t>(0x3c00 + i);
+  Tensor g = h.clone();
+  g.data<uint16_t>()[8 + 5] += 1;
+  const std::string a = write("a.h5", {{"/forward/0/layers/3/attn_out", h}});
+  const std::string b = write("b.h5", {{"/forward/0/layers/3/attn_out", g}});
+  Result<DumpReader> ra = DumpReader::open(a);
+  ASSERT_TRUE(ra.is_ok()) << ra.status().message();
+  ASSERT_EQ(ra->datasets().size(), 1u);
+  EXPECT_EQ(ra->datasets()[0].dtype, DType::kF16);
+  Result<Tensor> back = ra->read("/forward/0/layers/3/attn_out");
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(std::memcmp(back->bytes(), h.bytes(), h.nbytes()), 0);
+  for (size_t chunk : {size_t{64} << 20, size_t{16}}) {
+    CompareOptions o;
+    o.chunk_bytes = chunk;
+    CompareResult r = compare(a, b, o);
+    ASSERT_EQ(r.diffs.size(), 1u);
+    EXPECT_EQ(r.diffs[0].dtype, "float16");
+    EXPECT_EQ(r.diffs[0].max_ulp, 1);
+    EXPECT_EQ(verdict(r), "forward 0 layer 3 attn_out token 1 channel 5: 0x3c0d != 0x3c0e");
+  }
+  EXPECT_TRUE(compare(a, a).equal());
+}
+
+// A dataset a writer narrowed names its source dtype; the comparison counts it as after
+// rounding and says so, also when everything is equal.
+TEST_F(CompareTest, NarrowedDatasetsAreComparedAfterRoundingAndSaySo) {
+  auto narrowed = [&](const std::string& name) {
+    const std::string path = (dir_ / name).string();
+    DumpHeader hdr;
+    hdr.created = "2024-05-01T12:00:00Z";
+    Result<DumpWriter> w = DumpWriter::create(path, hdr);
+    EXPECT_TRUE(w.is_ok());
+    for (const auto& [p, t] : base_entries()) EXPECT_TRUE(w->write(p, t).is_ok()) << p;
+    EXPECT_TRUE(w->set_attr("/forward/0/layers/12/attn_out", "source_dtype", "float32").is_ok());
+    EXPECT_TRUE(w->finish().is_ok());
+    return path;
+  };
+  const std::string a = narrowed("a.h5"), b = narrowed("b.h5");
+  Result<DumpReader> r = DumpReader::open(a);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->find("/forward/0/layers/12/attn_out")->source_dtype, "float32");
+  EXPECT_EQ(r->find("/forward/0/layers/12/pre_attn")->source_dtype, "");
+  CompareResult c = compare(a, b);
+  EXPECT_TRUE(c.equal());
+  EXPECT_EQ(c.datasets_rounded, 1);
+  EXPECT_EQ(verdict(c),
+            "equal (5 datasets), 1 of them compared AFTER ROUNDING (narrowed by their writer, "
+            "e.g. /forward/0/layers/12/attn_out: float32 stored as bfloat16): not the engine's "
+            "own bits");
+  EXPECT_NE(rounding_line(c).find("compared AFTER ROUNDING: 1 datasets"), std::string::npos);
+  CompareResult plain = compare(write("p.h5", base_entries()), write("q.h5", base_entries()));
+  EXPECT_EQ(plain.datasets_rounded, 0);
+  EXPECT_EQ(rounding_line(plain), "");
 }
 
 TEST_F(CompareTest, CompressedAndPlainDumpsCompareByContent) {

@@ -246,6 +246,86 @@ TEST_F(ExternalSweepTest, AFailingPp1RunJudgesNothing) {
       << r.out;
 }
 
+// A float32 engine (tests/runner/float32_engine.py) whose stage after a cut at layer 3
+// computes one element of layer 3's attn_out one float32 ULP off PP=1. Recorded in its own
+// dtype, the sweep names that element at its site; narrowed to bf16 (both values round to
+// the same bf16), the sweep passes, and every report form says those datasets were compared
+// after rounding, the headline included: never a plain clean pass.
+class Float32EngineTest : public ExternalSweepTest {
+ protected:
+  CliResult sweep(const std::string& name, bool narrow) {
+    json engine = {
+        {"command",
+         {"/usr/bin/python3",
+          (fs::path(SPLITCHECK_SOURCE_DIR) / "tests" / "runner" / "float32_engine.py").string(),
+          "--cuts", "{cuts}", "--out", "{out}"}},
+        {"timeout_s", 60},
+        {"num_hidden_layers", 6}};
+    if (narrow) engine["command"].push_back("--narrow");
+    const json j = {{"engine", engine},
+                    {"partitions", {{"pp", 2}, {"splits", {{3}}}}},
+                    {"checks", {"tensors"}}};
+    const fs::path s = write_scenario(name + ".json", j);
+    return cli("sweep " + quote(s.string()) + " --jobs 2 --report " + quote(path(name).string()));
+  }
+  void SetUp() override {
+    ExternalSweepTest::SetUp();  // the test's own temporary directory
+    if (std::system("/usr/bin/python3 -c 'import h5py, numpy, xxhash' 2>/dev/null") != 0)
+      GTEST_SKIP() << "Debian's python3-h5py, numpy or xxhash is not installed";
+  }
+};
+
+TEST_F(Float32EngineTest, OneUlpAtALayerSiteIsCaughtThereInTheEnginesOwnDtype) {
+  const CliResult r = sweep("native", false);
+  ASSERT_EQ(r.code, 1) << r.out << r.err;
+  const json rep = report("native");
+  ASSERT_EQ(keys_with(rep, "diverged"), std::vector<std::string>{"split-3"});
+  const json& c = rep["cases"][0];
+  EXPECT_NE(c["message"].get<std::string>().find(
+                "forward 0 layer 3 attn_out token 1 channel 0: 0x3d97cf8a != 0x3d97cf8b"),
+            std::string::npos)
+      << c.dump();
+  EXPECT_EQ(c["first_divergence"]["dtype"], "float32");
+  EXPECT_FALSE(rep.contains("rounded")) << rep.dump();
+  for (const char* file : {"summary.md", "report.html", "junit.xml"})
+    EXPECT_EQ(file_text(path("native") / file).find("ROUNDING"), std::string::npos) << file;
+}
+
+TEST_F(Float32EngineTest, NarrowedRecordsPassOnlyAfterRoundingInEveryReportForm) {
+  const CliResult r = sweep("narrow", true);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const json rep = report("narrow");
+  EXPECT_EQ(rep["counts"]["pass"], 1);
+  // 6 layers x 5 sites, each narrowed from float32.
+  ASSERT_TRUE(rep.contains("rounded")) << rep.dump();
+  EXPECT_EQ(rep["rounded"]["datasets"], 30);
+  EXPECT_EQ(rep["rounded"]["cases"], 1);
+  EXPECT_EQ(rep["rounded"]["examples"][0],
+            "/forward/0/layers/0/pre_attn: float32 stored as bfloat16");
+  for (const json& c : rep["cases"]) {
+    EXPECT_EQ(c["rounded"]["datasets"], 30) << c.dump();
+    EXPECT_NE(c["message"].get<std::string>().find("30 datasets compared AFTER ROUNDING"),
+              std::string::npos)
+        << c.dump();
+  }
+  const std::string line = "COMPARED AFTER ROUNDING: 30 datasets in 1 split point were";
+  EXPECT_NE(r.out.find(line), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("30 datasets compared AFTER ROUNDING"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("summary: 1 pass, 0 diverged"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(1 compared after rounding, not on the engine's own bits)"),
+            std::string::npos)
+      << r.out;
+  for (const char* file : {"summary.md", "report.html", "junit.xml"}) {
+    const std::string text = file_text(path("narrow") / file);
+    EXPECT_NE(text.find(line), std::string::npos) << file << ":\n" << text;
+    EXPECT_NE(text.find("compared after rounding: 30 datasets"), std::string::npos) << file;
+  }
+  EXPECT_NE(file_text(path("narrow") / "summary.md").find("CONFORMANT AFTER ROUNDING"),
+            std::string::npos);
+  EXPECT_NE(file_text(path("narrow") / "report.html").find("CONFORMANT AFTER ROUNDING"),
+            std::string::npos);
+}
+
 // examples/torch_pp, a PyTorch pipeline-parallel engine nobody in this project's C++ wrote,
 // swept through the runner exactly as committed: fixed, every split point bit-identical;
 // with the receiver's zero delta dropped, identical only at the block-aligned cuts with a
