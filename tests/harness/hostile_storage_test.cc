@@ -28,45 +28,48 @@ using cli_test::file_text;
 using cli_test::quote;
 using cli_test::write_text;
 
-// Writes the dump `out` of kind `mode` (argv: mode out fifo): two datasets, input_ids and
-// logits, with order and digest; every mode but "good" and "fletcher32" stores logits in a
-// way the format refuses.
+// Writes dumps (argv: fifo, then mode out pairs) of kind `mode` at `out`: two datasets,
+// input_ids and logits, with order and digest; every mode but "good" and "fletcher32"
+// stores logits in a way the format refuses.
 constexpr const char* kMakeDump = R"(import sys, h5py, numpy as np, xxhash
-mode, out, fifo = sys.argv[1:4]
+fifo = sys.argv[1]
 def mark(d, order, data):
     d.attrs["order"] = np.int64(order)
     d.attrs["digest"] = np.bytes_(b"xxh3:%016x" % xxhash.xxh3_64(np.ascontiguousarray(data)).intdigest())
-with h5py.File(out, "w", libver=("v108", "latest")) as f:
-    f.attrs["format"] = np.bytes_(b"splitcheck.dump")
-    f.attrs["format_version"] = np.int64(2)
-    ids = np.arange(4, dtype="<i4")
-    mark(f.create_dataset("forward/0/input_ids", data=ids), 0, ids)
-    v = np.ones(1024, "<f4")
-    if mode == "good":
-        d = f.create_dataset("forward/0/logits", data=v)
-    elif mode == "fletcher32":
-        d = f.create_dataset("forward/0/logits", data=v, chunks=(256,), shuffle=True,
-                             compression="gzip", fletcher32=True)
-    elif mode == "external":
-        d = f.create_dataset("forward/0/logits", shape=v.shape, dtype=v.dtype,
-                             external=[(fifo, 0, 4096)])
-    elif mode == "virtual":
-        layout = h5py.VirtualLayout(shape=v.shape, dtype=v.dtype)
-        layout[:] = h5py.VirtualSource(fifo, "x", shape=v.shape)
-        d = f.create_virtual_dataset("forward/0/logits", layout)
-    elif mode == "extlink":
-        f["forward/0/logits"] = h5py.ExternalLink(fifo, "/x")
-        d = None
-    elif mode == "softlink":
-        f["forward/0/logits"] = h5py.SoftLink("/forward/0/input_ids")
-        d = None
-    elif mode == "lzf":
-        d = f.create_dataset("forward/0/logits", data=v, compression="lzf")
-    elif mode == "scaleoffset":
-        v = np.ones(1024, "<i4")
-        d = f.create_dataset("forward/0/logits", data=v, scaleoffset=0)
-    if d is not None:
-        mark(d, 1, v)
+def make(mode, out):
+  with h5py.File(out, "w", libver=("v108", "latest")) as f:
+      f.attrs["format"] = np.bytes_(b"splitcheck.dump")
+      f.attrs["format_version"] = np.int64(2)
+      ids = np.arange(4, dtype="<i4")
+      mark(f.create_dataset("forward/0/input_ids", data=ids), 0, ids)
+      v = np.ones(1024, "<f4")
+      if mode == "good":
+          d = f.create_dataset("forward/0/logits", data=v)
+      elif mode == "fletcher32":
+          d = f.create_dataset("forward/0/logits", data=v, chunks=(256,), shuffle=True,
+                               compression="gzip", fletcher32=True)
+      elif mode == "external":
+          d = f.create_dataset("forward/0/logits", shape=v.shape, dtype=v.dtype,
+                               external=[(fifo, 0, 4096)])
+      elif mode == "virtual":
+          layout = h5py.VirtualLayout(shape=v.shape, dtype=v.dtype)
+          layout[:] = h5py.VirtualSource(fifo, "x", shape=v.shape)
+          d = f.create_virtual_dataset("forward/0/logits", layout)
+      elif mode == "extlink":
+          f["forward/0/logits"] = h5py.ExternalLink(fifo, "/x")
+          d = None
+      elif mode == "softlink":
+          f["forward/0/logits"] = h5py.SoftLink("/forward/0/input_ids")
+          d = None
+      elif mode == "lzf":
+          d = f.create_dataset("forward/0/logits", data=v, compression="lzf")
+      elif mode == "scaleoffset":
+          v = np.ones(1024, "<i4")
+          d = f.create_dataset("forward/0/logits", data=v, scaleoffset=0)
+      if d is not None:
+          mark(d, 1, v)
+for mode, out in zip(sys.argv[2::2], sys.argv[3::2]):
+    make(mode, out)
 )";
 
 constexpr const char* kModes[] = {"good",    "fletcher32", "external", "virtual",
@@ -91,11 +94,10 @@ class HostileStorageTest : public cli_test::CliFixture {
     if (!have_h5py()) return;
     ASSERT_EQ(::mkfifo(fifo().c_str(), 0600), 0);
     write_text(dumps_ / "make.py", kMakeDump);
-    std::string cmd;
-    for (const char* m : kModes)
-      cmd += "/usr/bin/python3 " + quote((dumps_ / "make.py").string()) + " " + m + " " +
-             quote(dump(m).string()) + " " + quote(fifo().string()) + " && ";
-    ASSERT_EQ(std::system((cmd + "true").c_str()), 0) << cmd;
+    std::string cmd =
+        "/usr/bin/python3 " + quote((dumps_ / "make.py").string()) + " " + quote(fifo().string());
+    for (const char* m : kModes) cmd += std::string(" ") + m + " " + quote(dump(m).string());
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
   static void TearDownTestSuite() { fs::remove_all(dumps_); }
 
@@ -194,8 +196,8 @@ TEST_F(HostileStorageTest, ASweepCallsAnEnginesDumpAtAFifoACorruptDump) {
       file_text(fs::path(SPLITCHECK_SOURCE_DIR) / "scenarios" / "external-self.json"));
   const fs::path engine = path("engine.sh");
   write_text(engine, "#!/bin/sh\nmode=good; [ \"$2\" = 4 ] && mode=external\nexec /usr/bin/python3 " +
-                         quote((dumps_ / "make.py").string()) + " $mode \"$3\" " +
-                         quote(fifo().string()) + "\n");
+                         quote((dumps_ / "make.py").string()) + " " +
+                         quote(fifo().string()) + " $mode \"$3\"\n");
   fs::permissions(engine, fs::perms::owner_all);
   j["engine"]["command"] = {engine.string(), "{scenario}", "{cuts}", "{out}"};
   j["partitions"]["splits"] = {{4}};
