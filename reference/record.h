@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -23,9 +24,21 @@ const char* dump_level_name(DumpLevel level);
 
 using AttrValue = std::variant<int64_t, double, std::string>;
 
+// Where a tensor left in a file lives: a large dataset of a dump loaded for comparison
+// (harness/runner/engine_dump.h) keeps only this and its dtype and shape, so memory does
+// not grow with the dump. A comparator reads `dataset` of `file` in blocks and checks the
+// bytes against `digest`, the digest the file carried when it was loaded, as it reads.
+struct StoredTensor {
+  std::string file;
+  std::string dataset;  // "/forward/0/layers/0/pre_attn"
+  std::string digest;   // "xxh3:..."
+};
+
 struct RecordEntry {
   std::string path;
+  // The tensor; when `stored` is set, its dtype and shape only (no data).
   Tensor tensor;
+  std::optional<StoredTensor> stored;
 };
 
 class RunRecord {
@@ -33,7 +46,18 @@ class RunRecord {
   // Adds a dataset; a tensor on a device is copied to the host first.
   void add(std::string path, Tensor tensor) {
     if (tensor.device() != Device::kCpu) tensor = tensor.to(Device::kCpu);
-    entries_.push_back(RecordEntry{std::move(path), std::move(tensor)});
+    RecordEntry e;
+    e.path = std::move(path);
+    e.tensor = std::move(tensor);
+    entries_.push_back(std::move(e));
+  }
+  // Adds a dataset whose bytes stay in a file: `shape_only` carries its dtype and shape.
+  void add_stored(std::string path, Tensor shape_only, StoredTensor where) {
+    RecordEntry e;
+    e.path = std::move(path);
+    e.tensor = std::move(shape_only);
+    e.stored = std::move(where);
+    entries_.push_back(std::move(e));
   }
   void set_attr(const std::string& object, const std::string& name, AttrValue value) {
     attrs_[object][name] = std::move(value);

@@ -24,6 +24,7 @@
 #include "harness/dump/dump.h"
 #include "kernels/status.h"
 #include "kernels/tensor.h"
+#include "reference/record.h"
 
 namespace splitcheck {
 
@@ -170,6 +171,15 @@ Result<CompareResult> compare_dumps(const std::string& a, const std::string& b,
 // Compares two in-memory tensors as compare_dumps() compares one dataset; the result
 // holds at most one diff or one structural error, and datasets_compared == 1.
 Result<CompareResult> compare_tensors(const std::string& path, const Tensor& a, const Tensor& b,
+                                      const CompareOptions& options = {});
+
+// Compares two record entries as compare_tensors() compares their tensors, where either
+// may be a StoredTensor (reference/record.h): its bytes are streamed from its file in
+// blocks of at most options.chunk_bytes (mapped when stored contiguously) and checked
+// against its digest in the same pass. A digest that does not match the bytes, or a file
+// whose dataset no longer carries the digest it was loaded with, is kInvalidInput naming
+// the file and the dataset. The diff is the one compare_tensors() gives for the same bytes.
+Result<CompareResult> compare_entries(const RecordEntry& a, const RecordEntry& b,
                                       const CompareOptions& options = {});
 
 // An element's bits in hex, as wide as the dtype: "0x3f80" (bfloat16, float16),

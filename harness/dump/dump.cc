@@ -1,6 +1,7 @@
 #include "harness/dump/dump.h"
 
 #include <hdf5.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -14,6 +15,7 @@
 #include <type_traits>
 
 #include "harness/dump/digest.h"
+#include "harness/dump/printable.h"
 
 namespace splitcheck {
 
@@ -406,12 +408,99 @@ Result<T> read_numeric_attr(hid_t obj, const std::string& name, bool allow_float
   return value;
 }
 
+// The filters a dump's datasets may be stored through: the C++ writer's shuffle + deflate
+// (DumpWriter::create with `compress`) and fletcher32, a checksum HDF5 verifies as it reads.
+// Any other (lzf, szip, scaleoffset, nbit, a plugin) is refused before a byte is read: none
+// is written by this project's writers, scaleoffset and nbit are lossy, and an unknown
+// filter would have HDF5 look for a plugin on HDF5_PLUGIN_PATH.
+constexpr H5Z_filter_t kDumpFilters[] = {H5Z_FILTER_DEFLATE, H5Z_FILTER_SHUFFLE,
+                                         H5Z_FILTER_FLETCHER32};
+
+// Why the storage of a dataset is not one a dump may use, checked from its creation
+// properties before anything reads its data: a virtual dataset (its bytes are in other
+// files), external storage (raw bytes in other files, which may be a FIFO or a device
+// that blocks a reader forever), a layout HDF5 does not name, a filter outside
+// kDumpFilters. Empty when the storage is contiguous, compact or chunked in the file.
+Status check_storage(hid_t ds) {
+  Handle dcpl(H5Dget_create_plist(ds));
+  if (!dcpl.valid()) return invalid_input("cannot read its creation properties" + hdf5_detail());
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_VIRTUAL)
+    return invalid_input(
+        "is a virtual dataset (its data lies in other files); a dump stores every dataset's "
+        "bytes in the dump itself");
+  if (layout != H5D_CONTIGUOUS && layout != H5D_COMPACT && layout != H5D_CHUNKED)
+    return invalid_input("has an unknown storage layout " + std::to_string(layout) +
+                         hdf5_detail());
+  const int external = H5Pget_external_count(dcpl.get());
+  if (external != 0) {
+    char name[256] = {};
+    off_t offset = 0;
+    hsize_t size = 0;
+    if (external < 0 || H5Pget_external(dcpl.get(), 0, sizeof name, name, &offset, &size) < 0)
+      name[0] = '\0';
+    H5Eclear2(H5E_DEFAULT);
+    return invalid_input("keeps its data in external storage (" + std::to_string(external) +
+                         " file(s), the first \"" + printable(name, false) +
+                         "\"); a dump stores every dataset's bytes in the dump itself");
+  }
+  const int filters = H5Pget_nfilters(dcpl.get());
+  if (filters < 0) return invalid_input("cannot read its filters" + hdf5_detail());
+  for (int i = 0; i < filters; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t values = 0;
+    char name[128] = {};
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags,
+                                           &values, nullptr, sizeof name, name, &config);
+    if (std::find(std::begin(kDumpFilters), std::end(kDumpFilters), id) !=
+        std::end(kDumpFilters))
+      continue;
+    H5Eclear2(H5E_DEFAULT);
+    return invalid_input("is stored through filter " + std::to_string(id) + " (\"" +
+                         printable(name, false) +
+                         "\"); a dump's datasets use only shuffle, deflate and fletcher32");
+  }
+  return Status::ok();
+}
+
+// Refuses `path` unless it names a regular file (a symbolic link to one is followed): a
+// FIFO, a socket or a device would block HDF5's open or read forever, or act on the open.
+// stat() only, so nothing is opened that is not a regular file; `st` is what was checked.
+Status check_regular_file(const std::string& path, struct stat& st) {
+  if (::stat(path.c_str(), &st) != 0)
+    return invalid_input(path + (errno == ENOENT ? ": no such file"
+                                                 : std::string(": cannot stat: ") +
+                                                       std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    return invalid_input(path + ": not a regular file (" +
+                         (S_ISFIFO(st.st_mode)  ? "a FIFO"
+                          : S_ISDIR(st.st_mode) ? "a directory"
+                          : S_ISSOCK(st.st_mode) ? "a socket"
+                                                 : "a device") +
+                         "); a dump is read from a regular file only");
+  return Status::ok();
+}
+
+// Refuses an open `file` that is not the regular file check_regular_file() saw at `path`
+// (the name was pointed elsewhere in between).
+Status check_same_file(hid_t file, const std::string& path, const struct stat& checked) {
+  void* handle = nullptr;
+  struct stat st {};
+  if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || handle == nullptr ||
+      ::fstat(*static_cast<int*>(handle), &st) != 0)
+    return invalid_input(path + ": cannot check the file HDF5 opened" + hdf5_detail());
+  if (st.st_dev != checked.st_dev || st.st_ino != checked.st_ino || !S_ISREG(st.st_mode))
+    return invalid_input(path + ": the file changed while it was opened");
+  return Status::ok();
+}
+
 // Everything the listing needs about one dataset, or why it is not a valid dump dataset.
 // `format_version` decides the digest algorithm a dataset must carry: XXH64 in version 1,
 // XXH3-64 from version 2 on.
 Result<DatasetInfo> inspect_dataset(hid_t ds, const std::string& path, int64_t format_version) {
   DatasetInfo info;
   info.path = path;
+  RETURN_IF_ERROR(check_storage(ds));
   Handle type(H5Dget_type(ds));
   Handle space(H5Dget_space(ds));
   if (!type.valid() || !space.valid())
@@ -521,8 +610,18 @@ struct VisitState {
 herr_t visit_link(hid_t root, const char* name, const H5L_info_t* info, void* data) noexcept {
   auto* state = static_cast<VisitState*>(data);
   try {
-    if (info->type != H5L_TYPE_HARD) return 0;
     std::string path = normalize_path(name);
+    // A soft, external or user-defined link names an object elsewhere, perhaps in another
+    // file (which may be a FIFO): a dump's writers make hard links only, and the reader
+    // follows nothing else.
+    if (info->type != H5L_TYPE_HARD) {
+      const char* kind = info->type == H5L_TYPE_SOFT       ? "a soft link"
+                         : info->type == H5L_TYPE_EXTERNAL ? "an external link (to another file)"
+                                                           : "a user-defined link";
+      state->status = invalid_input("object " + printable(path, false) + ": is " + kind +
+                                    "; a dump holds hard links only");
+      return -1;
+    }
     Handle obj(H5Oopen(root, name, H5P_DEFAULT));
     if (!obj.valid()) {
       state->status = invalid_input("object " + path + ": cannot open" + hdf5_detail());
@@ -783,8 +882,8 @@ Status DumpWriter::finish() {
 
 Result<DumpReader> DumpReader::open(const std::string& path) {
   Hdf5Lock lock;
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return invalid_input(path + ": no such file");
+  struct stat checked {};
+  RETURN_IF_ERROR(check_regular_file(path, checked));
   htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   if (is_hdf5 <= 0)
     return invalid_input(path + ": not an HDF5 file" + (is_hdf5 < 0 ? hdf5_detail() : ""));
@@ -795,6 +894,7 @@ Result<DumpReader> DumpReader::open(const std::string& path) {
   r.file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
   if (r.file_ < 0)
     return invalid_input(path + ": cannot open (truncated or corrupt HDF5 file)" + hdf5_detail());
+  RETURN_IF_ERROR(check_same_file(r.file_, path, checked));
 
   Handle root(H5Gopen2(r.file_, "/", H5P_DEFAULT));
   if (!root.valid()) return invalid_input(path + ": cannot open the root group" + hdf5_detail());

@@ -262,8 +262,8 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
     return !check.empty() &&
            (checks.empty() || std::find(checks.begin(), checks.end(), check) != checks.end());
   };
-  std::map<std::string, const Tensor*> by_path;
-  for (const RecordEntry& e : cand.entries()) by_path[e.path] = &e.tensor;
+  std::map<std::string, const RecordEntry*> by_path;
+  for (const RecordEntry& e : cand.entries()) by_path[e.path] = &e;
   std::set<int32_t> diverged_requests;
   auto note_request = [&](const std::string& path) {
     const int32_t r = request_of(ref, path);
@@ -302,7 +302,8 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
       if (missing_at < 0) missing_at = position, missing_path = e.path;
       continue;
     }
-    const Tensor& b = *it->second;
+    const RecordEntry& eb = *it->second;
+    const Tensor& b = eb.tensor;
     if (check == "dispatch") {
       std::optional<DispatchMismatch> m =
           diff_dispatch(forward_of(e.path), e.tensor, b, c.dispatch_mismatches, kernel_names);
@@ -314,7 +315,7 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
       }
       continue;
     }
-    ASSIGN_OR_RETURN(CompareResult r, compare_tensors("/" + e.path, e.tensor, b));
+    ASSIGN_OR_RETURN(CompareResult r, compare_entries(e, eb));
     if (r.structural_errors.empty()) note_rounding(ref, cand, e.path, e.tensor, c);
     const bool is_tap = check == "taps";
     int tap_id = -1;

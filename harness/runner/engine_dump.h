@@ -1,4 +1,4 @@
-// What an external engine's dump shows, read whole and checked: its datasets in execution
+// What an external engine's dump shows, read and checked: its datasets in execution
 // order, what its stages say they hold, its speculative figures; and the evidence the
 // runner takes from it for the judge (harness/judge/judge.h): the stage checks' findings,
 // the partition it shows against the one asked, whether the file is its own run, and which
@@ -30,7 +30,10 @@ namespace splitcheck {
 // partition (partition_evidence) is required of every case, selected or not.
 std::span<const char* const> stage_checks_of_dumps();
 
-// One dump, read whole and checked.
+// One dump, read and checked. Datasets over 16 MiB are read once here (their digests
+// checked) and kept in `record` as StoredTensors (reference/record.h) that the judge's
+// comparison streams from the file again, so the dump's file must stay in place while it
+// is judged; smaller datasets and dispatch traces are held in memory.
 struct LoadedDump {
   RunRecord record;
   std::vector<StageHoldings> stages;                           // empty when it carries no /stages
