@@ -115,7 +115,9 @@ class HostileStorageTest : public cli_test::CliFixture {
   CliResult cli_within_deadline(const std::string& args, double& seconds,
                                 int deadline_s = 2) const {
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string cmd = quote(SPLITCHECK_BINARY) + " " + args + " >" +
+    // exec: the deadline's signals reach splitcheck itself, and `timeout` returns only once
+    // splitcheck has ended (not merely the shell).
+    const std::string cmd = "exec " + quote(SPLITCHECK_BINARY) + " " + args + " >" +
                             quote(path("stdout.txt").string()) + " 2>" +
                             quote(path("stderr.txt").string());
     const int status = std::system(
