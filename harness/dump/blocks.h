@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -21,9 +22,18 @@ struct SlabBlock {
   int64_t elements = 0;
 };
 
+// Set once the process is ending (the runner's interrupt watch sets it on SIGINT, SIGTERM or
+// SIGHUP): every streamed read stops at its next block with an error, so a sweep told to
+// stop writes its report without first reading a large dump to its end.
+inline std::atomic<bool>& dump_reading_stopped() {
+  static std::atomic<bool> stopped{false};
+  return stopped;
+}
+
 // Splits `shape` into row-major blocks of at most `max_bytes` (but at least one
 // element), each a single hyperslab: indices fixed on the outer axes, a run along axis
-// k, whole extents on the axes after k. Calls fn(block) in order until it fails.
+// k, whole extents on the axes after k. Calls fn(block) in order until it fails, or until
+// dump_reading_stopped() (an internal error saying so).
 template <typename Fn>
 Status for_each_block(const Shape& shape, size_t element_size, size_t max_bytes, Fn&& fn) {
   SlabBlock block;
@@ -58,6 +68,8 @@ Status for_each_block(const Shape& shape, size_t element_size, size_t max_bytes,
       block.count[k] = std::min(run, shape[k] - j);
       block.offset = (o * shape[k] + j) * inner[k];
       block.elements = block.count[k] * inner[k];
+      if (dump_reading_stopped().load(std::memory_order_relaxed))
+        return internal_error("reading stopped: splitcheck was interrupted");
       RETURN_IF_ERROR(fn(block));
     }
   }

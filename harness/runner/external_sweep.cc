@@ -361,8 +361,12 @@ void run_engine_case(ExternalSweep& x, const Partition& part, CaseResult& c) {
   if (o.end == ProcessOutcome::End::kInterrupted) return interrupted(true);
   if (!why.empty()) return error(why);
   Result<LoadedDump> d = load_dump(c.dump);
+  // Reading stops at the next block once splitcheck is interrupted: the case is then
+  // interrupted, not a corrupt dump, and not judged on what was read.
+  if (!d.is_ok() && interrupt_signal() != 0) return interrupted(true);
   if (!d.is_ok()) return error("corrupt dump: " + d.status().message());
   judge_dump(x, part, *d, c);
+  if (c.verdict == Verdict::kError && interrupt_signal() != 0) interrupted(true);
 }
 
 // Every case, x.options.jobs at a time (default: one per core).

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <vector>
 
+#include "harness/dump/blocks.h"
+
 namespace splitcheck {
 namespace {
 
@@ -43,6 +45,7 @@ void on_interrupt(int sig) {
   std::lock_guard<std::mutex> lock(registry_mutex());
   int none = 0;
   recorded_signal.compare_exchange_strong(none, sig);
+  dump_reading_stopped().store(true);
   for (pid_t pid : live_supervisors()) kill(pid, SIGTERM);
 }
 
@@ -99,6 +102,7 @@ int exit_status_for_signal(int sig) { return 128 + sig; }
 void reset_interrupt_for_testing() {
   std::lock_guard<std::mutex> lock(registry_mutex());
   recorded_signal.store(0);
+  dump_reading_stopped().store(false);
 }
 
 bool register_engine_supervisor(pid_t pid) {

@@ -10,10 +10,12 @@
 #include <filesystem>
 #include <limits>
 
+#include "harness/dump/blocks.h"
 #include "harness/dump/compare.h"
 #include "harness/dump/dump.h"
 #include "harness/judge/judge.h"
 #include "harness/runner/engine_dump.h"
+#include "harness/runner/interrupt.h"
 
 namespace splitcheck {
 namespace {
@@ -168,6 +170,30 @@ TEST_F(StreamedCompareTest, LoadDumpLeavesLargeDatasetsInTheirFileAndJudgesThemT
   ASSERT_TRUE(compare_records(la->record, la->record, self).is_ok());
   EXPECT_EQ(self.verdict, Verdict::kPass) << self.message;
   EXPECT_FALSE(la->content_sha256.empty());
+}
+
+// Once splitcheck is interrupted, no streamed read goes on to the end of its dataset: loading
+// and comparing stop at the next block, with an error saying why.
+TEST_F(StreamedCompareTest, ReadingStopsAtTheNextBlockOnceInterrupted) {
+  const Tensor a = site_tensor(8193, false);
+  const std::string fa = write("a.h5", a), fb = write("b.h5", a);
+  const RecordEntry ea = stored(fa, a), eb = stored(fb, a);
+  dump_reading_stopped().store(true);
+  Result<LoadedDump> loaded = load_dump(fa);
+  Result<CompareResult> compared = compare_entries(ea, eb);
+  reset_interrupt_for_testing();
+  EXPECT_FALSE(dump_reading_stopped().load());
+  ASSERT_FALSE(loaded.is_ok());
+  EXPECT_NE(loaded.status().message().find("interrupted"), std::string::npos)
+      << loaded.status().message();
+  ASSERT_FALSE(compared.is_ok());
+  EXPECT_NE(compared.status().message().find("interrupted"), std::string::npos)
+      << compared.status().message();
+  // Reset, the same reads go through.
+  EXPECT_TRUE(load_dump(fa).is_ok());
+  Result<CompareResult> again = compare_entries(ea, eb);
+  ASSERT_TRUE(again.is_ok()) << again.status().message();
+  EXPECT_TRUE(again->equal());
 }
 
 }  // namespace
