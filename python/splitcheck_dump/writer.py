@@ -81,6 +81,14 @@ def _float_dtype_name(value):
     return text if text in _HOLDS else None
 
 
+def _activation_dtype(value, dtype):
+    """An activation's dtype for `write`: `dtype` when given; bf16 bits for a uint16 array
+    (the format's bf16, never an integer activation); else None (its own dtype)."""
+    if dtype is None and isinstance(value, np.ndarray) and value.dtype == np.uint16:
+        return "bfloat16"
+    return dtype
+
+
 def _tensor_input(t, dtype):
     """A torch tensor -> (numpy array or bf16 bits, dtype), crossing to the host once."""
     import torch
@@ -232,17 +240,19 @@ class DumpWriter:
 
     def write_layer(self, forward, layer, site, tensor, dtype=None):
         """One per-layer tensor [T, H] in the engine's dtype (`write`'s dtype: None keeps
-        it; "bfloat16" for bf16 bits or to narrow): site is one of LAYER_SITES."""
+        it, and takes a uint16 array as bf16 bits; "bfloat16" to narrow): site is one of
+        LAYER_SITES."""
         if site not in LAYER_SITES:
             raise ValueError(f"unknown layer site {site!r}; known: {', '.join(LAYER_SITES)}")
         return self.write(f"/forward/{int(forward)}/layers/{int(layer)}/{site}", tensor,
-                          dtype=dtype)
+                          dtype=_activation_dtype(tensor, dtype))
 
     def write_taps(self, forward, taps, dtype=None):
         """Taps {capture id: [T, H]} at /forward/<f>/taps/<k>, ascending id, each in the
         engine's dtype (or `dtype`, as `write`)."""
         for k in sorted(taps):
-            self.write(f"/forward/{int(forward)}/taps/{int(k)}", taps[k], dtype=dtype)
+            self.write(f"/forward/{int(forward)}/taps/{int(k)}", taps[k],
+                       dtype=_activation_dtype(taps[k], dtype))
 
     def write_dispatch(self, forward, trace):
         """A forward's dispatch trace: /forward/<f>/dispatch and /stage_trace/<f>."""
