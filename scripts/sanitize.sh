@@ -106,7 +106,10 @@ if [[ $all -eq 0 && -x "$release_tests" ]] &&
   test_files="$(python3 - "$build_dir/release-tests.json" "$root" <<'PY'
 import json, os, sys
 listing = json.load(open(sys.argv[1]))
-files = {os.path.relpath(t["file"], sys.argv[2]) for s in listing["testsuites"] for t in s["testsuite"]}
+# A file name is absolute, or relative to the release build (as ccache's base_dir makes it).
+build = os.path.join(sys.argv[2], "build")
+files = {os.path.relpath(os.path.normpath(os.path.join(build, t["file"])), sys.argv[2])
+         for s in listing["testsuites"] for t in s["testsuite"]}
 print(";".join(sorted(files)))
 PY
 )"
