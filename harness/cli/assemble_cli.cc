@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "harness/dump/assemble.h"
-#include "reports/escape.h"
+#include "harness/reports/escape.h"
 
 namespace splitcheck {
 

@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include "harness/cli/external_cli.h"
-#include "harness/judge/bisect.h"
+#include "harness/reports/escape.h"
+#include "harness/reports/report.h"
 #include "harness/runner/interrupt.h"
-#include "reports/escape.h"
-#include "reports/report.h"
+#include "harness/sweep/bisect.h"
 
 namespace splitcheck {
 

@@ -17,11 +17,12 @@
 #include "harness/engine/run.h"
 #include "harness/gates/golden.h"
 #include "harness/gates/sensitivity.h"
-#include "harness/judge/bisect.h"
 #include "harness/lanes/properties.h"
+#include "harness/judge/outcome.h"
+#include "harness/reports/escape.h"
+#include "harness/reports/report.h"
 #include "harness/scenario/partition.h"
-#include "reports/escape.h"
-#include "reports/report.h"
+#include "harness/sweep/bisect.h"
 
 namespace splitcheck {
 namespace {
@@ -155,7 +156,8 @@ int cmd_compare(const std::string& a, const std::string& b, bool approximate, bo
     if (!st.is_ok()) return report_status(st);
     fmt::print("report: {}/report.json\n", report_dir);
   }
-  return r->equal() ? kExitOk : kExitDiverged;
+  // Two files compared are one case: its exit status from the judge's outcome table.
+  return outcome_of(r->equal() ? Verdict::kPass : Verdict::kDiverged).exit_status;
 }
 
 int cmd_verify_dump(const std::string& path) {

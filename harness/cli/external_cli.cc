@@ -6,10 +6,11 @@
 #include <algorithm>
 #include <fstream>
 
-#include "harness/judge/bisect.h"
-#include "reports/escape.h"
-#include "reports/report.h"
-#include "reports/writers.h"
+#include "harness/engine/generation.h"
+#include "harness/reports/escape.h"
+#include "harness/reports/report.h"
+#include "harness/reports/writers.h"
+#include "harness/sweep/bisect.h"
 
 namespace splitcheck {
 namespace {
@@ -74,8 +75,7 @@ int interrupted_bisect(const Scenario& s, const SweepResult& r, const std::strin
   const nlohmann::json report = sweep_report(r, ReportContext{command_line});
   if (!report_dir.empty()) {
     if (Status st = write_reports(report_dir, report); !st.is_ok()) return fail(st);
-    fmt::print("report: {}/report.json (the sweep of what finished)\n",
-               console_line(report_dir));
+    fmt::print("report: {}/report.json (the sweep of what finished)\n", console_line(report_dir));
   }
   print_opening(report);
   const char* name = sigabbrev_np(r.interrupted_by);
@@ -116,14 +116,14 @@ int external_sweep_and_report(const Scenario& s, const ExternalSweepOptions& opt
     if (!c.stderr_tail.empty()) print_tail(c.stderr_tail);
   }
   fmt::print("checks: {}\n", fmt::join(r->checks, ", "));
-  for (const std::string& line : not_judged_lines(report))
-    fmt::print("  {}\n", console_line(line));
+  for (const std::string& line : not_judged_lines(report)) fmt::print("  {}\n", console_line(line));
   for (const std::string& line : rounding_lines(report)) fmt::print("{}\n", console_line(line));
   const int64_t rounded = obj_field(report, "rounded").value("cases", int64_t{0});
-  fmt::print("summary: {}{}\n", r->counts_line(),
-             rounded > 0 ? fmt::format(" ({} compared after rounding, not on the engine's own bits)",
-                                       rounded)
-                         : "");
+  fmt::print(
+      "summary: {}{}\n", r->counts_line(),
+      rounded > 0
+          ? fmt::format(" ({} compared after rounding, not on the engine's own bits)", rounded)
+          : "");
   fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s with {} jobs; engine runs {:.2f} s in all\n",
              r->pp1_seconds, r->total_seconds, r->threads, r->external->engine_seconds);
   if (r->pp1_acceptance.speculative) {
@@ -195,7 +195,7 @@ int external_bisect(const Scenario& s, const ExternalSweepOptions& options,
   fmt::print("  detail: {}\n  cause: {}\n  repro: {} (replay: splitcheck sweep {})\n", f->message,
              f->cause, path, path);
   if (r->interrupted_by != 0) return 128 + r->interrupted_by;
-  return f->verdict == Verdict::kError ? 3 : 1;
+  return outcome_of(f->verdict).exit_status;
 }
 
 }  // namespace splitcheck

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "reports/merge.h"
-#include "reports/report.h"
+#include "harness/reports/merge.h"
+#include "harness/reports/report.h"
 
 namespace splitcheck {
 

@@ -1,4 +1,5 @@
-// `splitcheck merge`: loads shard reports, merges them (reports/merge.h), writes the result.
+// `splitcheck merge`: loads shard reports, merges them (harness/reports/merge.h), writes the
+// result.
 #pragma once
 
 #include <string>

@@ -9,10 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/cli/external_cli.h"
-#include "harness/judge/sweep.h"
+#include "harness/engine/generation.h"
+#include "harness/reports/report.h"
 #include "harness/runner/interrupt.h"
+#include "harness/sweep/sweep.h"
 #include "harness/transport/rank_launcher.h"
-#include "reports/report.h"
 #if SPLITCHECK_HAVE_MPI
 #include <mpi.h>
 

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "harness/dump/evidence.h"
 #include "harness/engine/prepared_workload.h"
 #include "harness/engine/stage.h"
 #include "harness/scenario/faults.h"
@@ -14,16 +15,6 @@
 #include "reference/weight_source.h"
 
 namespace splitcheck {
-
-// Where the drafter runs and what it was bound to (SPEC 5.4). same_object_as_target is
-// measured: the bound embedding has the storage of the stage's embed_tokens.
-struct DrafterPlacement {
-  std::string method = "none";
-  int stage = 0;
-  std::string embedding_source = "none";  // target | own | missing | none (no drafter)
-  bool same_object_as_target = false;
-  std::string refusal;  // the load-time refusal, when one was made
-};
 
 // The stage the drafter runs beside: its weights (the embedding and lm_head the drafter
 // shares), its index, and whether it is the first stage (the one that holds layer 0 and the
@@ -58,20 +49,6 @@ struct GenerationSummary {
   int64_t drafter_calls = 0;  // observe and propose calls the drafter computed
 };
 
-// The acceptance figures of SPEC 5.5 for a report.
-struct AcceptanceFigures {
-  bool speculative = false;
-  int64_t steps = 0;
-  int64_t accepted = 0;
-  double acceptance_rate = 0;
-  double tokens_per_forward = 0;
-  double mean_accepted = 0;
-  // Steps that accepted a tokens, a = 0..gamma (SPEC 3.3); empty without a drafter.
-  std::vector<int64_t> accepted_histogram;
-  int strict_correct = 0;
-  int flexible_correct = 0;
-  int prompts = 0;
-};
 AcceptanceFigures acceptance_figures(const GenerationSummary& summary);
 // The GSM8K-style strict and flexible scores of a generation (prompt p against problem p).
 void score(const Scenario& scenario, const PreparedWorkload& workload,

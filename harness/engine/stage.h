@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/dump/evidence.h"
 #include "harness/engine/handoff.h"
 #include "harness/scenario/faults.h"
 #include "harness/scenario/partition.h"
@@ -25,19 +26,6 @@ struct StageConfig {
   FaultSet faults;
   std::string spec_method = "none";    // the registry's method (spec_methods.h)
   bool context_only_producer = false;  // the last stage proposes nothing
-};
-
-// What a stage holds (SPEC 5.4), read from its own WeightStore: recorded under
-// /stages/<s>/ in the dump. `embedding` says whether the store holds embed_tokens (real on
-// the first stage, copy-for-drafter elsewhere, missing when it does not); parameter_bytes
-// is measured from the storage the stage owns (WeightStore::parameter_bytes).
-struct StageHoldings {
-  int index = 0;
-  StageRange range;
-  std::string embedding;  // real | missing | copy-for-drafter
-  std::vector<int> owned_taps;
-  size_t parameter_bytes = 0;
-  size_t tensors = 0;
 };
 
 // What a stage holds and measures, from its store and configuration.

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/judge/sweep.h"
+#include "harness/sweep/sweep.h"
 
 namespace splitcheck {
 

@@ -239,11 +239,10 @@ void note_rounding(const RunRecord& ref, const RunRecord& cand, const std::strin
 // rounding; "" when none were.
 std::string rounding_note(const CaseResult& c) {
   if (c.datasets_rounded == 0) return "";
-  return fmt::format("; {} datasets compared AFTER ROUNDING (the writer narrowed them: {}{})",
-                     c.datasets_rounded, fmt::join(c.rounded_examples, ", "),
-                     c.datasets_rounded > static_cast<int64_t>(c.rounded_examples.size())
-                         ? ", ..."
-                         : "");
+  return fmt::format(
+      "; {} datasets compared AFTER ROUNDING (the writer narrowed them: {}{})", c.datasets_rounded,
+      fmt::join(c.rounded_examples, ", "),
+      c.datasets_rounded > static_cast<int64_t>(c.rounded_examples.size()) ? ", ..." : "");
 }
 
 void set_error(CaseResult& c, const std::string& why) {
@@ -254,6 +253,38 @@ void set_error(CaseResult& c, const std::string& why) {
 }  // namespace
 
 std::string dataset_check(const std::string& path) { return check_of(path); }
+
+std::vector<std::string> judged_checks(const std::vector<std::string>& selected,
+                                       const std::vector<CaseResult>& cases,
+                                       std::vector<NotJudged>& sweep_not_judged) {
+  auto is_selected = [&](std::string_view name) {
+    return std::find(selected.begin(), selected.end(), name) != selected.end();
+  };
+  for (const std::string& check : checks_of_kind(CheckKind::kStage)) {
+    if (!is_selected(check)) continue;
+    bool judged = false;
+    std::string reason;
+    for (const CaseResult& c : cases) {
+      if (c.verdict == Verdict::kError || c.verdict == Verdict::kConfigRejected ||
+          c.verdict == Verdict::kSkipped || c.verdict == Verdict::kInterrupted)
+        continue;
+      auto it = std::find_if(c.not_judged.begin(), c.not_judged.end(),
+                             [&](const NotJudged& n) { return n.check == check; });
+      if (it == c.not_judged.end())
+        judged = true;
+      else if (reason.empty())
+        reason = "no partition's dump gives evidence: " + it->reason;
+    }
+    if (!judged) sweep_not_judged.push_back({check, reason.empty() ? "no partition ran" : reason});
+  }
+  std::vector<std::string> judged;
+  for (const CheckInfo& check : check_registry()) {
+    const bool not_judged = std::any_of(sweep_not_judged.begin(), sweep_not_judged.end(),
+                                        [&](const NotJudged& n) { return n.check == check.name; });
+    if (is_selected(check.name) && !not_judged) judged.emplace_back(check.name);
+  }
+  return judged;
+}
 
 Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& c,
                        const std::vector<std::string>& checks,

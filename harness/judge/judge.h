@@ -1,7 +1,7 @@
 // The one judge: a case's verdict from PP=1's record and the case's own, the checks
-// selected and the evidence each carries. The built-in sweep (sweep.cc) and the external
-// runner (harness/runner/external_sweep.cc) gather that evidence their own way (an engine
-// built here, a dump an engine wrote) and hand it to judge_case; the self-checks compare
+// selected and the evidence each carries. The built-in sweep (harness/sweep/sweep.cc) and
+// the external runner (harness/runner/external_sweep.cc) gather that evidence their own way (an
+// engine built here, a dump an engine wrote) and hand it to judge_case; the self-checks compare
 // through compare_records; bisect and merge read the verdicts these give. No caller sets a
 // case's verdict from a comparison of its own.
 //
@@ -16,9 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/engine/run.h"
-#include "harness/judge/stage_checks.h"
-#include "harness/judge/sweep.h"
+#include "harness/judge/result.h"
+#include "reference/record.h"
 
 namespace splitcheck {
 
@@ -65,6 +64,15 @@ void judge_case(const JudgeInput& in, CaseResult& c);
 Status compare_records(const RunRecord& reference, const RunRecord& candidate, CaseResult& c,
                        const std::vector<std::string>& checks = {},
                        const std::vector<std::string>& kernel_names = {});
+
+// The checks a sweep judged, in registry order: the selected ones less those judged for no
+// case. `sweep_not_judged` holds what the whole sweep is known not to judge beforehand (a
+// check PP=1's dump gives no evidence for, a waived evidence) and gains each selected stage
+// check that no case which ran (neither error nor config-rejected) judged, with the first
+// reason a case gave. The built-in sweep, the runner and merge all call this.
+std::vector<std::string> judged_checks(const std::vector<std::string>& selected,
+                                       const std::vector<CaseResult>& cases,
+                                       std::vector<NotJudged>& sweep_not_judged);
 
 // The check a dataset of a record belongs to, by its path ("forward/0/taps/7": "taps");
 // empty for what no dataset check compares (stages/, stage_trace/).

@@ -9,12 +9,10 @@
 #include <string>
 
 #include "kernels/status.h"
-#include "reference/weight_source.h"
 
 namespace splitcheck {
 
 class RunRecord;
-struct Scenario;
 
 // What the second PP=1 run showed.
 struct SelfCheckResult {
@@ -26,9 +24,9 @@ struct SelfCheckResult {
   double seconds = 0;            // of the second run and its comparison
 };
 
-// Runs PP=1 of `scenario` again over `weights` and compares its record with `first` over
-// every check.
-Result<SelfCheckResult> check_pp1_reproduces(const Scenario& scenario, WeightSource& weights,
-                                             const RunRecord& first);
+// The self-check's one decision, for every engine: whether PP=1's second record `second`
+// reproduces its first, `first`, over every dataset (a second run that recorded nothing to
+// compare does not reproduce it). Fills r's counts, `reproduced` and `first_difference`.
+Status judge_reproduction(const RunRecord& first, const RunRecord& second, SelfCheckResult& r);
 
 }  // namespace splitcheck

@@ -12,16 +12,11 @@
 
 #include "harness/engine/generation.h"
 #include "harness/engine/stage.h"
+#include "harness/judge/result.h"
 #include "harness/scenario/partition.h"
 #include "harness/scenario/scenario.h"
 
 namespace splitcheck {
-
-// One failed check: the registry's name ("memory", "embedding") and a one-line message.
-struct CheckFailure {
-  std::string check;
-  std::string message;
-};
 
 // memory: each stage's parameter bytes, measured from what it holds, against the bytes of
 // exactly the tensors the placement rule gives it (placed_parameter_bytes). A stage that

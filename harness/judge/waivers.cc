@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "harness/judge/sweep.h"
+#include "harness/judge/result.h"
 #include "harness/scenario/checks.h"
 #include "harness/scenario/scenario.h"
 

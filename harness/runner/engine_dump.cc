@@ -11,22 +11,13 @@
 #include "harness/dump/digest.h"
 #include "harness/dump/dump.h"
 #include "harness/dump/verify.h"
+#include "harness/scenario/checks.h"
 #include "kernels/dispatch.h"
 
 namespace splitcheck {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The checks judged from datasets, by the check each dataset path belongs to.
-constexpr const char* kDatasetChecks[] = {"tensors", "taps",     "logits",
-                                          "tokens",  "dispatch", "acceptance"};
-constexpr const char* kStageChecks[] = {"embedding", "memory"};
-
-bool is_dataset_check(const std::string& c) {
-  return std::any_of(std::begin(kDatasetChecks), std::end(kDatasetChecks),
-                     [&](const char* n) { return c == n; });
-}
 
 // The layer of a dataset path "forward/<f>/layers/<l>/<site>", or -1.
 int32_t layer_of_path(const std::string& path) {
@@ -140,14 +131,13 @@ Status load_dataset(DumpReader& r, const DatasetInfo& info, Sha256* content, Loa
   }
   DatasetDigestCheck check(r.path(), info.path, info.digest);
   std::vector<std::byte> buffer;
-  RETURN_IF_ERROR(for_each_block(info.shape, dtype_size(info.dtype), size_t{4} << 20,
-                                 [&](const SlabBlock& blk) -> Status {
-                                   RETURN_IF_ERROR(
-                                       r.read_slab(info.path, blk.start, blk.count, buffer));
-                                   check.update(buffer);
-                                   if (content != nullptr) content->update(buffer);
-                                   return Status::ok();
-                                 }));
+  RETURN_IF_ERROR(for_each_block(
+      info.shape, dtype_size(info.dtype), size_t{4} << 20, [&](const SlabBlock& blk) -> Status {
+        RETURN_IF_ERROR(r.read_slab(info.path, blk.start, blk.count, buffer));
+        check.update(buffer);
+        if (content != nullptr) content->update(buffer);
+        return Status::ok();
+      }));
   RETURN_IF_ERROR(check.finish());
   d.record.add_stored(info.path.substr(1), Tensor::borrow(info.dtype, info.shape, nullptr),
                       StoredTensor{r.path(), info.path, info.digest});
@@ -218,15 +208,15 @@ Result<LoadedDump> load_dump(const std::string& path, bool reference) {
 
 void stage_findings(const std::vector<std::string>& selected, const LoadedDump& pp1,
                     const LoadedDump& d, JudgeInput& in) {
-  auto wanted = [&](const char* check) {
+  auto wanted = [&](const std::string& check) {
     return std::find(selected.begin(), selected.end(), check) != selected.end();
   };
   auto fail_check = [&](const char* check, std::string message) {
     in.stage_failures.push_back({check, std::move(message)});
   };
-  for (const char* check : kStageChecks) {
+  for (const std::string& check : checks_of_kind(CheckKind::kStage)) {
     if (!wanted(check)) continue;
-    const bool memory = std::string(check) == "memory";
+    const bool memory = check == "memory";
     if (d.stages.empty())
       in.not_judged.push_back({check, "its dump carries no /stages"});
     else if (memory && !(d.stage_bytes && pp1.stage_bytes))
@@ -341,7 +331,7 @@ std::vector<std::string> judged_dataset_checks(const std::vector<std::string>& s
   for (const RecordEntry& e : pp1.entries()) present.insert(dataset_check(e.path));
   std::vector<std::string> judged;
   for (const std::string& c : selected) {
-    if (!is_dataset_check(c)) continue;
+    if (!check_is(c, CheckKind::kDataset)) continue;
     if (present.count(c)) {
       judged.push_back(c);
       continue;
@@ -356,7 +346,5 @@ std::vector<std::string> judged_dataset_checks(const std::vector<std::string>& s
   }
   return judged;
 }
-
-std::span<const char* const> stage_checks_of_dumps() { return kStageChecks; }
 
 }  // namespace splitcheck

@@ -26,10 +26,6 @@
 
 namespace splitcheck {
 
-// The checks judged from /stages. `partition` is not among them: the evidence of the
-// partition (partition_evidence) is required of every case, selected or not.
-std::span<const char* const> stage_checks_of_dumps();
-
 // One dump, read and checked. Datasets over 16 MiB are read once here (their digests
 // checked) and kept in `record` as StoredTensors (reference/record.h) that the judge's
 // comparison streams from the file again, so the dump's file must stay in place while it

@@ -25,6 +25,8 @@
 #include "harness/dump/dump.h"
 #include "harness/dump/printable.h"
 #include "harness/dump/verify.h"
+#include "harness/engine/run.h"
+#include "harness/judge/expect.h"
 #include "harness/judge/judge.h"
 #include "harness/runner/engine_dump.h"
 #include "harness/runner/engine_process.h"
@@ -268,16 +270,7 @@ Status run_self_check(ExternalSweep& x) {
   if (!second.is_ok()) {
     x.pp1_failure = "the self-check's second PP=1 run failed: " + second.status().message();
   } else {
-    CaseResult probe;
-    probe.key = "pp1-self-check";
-    RETURN_IF_ERROR(compare_records(first->record, second->record, probe));
-    sc.datasets_compared = probe.datasets_compared;
-    sc.datasets_differing = probe.datasets_differing;
-    sc.reproduced = probe.datasets_differing == 0 && probe.datasets_compared > 0;
-    if (!sc.reproduced)
-      sc.first_difference = probe.datasets_compared == 0
-                                ? std::string("the two runs recorded nothing to compare")
-                                : probe.message;
+    RETURN_IF_ERROR(judge_reproduction(first->record, second->record, sc));
   }
   sc.seconds = elapsed_seconds(t_self);
   return Status::ok();
@@ -406,35 +399,11 @@ void run_cases(ExternalSweep& x, const std::vector<Partition>& parts) {
 // The sweep's checks: a stage check no case that ran could judge is not judged, a waived
 // partition evidence says so, and every other selected check is listed as judged.
 void close_checks(ExternalSweep& x) {
-  const std::vector<std::string>& selected = x.s.checks;
-  auto is_selected = [&](const std::string& name) {
-    return std::find(selected.begin(), selected.end(), name) != selected.end();
-  };
-  for (const char* check : stage_checks_of_dumps()) {
-    if (!is_selected(check)) continue;
-    bool judged = false;
-    std::string reason;
-    for (const CaseResult& c : x.result.cases) {
-      if (c.verdict == Verdict::kError || c.verdict == Verdict::kConfigRejected) continue;
-      auto it = std::find_if(c.not_judged.begin(), c.not_judged.end(),
-                             [&](const NotJudged& n) { return n.check == check; });
-      if (it == c.not_judged.end())
-        judged = true;
-      else if (reason.empty())
-        reason = "no partition's dump gives evidence: " + it->reason;
-    }
-    if (!judged) x.not_judged.push_back({check, reason.empty() ? "no partition ran" : reason});
-  }
   if (!x.e.evidence_waived.empty())
     x.not_judged.push_back(
         {"partition", "evidence WAIVED by the scenario (engine.evidence): " + x.e.evidence_waived});
+  x.result.checks = judged_checks(x.s.checks, x.result.cases, x.not_judged);
   x.info.not_judged = x.not_judged;
-  for (const CheckInfo& check : check_registry()) {
-    const std::string name(check.name);
-    const bool not_judged = std::any_of(x.not_judged.begin(), x.not_judged.end(),
-                                        [&](const NotJudged& n) { return n.check == name; });
-    if (is_selected(name) && !not_judged) x.result.checks.push_back(name);
-  }
 }
 
 }  // namespace

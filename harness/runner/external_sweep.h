@@ -17,8 +17,8 @@
 
 #include <string>
 
-#include "harness/judge/sweep.h"
 #include "harness/scenario/scenario.h"
+#include "harness/sweep/sweep.h"
 #include "kernels/status.h"
 
 namespace splitcheck {

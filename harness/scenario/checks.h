@@ -6,13 +6,22 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace splitcheck {
 
-// One check: its scenario/report name and a one-line description.
+// What a check judges from, which decides who gathers its evidence: kDataset, datasets of
+// the dump compared with PP=1's (judge_case, dataset by dataset); kStage, what each stage
+// holds (its /stages record: bytes, embeddings, the drafter's binding); kSweep, what the
+// sweep itself observes of a partition (its ownership, a configuration-time refusal).
+enum class CheckKind { kDataset, kStage, kSweep };
+
+// One check: its scenario/report name, its kind and a one-line description.
 struct CheckInfo {
   std::string_view name;  // e.g. "tensors"
+  CheckKind kind;
   std::string_view what;  // what it compares against PP=1
 };
 
@@ -21,5 +30,14 @@ std::span<const CheckInfo> check_registry();
 
 // The row for `name`, or nullptr when no check has that name.
 const CheckInfo* find_check(std::string_view name);
+
+// Whether `name` is a check of kind `kind` (false for a name no check has).
+bool check_is(std::string_view name, CheckKind kind);
+
+// The names in `names` that are checks of kind `kind`, in their order.
+std::vector<std::string> checks_of_kind(const std::vector<std::string>& names, CheckKind kind);
+
+// Every check of kind `kind`, in registry order.
+std::vector<std::string> checks_of_kind(CheckKind kind);
 
 }  // namespace splitcheck

@@ -12,16 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "harness/dump/evidence.h"
 #include "harness/scenario/faults.h"
 #include "harness/scenario/scenario.h"
 #include "kernels/status.h"
 
 namespace splitcheck {
-
-struct StageRange {
-  int begin = 0;
-  int end = 0;
-};
 
 class Partition {
  public:

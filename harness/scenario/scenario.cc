@@ -521,8 +521,8 @@ Status parse_partitions(const ScenarioReader& r, const json& j, int layers, Part
   return Status::ok();
 }
 
-// `expect` (what the sweep must conclude; evaluate_expect in sweep.cc reads it): every key
-// typed, and a catching check that the sweep runs.
+// `expect` (what the sweep must conclude; evaluate_expect in harness/judge/expect.cc reads it):
+// every key typed, and a catching check that the sweep runs.
 Status parse_expect(const ScenarioReader& r, const json& j, const Scenario& s) {
   const std::string ptr = "/expect";
   RETURN_IF_ERROR(

@@ -14,7 +14,7 @@
 #include <cstdlib>
 
 #include "harness/engine/run.h"
-#include "harness/judge/sweep.h"
+#include "harness/sweep/sweep.h"
 
 namespace splitcheck {
 namespace {

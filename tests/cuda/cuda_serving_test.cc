@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "harness/engine/run.h"
-#include "harness/judge/sweep.h"
 #include "harness/scenario/faults.h"
+#include "harness/sweep/sweep.h"
 #include "tests/cuda/gpu_test_support.h"
 #include "tests/scenario_fixture.h"
 

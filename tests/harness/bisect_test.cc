@@ -1,6 +1,6 @@
 // bisect on every committed fault scenario: the cause SPEC 6 expects, a smaller repro,
 // and the repro, loaded and swept again, failing the same way.
-#include "harness/judge/bisect.h"
+#include "harness/sweep/bisect.h"
 
 #include <gtest/gtest.h>
 

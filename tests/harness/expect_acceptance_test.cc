@@ -2,7 +2,8 @@
 // length 0..gamma, each failing closed.
 #include <gtest/gtest.h>
 
-#include "harness/judge/sweep.h"
+#include "harness/judge/expect.h"
+#include "harness/sweep/sweep.h"
 
 namespace splitcheck {
 namespace {

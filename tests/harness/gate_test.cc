@@ -12,11 +12,11 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "harness/judge/sweep.h"
+#include "harness/reports/merge.h"
+#include "harness/reports/report.h"
 #include "harness/scenario/capabilities.h"
 #include "harness/scenario/checks.h"
-#include "reports/merge.h"
-#include "reports/report.h"
+#include "harness/sweep/sweep.h"
 #include "tests/cli_fixture.h"
 #include "tests/scenario_fixture.h"
 

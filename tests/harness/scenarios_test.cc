@@ -11,9 +11,9 @@
 
 #include "harness/engine/generation.h"
 #include "harness/engine/run.h"
-#include "harness/judge/sweep.h"
+#include "harness/reports/report.h"
+#include "harness/sweep/sweep.h"
 #include "reference/engine.h"
-#include "reports/report.h"
 #include "tests/scenario_fixture.h"
 
 namespace splitcheck {

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/cli/sweep_cli.h"
-#include "harness/judge/sweep.h"
+#include "harness/sweep/sweep.h"
 #include "kernels/dispatch.h"
 #include "tests/reports/report_fixture.h"
 

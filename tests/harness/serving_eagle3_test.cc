@@ -3,7 +3,7 @@
 // every serving fault, and the tap fault, caught there.
 #include <gtest/gtest.h>
 
-#include "harness/judge/sweep.h"
+#include "harness/sweep/sweep.h"
 #include "tests/scenario_fixture.h"
 
 namespace splitcheck {

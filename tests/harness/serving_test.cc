@@ -10,8 +10,9 @@
 #include "harness/engine/partitioned_engine.h"
 #include "harness/engine/run.h"
 #include "harness/engine/scheduler.h"
-#include "harness/judge/serving_checks.h"
-#include "harness/judge/sweep.h"
+#include "harness/judge/expect.h"
+#include "harness/sweep/serving_checks.h"
+#include "harness/sweep/sweep.h"
 #include "tests/scenario_fixture.h"
 
 namespace splitcheck {
@@ -288,8 +289,9 @@ TEST(ServingLoop, WithoutBatchInvarianceEveryVerifyStartsFromTheLastEmittedToken
   options.batch_invariant = false;
   RunRecord rec;
   ServingResult served;
-  Result<GenerationSummary> g = run_serving_generation(s, **pe, DrafterHost{(*pe)->last_stage_weights(), 1, false},
-                                                       *source, *w, &rec, &options, &served);
+  Result<GenerationSummary> g =
+      run_serving_generation(s, **pe, DrafterHost{(*pe)->last_stage_weights(), 1, false}, *source,
+                             *w, &rec, &options, &served);
   ASSERT_TRUE(g.is_ok()) << g.status().message();
   EXPECT_GT(served.spec.replay_bonus_mismatches, 0) << "no replay predicted another token";
   int checked = 0;
@@ -529,7 +531,8 @@ TEST(RequestStateTableTest, ARollbackReturnsEveryStateToTheSnapshot) {
           EXPECT_TRUE(lc.kda_state.bit_equal(before[static_cast<size_t>(l - begin)]));
         } else {
           // Unallocated at the snapshot: the layer's next call starts from zeros.
-          EXPECT_TRUE(lc.kda_state.shape().empty() || lc.kda_state.bit_equal(zero_kda_state(c, Device::kCpu)));
+          EXPECT_TRUE(lc.kda_state.shape().empty() ||
+                      lc.kda_state.bit_equal(zero_kda_state(c, Device::kCpu)));
         }
       }
     }

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "harness/judge/sweep.h"
+#include "harness/sweep/sweep.h"
 #include "reference/spec_methods.h"
 #include "tests/scenario_fixture.h"
 

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/judge/sweep.h"
 #include "harness/judge/waivers.h"
+#include "harness/sweep/sweep.h"
 #include "tests/cli_fixture.h"
 #include "tests/reports/report_fixture.h"
 

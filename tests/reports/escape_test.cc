@@ -1,15 +1,16 @@
-// Text an engine controls reaches every report form escaped for that form (reports/escape.h):
-// every byte 0x00-0xFF, HTML tags, backticks, pipes, link syntax and ANSI sequences, through
-// dataset names, attributes and stderr. Markdown is checked by rendering it the way a PR
-// comment is rendered (cmark-gfm, GitHub's flavour, with raw HTML let through so that any tag
-// that survives escaping shows); XML is checked by parsing it.
+// Text an engine controls reaches every report form escaped for that form
+// (harness/reports/escape.h): every byte 0x00-0xFF, HTML tags, backticks, pipes, link syntax and
+// ANSI sequences, through dataset names, attributes and stderr. Markdown is checked by rendering it
+// the way a PR comment is rendered (cmark-gfm, GitHub's flavour, with raw HTML let through so that
+// any tag that survives escaping shows); XML is checked by parsing it.
+#include "harness/reports/escape.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "reports/escape.h"
-#include "reports/writers.h"
+#include "harness/reports/writers.h"
 #include "tests/cli_fixture.h"
 #include "tests/reports/report_fixture.h"
 
@@ -25,7 +26,8 @@ namespace fs = std::filesystem;
 std::string hostile_text() {
   std::string all;
   for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
-  return "x<script>alert(3)</script>`code` | cell ](http://e.test) **b** $m$ \x1b[31mred\x1b]0;t\x07 " +
+  return "x<script>alert(3)</script>`code` | cell ](http://e.test) **b** $m$ "
+         "\x1b[31mred\x1b]0;t\x07 " +
          all;
 }
 
@@ -41,8 +43,9 @@ std::string rendered_markdown(const fs::path& md) {
 }
 
 bool xml_parses(const fs::path& xml) {
-  const std::string cmd = "/usr/bin/python3 -c 'import sys, xml.dom.minidom as m; m.parse(sys.argv[1])' " +
-                          quote(xml.string()) + " 2>/dev/null";
+  const std::string cmd =
+      "/usr/bin/python3 -c 'import sys, xml.dom.minidom as m; m.parse(sys.argv[1])' " +
+      quote(xml.string()) + " 2>/dev/null";
   return std::system(cmd.c_str()) == 0;
 }
 
@@ -137,12 +140,12 @@ with h5py.File(out, "r+") as f:
         f.copy("forward/0/layers/2/attn_out", "forward/0/layers/2/x<script>alert(3)</script>")
 )");
   const fs::path engine = path("engine.sh");
-  write_text(engine, "#!/bin/sh\nscenario=\"$1\" cuts=\"$2\" out=\"$3\"\n" +
-                         quote(SPLITCHECK_BINARY) +
-                         " run \"$scenario\" --split \"$cuts\" --out \"$out\" >/dev/null || exit 1\n"
-                         "/usr/bin/printf 'warn \\033[31m<i>red</i>\\033]0;t\\007 `x` |\\n' >&2\n"
-                         "exec /usr/bin/python3 " +
-                         quote(path("edit.py").string()) + " \"$out\" \"$cuts\"\n");
+  write_text(engine,
+             "#!/bin/sh\nscenario=\"$1\" cuts=\"$2\" out=\"$3\"\n" + quote(SPLITCHECK_BINARY) +
+                 " run \"$scenario\" --split \"$cuts\" --out \"$out\" >/dev/null || exit 1\n"
+                 "/usr/bin/printf 'warn \\033[31m<i>red</i>\\033]0;t\\007 `x` |\\n' >&2\n"
+                 "exec /usr/bin/python3 " +
+                 quote(path("edit.py").string()) + " \"$out\" \"$cuts\"\n");
   fs::permissions(engine, fs::perms::owner_all);
   nlohmann::json s = nlohmann::json::parse(
       file_text(fs::path(SPLITCHECK_SOURCE_DIR) / "scenarios" / "external-self.json"));

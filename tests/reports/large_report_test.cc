@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "reports/writers.h"
+#include "harness/reports/writers.h"
 #include "tests/reports/report_fixture.h"
 
 namespace splitcheck::testing {
@@ -53,7 +53,7 @@ TEST(LargeReportTest, TenThousandSplitPointsRenderAPageOfAFewMegabytes) {
   EXPECT_LE(html.size(), size_t{5} << 20) << html.size() << " bytes";
   // Every split point that did not pass is drawn; the page says how many it shows of all.
   const size_t diverged = j["counts"]["diverged"].get<size_t>();
-  EXPECT_EQ(count_of(html, "class=\"map-row\" data-key=\"split-") , 300u);
+  EXPECT_EQ(count_of(html, "class=\"map-row\" data-key=\"split-"), 300u);
   EXPECT_EQ(count_of(html, "data-verdict=\"diverged\" data-first-layer"), 2 * diverged);
   EXPECT_NE(html.find("data-shown=\"300\" data-total=\"10000\""), std::string::npos);
   EXPECT_NE(html.find("id=\"first-divergence-by-layer\""), std::string::npos);

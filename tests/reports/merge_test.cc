@@ -3,7 +3,7 @@
 // volatile fields (timing, cases[].seconds, command) are removed. Bad inputs to merge
 // (wrong format_version, truncated file, mismatched scenario sha256, missing or
 // duplicated shards) exit 2 with the file named.
-#include "reports/merge.h"
+#include "harness/reports/merge.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -126,7 +126,7 @@ TEST_F(MergeTest, CliShardsWithFilterMergeToTheUnshardedReport) {
         "/usr/bin/python3 -c 'import json,sys,jsonschema; "
         "jsonschema.Draft202012Validator(json.load(open(sys.argv[1])))"
         ".validate(json.load(open(sys.argv[2])))' " +
-        quote(std::string(SPLITCHECK_SOURCE_DIR) + "/reports/report.schema.json") + " " +
+        quote(std::string(SPLITCHECK_SOURCE_DIR) + "/harness/reports/report.schema.json") + " " +
         quote(merged_dir + "/report.json");
     EXPECT_EQ(std::system(validate.c_str()), 0) << validate;
   }

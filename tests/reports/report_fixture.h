@@ -12,8 +12,8 @@
 #include <string>
 
 #include "harness/dump/dump.h"
-#include "harness/judge/sweep.h"
-#include "reports/report.h"
+#include "harness/reports/report.h"
+#include "harness/sweep/sweep.h"
 
 namespace splitcheck::testing {
 
@@ -24,11 +24,12 @@ inline std::string read_text(const std::filesystem::path& p) {
   return ss.str();
 }
 
-// Validates <dir>/report.json against reports/report.schema.json with python3-jsonschema.
+// Validates <dir>/report.json against harness/reports/report.schema.json with python3-jsonschema.
 inline void validate(const std::filesystem::path& dir) {
   if (std::system("/usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "python3 jsonschema is not installed";
-  const std::string schema = std::string(SPLITCHECK_SOURCE_DIR) + "/reports/report.schema.json";
+  const std::string schema =
+      std::string(SPLITCHECK_SOURCE_DIR) + "/harness/reports/report.schema.json";
   const std::string cmd =
       "/usr/bin/python3 -c 'import json,sys,jsonschema; s=json.load(open(sys.argv[1])); "
       "jsonschema.Draft202012Validator.check_schema(s); "

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "reports/escape.h"
+#include "harness/reports/escape.h"
 
 namespace splitcheck {
 
@@ -48,7 +48,7 @@ std::string dataset_figures(const nlohmann::json& case_json);
 // The report's expired waivers (`waivers.failures`), one line each.
 std::vector<std::string> waiver_failures(const nlohmann::json& report);
 
-// External engines (reports/external_report.cc): the rows that open the report (the PP=1
+// External engines (harness/reports/external_report.cc): the rows that open the report (the PP=1
 // command as run, PP=1's outcome, the settings requested and in effect, splitcheck's
 // version); empty for a report of the built-in engine.
 std::vector<std::pair<std::string, std::string>> engine_rows(const nlohmann::json& report);

@@ -1,4 +1,4 @@
-#include "reports/report.h"
+#include "harness/reports/report.h"
 
 #include <fmt/format.h>
 
@@ -9,13 +9,14 @@
 
 #include "harness/build_info.h"
 #include "harness/dump/printable.h"
+#include "harness/engine/generation.h"
+#include "harness/reports/model_common.h"
+#include "harness/reports/writers.h"
 #include "harness/scenario/checks.h"
 #include "harness/scenario/faults.h"
 #include "harness/scenario/partition.h"
 #include "harness/scenario/scenario.h"
 #include "reference/partial_files.h"
-#include "reports/model_common.h"
-#include "reports/writers.h"
 
 namespace splitcheck {
 namespace {
@@ -370,6 +371,13 @@ void set_serving(const SweepResult& r, nlohmann::json& j) {
 
 }  // namespace
 
+nlohmann::json counts_json(const SweepResult& result) {
+  nlohmann::json counts = {{"total", result.cases.size()}};
+  for (const CaseOutcome& o : case_outcomes())
+    counts[std::string(o.count_key)] = result.count(o.verdict);
+  return counts;
+}
+
 nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   nlohmann::json j;
   j["format"] = "splitcheck.report";
@@ -403,15 +411,7 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
       {"engine_command",
        r.external ? nlohmann::json(r.external->command_template) : nlohmann::json("built-in")},
       {"pp1_content_sha256", r.external ? r.external->pp1_content_sha256 : ""}};
-  j["counts"] = {{"total", r.cases.size()},
-                 {"pass", r.count(Verdict::kPass)},
-                 {"diverged", r.count(Verdict::kDiverged)},
-                 {"config_rejected", r.count(Verdict::kConfigRejected)},
-                 {"error", r.count(Verdict::kError)},
-                 {"skipped", r.count(Verdict::kSkipped)},
-                 {"waived", r.count(Verdict::kWaived)},
-                 {"unproven", r.count(Verdict::kUnproven)},
-                 {"interrupted", r.count(Verdict::kInterrupted)}};
+  j["counts"] = counts_json(r);
   // Waived cases and expired waivers (harness/judge/waivers.h).
   j["waivers"] = {{"failures", r.waiver_failures}};
   if (!r.external) j["placement"] = placement_json(r.placement);

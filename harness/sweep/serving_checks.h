@@ -9,7 +9,7 @@
 #include <string>
 
 #include "harness/engine/run.h"
-#include "harness/judge/sweep.h"
+#include "harness/sweep/sweep.h"
 
 namespace splitcheck {
 

@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <map>
 
-#include "reports/model_common.h"
-#include "reports/report.h"
-#include "reports/writers.h"
+#include "harness/reports/model_common.h"
+#include "harness/reports/report.h"
+#include "harness/reports/writers.h"
 
 namespace splitcheck {
 namespace {

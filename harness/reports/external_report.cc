@@ -2,7 +2,7 @@
 // the engine block that opens it, the checks not judged, and each case's stderr tail.
 #include <fmt/format.h>
 
-#include "reports/writers.h"
+#include "harness/reports/writers.h"
 
 namespace splitcheck {
 namespace {
@@ -85,9 +85,9 @@ std::vector<std::string> rounding_lines(const nlohmann::json& j) {
       "COMPARED AFTER ROUNDING: {} datasets{} were narrowed by their writer ({}): equal there "
       "is equal after rounding, not the engine's own bits",
       n,
-      r.contains("cases")
-          ? fmt::format(" in {} split point{}", r.value("cases", 0), r.value("cases", 0) == 1 ? "" : "s")
-          : "",
+      r.contains("cases") ? fmt::format(" in {} split point{}", r.value("cases", 0),
+                                        r.value("cases", 0) == 1 ? "" : "s")
+                          : "",
       examples)};
 }
 

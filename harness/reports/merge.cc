@@ -1,4 +1,4 @@
-#include "reports/merge.h"
+#include "harness/reports/merge.h"
 
 #include <fmt/format.h>
 
@@ -8,11 +8,14 @@
 #include <set>
 #include <sstream>
 
-#include "harness/judge/sweep.h"
+#include "harness/judge/expect.h"
+#include "harness/judge/judge.h"
+#include "harness/judge/result.h"
+#include "harness/reports/report.h"
+#include "harness/reports/writers.h"
+#include "harness/scenario/checks.h"
 #include "harness/scenario/partition.h"
 #include "harness/scenario/scenario.h"
-#include "reports/writers.h"
-#include "reports/writers.h"
 
 namespace splitcheck {
 namespace {
@@ -62,9 +65,7 @@ std::string unsharded_command(const std::string& command, const std::string& rep
 }
 
 Result<Verdict> parse_verdict(const std::string& name) {
-  for (Verdict v : {Verdict::kPass, Verdict::kDiverged, Verdict::kConfigRejected, Verdict::kError,
-                    Verdict::kSkipped, Verdict::kWaived, Verdict::kUnproven, Verdict::kInterrupted})
-    if (name == verdict_name(v)) return v;
+  if (const CaseOutcome* o = find_outcome(name)) return o->verdict;
   return invalid_input("unknown verdict \"" + name + "\"");
 }
 
@@ -207,6 +208,8 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
     cr.message = c.value("message", "");
     cr.failed_checks = c.value("failed_checks", std::vector<std::string>{});
     cr.datasets_compared = c.value("datasets_compared", int64_t{0});
+    for (const nlohmann::json& n : c.value("not_judged", nlohmann::json::array()))
+      if (n.is_object()) cr.not_judged.push_back({n.value("check", ""), n.value("reason", "")});
     if (const auto it = c.find("stages"); it != c.end() && it->is_array())
       cr.stages.resize(it->size());  // compared_data() reads only whether stages were measured
     result.cases.push_back(std::move(cr));
@@ -320,15 +323,7 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
     if (r.contains("placement")) merged["placement_by_shard"].push_back(r["placement"]);
   merged["verdict"] = result.verdict_word();
   merged["command"] = unsharded_command(first.value("command", ""), report_dir);
-  merged["counts"] = {{"total", result.cases.size()},
-                      {"pass", result.count(Verdict::kPass)},
-                      {"diverged", result.count(Verdict::kDiverged)},
-                      {"config_rejected", result.count(Verdict::kConfigRejected)},
-                      {"error", result.count(Verdict::kError)},
-                      {"skipped", result.count(Verdict::kSkipped)},
-                      {"waived", result.count(Verdict::kWaived)},
-                      {"unproven", result.count(Verdict::kUnproven)},
-                      {"interrupted", result.count(Verdict::kInterrupted)}};
+  merged["counts"] = counts_json(result);
   double pp1 = 0, total = 0;
   int threads = 0;
   for (const nlohmann::json& r : reports) {
@@ -346,20 +341,21 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   if (nlohmann::json rounded = rounding_summary(merged["cases"]); !rounded.is_null())
     merged["rounded"] = rounded;
   if (first.contains("not_judged")) {
-    // External engines: a check some shard judged is judged; not judged are those no shard
-    // had evidence for.
-    std::set<std::string> judged;
-    for (const nlohmann::json& r : reports)
-      for (const auto& c : r.value("checks", nlohmann::json::array()))
-        if (c.is_string()) judged.insert(c.get<std::string>());
-    nlohmann::json checks = nlohmann::json::array(), not_judged = nlohmann::json::array();
+    // External engines: the judge's rule over the joined cases (a stage check some case
+    // judged is judged); what PP=1's dump cannot show is the same in every shard.
+    std::vector<NotJudged> sweep_not_judged;
+    for (const nlohmann::json& n : first["not_judged"])
+      if (n.is_object() && !check_is(n.value("check", ""), CheckKind::kStage))
+        sweep_not_judged.push_back({n.value("check", ""), n.value("reason", "")});
+    std::vector<std::string> selected;
     for (const auto& c : merged.value("scenario", nlohmann::json::object())
                              .value("resolved", nlohmann::json::object())
                              .value("checks", nlohmann::json::array()))
-      if (c.is_string() && judged.count(c.get<std::string>())) checks.push_back(c);
-    for (const auto& n : first["not_judged"])
-      if (n.is_object() && !judged.count(n.value("check", ""))) not_judged.push_back(n);
-    merged["checks"] = checks;
+      if (c.is_string()) selected.push_back(c.get<std::string>());
+    merged["checks"] = judged_checks(selected, result.cases, sweep_not_judged);
+    nlohmann::json not_judged = nlohmann::json::array();
+    for (const NotJudged& n : sweep_not_judged)
+      not_judged.push_back({{"check", n.check}, {"reason", n.reason}});
     merged["not_judged"] = not_judged;
   }
   if (first.contains("computed") && first["computed"].is_object()) {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/judge/sweep.h"
 #include "harness/scenario/scenario.h"
+#include "harness/sweep/sweep.h"
 #include "kernels/status.h"
 
 namespace splitcheck {

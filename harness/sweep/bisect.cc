@@ -1,4 +1,4 @@
-#include "harness/judge/bisect.h"
+#include "harness/sweep/bisect.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

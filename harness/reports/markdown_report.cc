@@ -3,8 +3,9 @@
 
 #include <algorithm>
 
-#include "reports/report.h"
-#include "reports/writers.h"
+#include "harness/judge/outcome.h"
+#include "harness/reports/report.h"
+#include "harness/reports/writers.h"
 
 namespace splitcheck {
 namespace {
@@ -18,20 +19,22 @@ std::string markdown_compare_inputs(const nlohmann::json& r) {
   const nlohmann::json& counts = r["counts"];
   const nlohmann::json& in = obj_field(r, "inputs");
   out += fmt::format("{} against {}: {} datasets, exit code {}. {}\n\n",
-                     markdown_code(str_field(in, "b")), markdown_code(str_field(in, "a")), counts.value("total", 0),
-                     r.value("exit_code", 0), markdown_text(str_field(r, "summary")));
+                     markdown_code(str_field(in, "b")), markdown_code(str_field(in, "a")),
+                     counts.value("total", 0), r.value("exit_code", 0),
+                     markdown_text(str_field(r, "summary")));
   const bool trusted = str_field(r, "digests") == "trusted";
   out += fmt::format("{}Digests {}: {}.\n\n", trusted ? "⚠️ " : "",
-                     trusted ? "**UNVERIFIED**" : "verified", markdown_text(str_field(r, "digests_rule")));
+                     trusted ? "**UNVERIFIED**" : "verified",
+                     markdown_text(str_field(r, "digests_rule")));
   if (r.contains("inputs_provenance")) {
     out += "| input | golden (a) | candidate (b) | comparator (this build) |\n|---|---|---|---|\n";
     for (const nlohmann::json& row : r["inputs_provenance"]) {
       const bool differs = row.value("differs", false);
       const std::string mark = differs ? "**" : "";
-      out += fmt::format("| {}{}{} | {}{}{} | {}{}{} | {} |\n", mark,
-                         markdown_text(str_field(row, "field")), differs ? " (differs)**" : "", mark,
-                         markdown_code(str_field(row, "a")), mark, mark, markdown_code(str_field(row, "b")), mark,
-                         markdown_code(str_field(row, "comparator")));
+      out += fmt::format(
+          "| {}{}{} | {}{}{} | {}{}{} | {} |\n", mark, markdown_text(str_field(row, "field")),
+          differs ? " (differs)**" : "", mark, markdown_code(str_field(row, "a")), mark, mark,
+          markdown_code(str_field(row, "b")), mark, markdown_code(str_field(row, "comparator")));
     }
     out += "\n";
   }
@@ -46,16 +49,16 @@ std::string markdown_compare_inputs(const nlohmann::json& r) {
 std::string markdown_counts(const nlohmann::json& r) {
   std::string out;
   const nlohmann::json& counts = r["counts"];
-  // Waived (known divergences under a waiver) is a column of its own, never in pass.
-  out +=
-      "| pass | diverged | config-rejected | error | skipped | total | waived | unproven | "
-      "interrupted |\n";
-  out += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n\n", counts.value("pass", 0),
-                     counts.value("diverged", 0), counts.value("config_rejected", 0),
-                     counts.value("error", 0), counts.value("skipped", 0), counts.value("total", 0),
-                     counts.value("waived", 0), counts.value("unproven", 0),
-                     counts.value("interrupted", 0));
+  // One column a verdict, in the outcome table's order (harness/judge/outcome.h): waived
+  // (known divergences under a waiver) is a column of its own, never in pass.
+  std::string header = "|", rule = "|", row = "|";
+  for (const CaseOutcome& o : case_outcomes()) {
+    header += fmt::format(" {} |", o.name);
+    rule += "---:|";
+    row += fmt::format(" {} |", counts.value(std::string(o.count_key), 0));
+  }
+  out += header + " total |\n" + rule + "---:|\n" + row +
+         fmt::format(" {} |\n\n", counts.value("total", 0));
   return out;
 }
 
@@ -70,8 +73,9 @@ std::string markdown_caveats(const nlohmann::json& r) {
       if (std::none_of(sweep_wide.begin(), sweep_wide.end(), [&](const std::string& w) {
             return w.rfind(str_field(n, "check") + ":", 0) == 0;
           }))
-        case_caveats += fmt::format("- {}: {}: not judged ({})\n", markdown_code(str_field(c, "key")),
-                                    markdown_text(str_field(n, "check")), markdown_text(str_field(n, "reason")));
+        case_caveats += fmt::format(
+            "- {}: {}: not judged ({})\n", markdown_code(str_field(c, "key")),
+            markdown_text(str_field(n, "check")), markdown_text(str_field(n, "reason")));
     if (str_field(c, "evidence") == "waived")
       case_caveats +=
           fmt::format("- {}: partition evidence WAIVED\n", markdown_code(str_field(c, "key")));
@@ -81,7 +85,8 @@ std::string markdown_caveats(const nlohmann::json& r) {
   }
   if (!case_caveats.empty())
     out += "**Per split point** (not passed on evidence):\n\n" + case_caveats + "\n";
-  for (const std::string& line : rounding_lines(r)) out += fmt::format("**{}**\n\n", markdown_text(line));
+  for (const std::string& line : rounding_lines(r))
+    out += fmt::format("**{}**\n\n", markdown_text(line));
   if (const std::vector<std::string> nj = not_judged_lines(r); !nj.empty()) {
     out += "**Not judged** (no evidence in the dumps; not passed):\n\n";
     for (const std::string& line : nj) out += fmt::format("- {}\n", markdown_text(line));
@@ -116,23 +121,25 @@ std::string markdown_divergences(const nlohmann::json& r, const std::string& kin
       const int layer = first_divergent_layer(c);
       if (kind == "compare") {
         const nlohmann::json& d = obj_field(c, "first_divergence");
-        out += d.contains("elements")
-                   ? fmt::format("| {} | {} of {} | {:.4g}% | {:g} | {:.6g} | {} |\n",
-                                 markdown_code(str_field(c, "key")), d.value("mismatches", int64_t{0}),
-                                 d.value("elements", int64_t{0}),
-                                 100.0 * d.value("mismatch_fraction", 0.0), d.value("max_ulp", 0.0),
-                                 d.value("cosine", 1.0), markdown_text(str_field(c, "message")))
-                   : fmt::format("| {} | - | - | - | - | {} |\n", markdown_code(str_field(c, "key")),
-                                 markdown_text(str_field(c, "message")));
+        out +=
+            d.contains("elements")
+                ? fmt::format("| {} | {} of {} | {:.4g}% | {:g} | {:.6g} | {} |\n",
+                              markdown_code(str_field(c, "key")), d.value("mismatches", int64_t{0}),
+                              d.value("elements", int64_t{0}),
+                              100.0 * d.value("mismatch_fraction", 0.0), d.value("max_ulp", 0.0),
+                              d.value("cosine", 1.0), markdown_text(str_field(c, "message")))
+                : fmt::format("| {} | - | - | - | - | {} |\n", markdown_code(str_field(c, "key")),
+                              markdown_text(str_field(c, "message")));
         continue;
       }
-      out += fmt::format("| {} | {} | {} | {} | {} |\n", markdown_code(str_field(c, "key")),
-                         markdown_code(str_field(c, "layout")), markdown_text(str_field(c, "verdict")),
-                         layer >= 0 ? std::to_string(layer) : "-",
-                         markdown_text(str_field(c, "message")) +
-                             (c.contains("stderr_tail")
-                                  ? "<br>stderr: " + markdown_text(str_field(c, "stderr_tail"))
-                                  : ""));
+      out +=
+          fmt::format("| {} | {} | {} | {} | {} |\n", markdown_code(str_field(c, "key")),
+                      markdown_code(str_field(c, "layout")), markdown_text(str_field(c, "verdict")),
+                      layer >= 0 ? std::to_string(layer) : "-",
+                      markdown_text(str_field(c, "message")) +
+                          (c.contains("stderr_tail")
+                               ? "<br>stderr: " + markdown_text(str_field(c, "stderr_tail"))
+                               : ""));
     }
     out += "\n";
   }
@@ -195,14 +202,15 @@ std::string render_markdown(const nlohmann::json& r) {
     out += markdown_compare_inputs(r);
   } else {
     const nlohmann::json& scenario = obj_field(r, "scenario");
-    out +=
-        fmt::format("Scenario {} (sha256 {}), {} split points, exit code {}.\n\n",
-                    markdown_code(str_field(scenario, "name")), markdown_code(str_field(scenario, "sha256").substr(0, 12)),
-                    counts.value("total", 0), r.value("exit_code", 0));
+    out += fmt::format("Scenario {} (sha256 {}), {} split points, exit code {}.\n\n",
+                       markdown_code(str_field(scenario, "name")),
+                       markdown_code(str_field(scenario, "sha256").substr(0, 12)),
+                       counts.value("total", 0), r.value("exit_code", 0));
   }
   if (const auto rows = engine_rows(r); !rows.empty()) {
     out += "| engine | |\n|---|---|\n";
-    for (const auto& [k, v] : rows) out += fmt::format("| {} | {} |\n", markdown_text(k), markdown_code(v));
+    for (const auto& [k, v] : rows)
+      out += fmt::format("| {} | {} |\n", markdown_text(k), markdown_code(v));
     out += "\n";
   }
   if (refused) {
@@ -233,7 +241,8 @@ std::string render_markdown(const nlohmann::json& r) {
         "| split | verdict | computed (this split point of PP=1's) |\n|---|---|---|\n";
     for (const nlohmann::json& c : r["cases"])
       out += fmt::format(
-          "| {} | {} | {} |\n", markdown_code(str_field(c, "key")), markdown_text(str_field(c, "verdict")),
+          "| {} | {} | {} |\n", markdown_code(str_field(c, "key")),
+          markdown_text(str_field(c, "verdict")),
           markdown_text(computed_text(obj_field(c, "computed"), obj_field(r["computed"], "pp1"))));
     out += "\n</details>\n\n";
   }

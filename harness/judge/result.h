@@ -1,49 +1,36 @@
-// The sweep: PP=1 once, then every partition of the scenario, each compared with PP=1
-// dataset by dataset in execution order, and the verdicts per split point.
+// What the judge decides about a sweep: each case's result (its verdict from the outcome
+// table, the checks that failed, the first divergence in PP=1's execution order, the
+// dispatch mismatch, the taps, what could not be judged) and the sweep's (its cases, the
+// checks judged, the self-check, what `expect` says and did not happen). Every engine's
+// sweep fills these (harness/sweep/, harness/runner/); every report form renders them.
 //
-// A case is one partition, named from its cuts ("split-12"); verdicts are pass,
-// diverged, config-rejected, error and skipped. Each case names which checks of the
-// check registry failed, the first numeric divergence (forward, layer, site, token,
-// channel), the first dispatch mismatch and the tap verdicts with their cosines.
-//
-// Only the scenario's `checks` are evaluated: a check that is not selected compares
-// nothing and cannot fail a case. "Pass" means every selected check found the case
-// identical to PP=1; a case that never ran (skipped) or failed to run (error) is not a
-// pass, and a sweep of no case at all is refused as invalid input.
+// A case is one partition, named from its cuts ("split-12"). Only the scenario's `checks`
+// are evaluated: a check that is not selected compares nothing and cannot fail a case.
+// "Pass" means every selected check found the case identical to PP=1; a case that never ran
+// (skipped) or failed to run (error) is not a pass, and a sweep of no case at all is never
+// conformant.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "harness/dump/compare.h"
-#include "harness/engine/generation.h"
-#include "harness/engine/run.h"
-#include "harness/engine/stage.h"
-#include "harness/engine/transport.h"
+#include "harness/dump/evidence.h"
 #include "harness/judge/external_run.h"
+#include "harness/judge/outcome.h"
 #include "harness/judge/self_check.h"
 #include "harness/judge/waivers.h"
-#include "harness/scenario/partition.h"
+#include "reference/engine.h"
 
 namespace splitcheck {
 
-// kWaived: diverged, but every failed check is covered by an unexpired waiver
-// (harness/judge/waivers.h); reported apart from passes.
-// kUnproven (external engines): every judged check found the dump identical to PP=1, but
-// the dump does not show that the engine ran the partition asked (no /stages, say); not a
-// pass. kInterrupted: splitcheck got SIGINT, SIGTERM or SIGHUP before the case finished.
-enum class Verdict {
-  kPass,
-  kDiverged,
-  kConfigRejected,
-  kError,
-  kSkipped,
-  kWaived,
-  kUnproven,
-  kInterrupted
+// One failed check: the registry's name ("memory", "embedding") and a one-line message.
+struct CheckFailure {
+  std::string check;
+  std::string message;
 };
-const char* verdict_name(Verdict v);
 
 // The first event where the partitioned trace differs from PP=1's (SPEC 5.3).
 struct DispatchMismatch {
@@ -144,30 +131,6 @@ struct BatchInvariance {
   std::vector<std::string> not_invariant;
 };
 
-struct SweepOptions {
-  int threads = 0;      // 0: hardware concurrency
-  int shard_index = 0;  // run partitions with position % shard_count == shard_index
-  int shard_count = 1;
-  std::string filter;     // run only cases whose key contains this
-  bool progress = false;  // a progress line on stderr
-  // Run PP=1 twice before judging any split point (harness/judge/self_check.h); when
-  // the two runs differ, no split point is judged and the exit code is 4.
-  bool self_check = false;
-  // Serving scenarios: serve every request alone at PP=1 and compare it with the batched
-  // run (SPEC 3.4, the batch invariance), about a PP=1 run and one run per request. Off
-  // for what judges split points only (the fault sensitivity table; tests that sweep one
-  // scenario several times); a scenario whose expect block asks for batch_invariant
-  // then fails its expect ("not checked"), never passes it.
-  bool requests_alone = true;
-  // Where PP=1 and every stage load their weights from; null: the scenario's own
-  // (generated from its seed, or its checkpoint). Must outlive the sweep.
-  WeightSource* weights = nullptr;
-  // Where the stages of each partition run (engine/transport.h); null: inproc. A
-  // scenario whose transport is not inproc is refused without one. The sweep runs one
-  // partition at a time on it, and stops (the rest skipped) once it is lost().
-  TransportFactory* transport = nullptr;
-};
-
 struct SweepResult {
   std::string scenario_name;
   std::string scenario_sha256;
@@ -197,8 +160,8 @@ struct SweepResult {
   int count(Verdict v) const;
   // "3 pass, 1 diverged, ...": every verdict with its count, in the order of Verdict.
   std::string counts_line() const;
-  // At least one case, and every case passed or is waived (skipped, error,
-  // config-rejected and diverged cases are not conformant).
+  // At least one case, and no case's verdict fails the gate (outcome.h: skipped, error,
+  // config-rejected, unproven, interrupted and diverged cases are not conformant).
   bool conformant() const;
   // True when some case compared a dataset with PP=1, or had its stage holdings judged by
   // a selected memory or embedding check. A sweep whose selected checks are only `config`
@@ -207,24 +170,17 @@ struct SweepResult {
   // Every case passed (conformant), but no case compared any data (compared_data): the
   // verdict is "no-data", never "conformant".
   bool no_data_compared() const { return conformant() && !compared_data(); }
-  // The sweep's verdict word in every report form: "interrupted" (interrupted_by),
-  // "refused" (refused_to_judge),
-  // "no-data" (no_data_compared), "conformant" or "divergent".
+  // The sweep's verdict (outcome.h): interrupted (interrupted_by), refused
+  // (refused_to_judge), no-data (no_data_compared), conformant or divergent; and its word in
+  // every report form.
+  SweepVerdict sweep_verdict() const;
   std::string verdict_word() const;
-  // The gate's exit code: 4 when PP=1 did not reproduce itself (refused_to_judge), 3 when
-  // a case failed to run (error), 1 when a case is neither a pass nor waived, no data was
-  // compared (no_data_compared) unless the scenario's `expect` asks for the verdict
-  // "no-data", the scenario's `expect` is not met or a waiver of it has expired, 0
-  // otherwise.
+  // The gate's exit code, from the outcome tables (outcome.h): the sweep verdict's status
+  // (128 + the signal when interrupted, 4 when refused), else the worst of the cases'
+  // statuses (3 for an error, 1 for any other verdict that fails the gate), 1 when no data
+  // was compared unless the scenario's `expect` asks for the verdict "no-data", when the
+  // scenario's `expect` is not met or a waiver of it has expired; 0 otherwise.
   int exit_code() const;
 };
-
-// Runs the sweep. A Status error means the scenario or an input is invalid (or an
-// internal failure); a divergence is a result, not an error.
-Result<SweepResult> run_sweep(const Scenario& scenario, const SweepOptions& options);
-
-// Checks the scenario's `expect` block against the result; a block that cannot be read
-// is itself a failure.
-std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const SweepResult& result);
 
 }  // namespace splitcheck

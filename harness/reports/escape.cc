@@ -1,4 +1,4 @@
-#include "reports/escape.h"
+#include "harness/reports/escape.h"
 
 #include <algorithm>
 #include <cctype>
@@ -21,7 +21,8 @@ size_t longest_backtick_run(std::string_view text) {
 // Newlines and carriage returns (kept by printable) as spaces: a table row is one line.
 std::string one_line(std::string_view text) {
   std::string out = printable(text);
-  std::replace_if(out.begin(), out.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  std::replace_if(
+      out.begin(), out.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
   return out;
 }
 
@@ -68,10 +69,10 @@ std::string markdown_text(std::string_view text) {
     return i < line.size() && std::isalnum(static_cast<unsigned char>(line[i]));
   };
   const size_t digits = line.find_first_not_of("0123456789");
-  const size_t ordered = digits > 0 && digits != std::string::npos &&
-                                 (line[digits] == '.' || line[digits] == ')')
-                             ? digits
-                             : std::string::npos;
+  const size_t ordered =
+      digits > 0 && digits != std::string::npos && (line[digits] == '.' || line[digits] == ')')
+          ? digits
+          : std::string::npos;
   std::string out;
   out.reserve(line.size());
   for (size_t i = 0; i < line.size(); ++i) {
@@ -102,8 +103,8 @@ std::string markdown_code(std::string_view text) {
   }
   if (body.empty()) return "` `";
   const std::string ticks(longest_backtick_run(body) + 1, '`');
-  const bool pad = body.front() == '`' || body.back() == '`' ||
-                   (body.front() == ' ' && body.back() == ' ');
+  const bool pad =
+      body.front() == '`' || body.back() == '`' || (body.front() == ' ' && body.back() == ' ');
   return ticks + (pad ? " " : "") + body + (pad ? " " : "") + ticks;
 }
 

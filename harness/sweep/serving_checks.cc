@@ -1,4 +1,4 @@
-#include "harness/judge/serving_checks.h"
+#include "harness/sweep/serving_checks.h"
 
 #include <fmt/format.h>
 

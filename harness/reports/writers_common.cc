@@ -1,6 +1,6 @@
 #include <fmt/format.h>
 
-#include "reports/writers.h"
+#include "harness/reports/writers.h"
 
 namespace splitcheck {
 

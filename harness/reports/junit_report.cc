@@ -1,13 +1,14 @@
 // junit.xml: one test case per split point (compare: per differing dataset, while tests=
-// counts the datasets compared; bisect: the first failing split); diverged and config-rejected
-// cases are failures (type "diverged" / "config-rejected"), errors are <error>, skipped <skipped/>.
+// counts the datasets compared; bisect: the first failing split); each verdict is a <failure>,
+// an <error>, a <skipped/> or a pass as the outcome table says (harness/judge/outcome.h).
 // A sweep whose scenario `expect` is not met has one more test case, "expect", failing
 // (type "expect-not-met") with every unmet expectation: the gate failed on it. A sweep
 // refused by --self-check has one test case, "self-check", in error with the first difference.
 #include <fmt/format.h>
 
-#include "reports/report.h"
-#include "reports/writers.h"
+#include "harness/judge/outcome.h"
+#include "harness/reports/report.h"
+#include "harness/reports/writers.h"
 
 namespace splitcheck {
 
@@ -72,29 +73,31 @@ std::string junit_case(const nlohmann::json& r, const nlohmann::json& c, const s
   if (str_field(c, "evidence") == "waived")
     caveats += std::string(caveats.empty() ? "" : "\n") + "partition evidence WAIVED: " +
                str_field(obj_field(obj_field(r, "engine"), "evidence"), "waived");
-  for (const std::string& line : rounding_lines(c))
-    caveats += (caveats.empty() ? "" : "\n") + line;
+  for (const std::string& line : rounding_lines(c)) caveats += (caveats.empty() ? "" : "\n") + line;
   if (!caveats.empty())
     out += fmt::format("      <system-out>{}</system-out>\n", xml_escape(caveats));
-  if (verdict == "pass") return out + "    </testcase>\n";
+  const CaseOutcome* outcome = find_outcome(verdict);
+  const JunitElement element = outcome ? outcome->junit : JunitElement::kError;
+  if (element == JunitElement::kNone) return out + "    </testcase>\n";
   std::string checks;
   for (const auto& f : c.value("failed_checks", nlohmann::json::array()))
     checks += (checks.empty() ? "" : ", ") + f.get<std::string>();
   if (c.contains("cause")) checks += "; cause: " + str_field(c, "cause");
-  if (verdict == "diverged" || verdict == "config-rejected" || verdict == "unproven") {
+  if (element == JunitElement::kFailure) {
     out += fmt::format(
         "      <failure type=\"{}\" message=\"{}\">layout {}; failed checks: "
         "{}\n{}{}</failure>\n",
-        verdict, message, xml_escape(str_field(c, "layout")), xml_escape(checks), message,
-        dataset_figures(c).empty() ? "" : "\n" + xml_escape(dataset_figures(c)));
+        xml_escape(verdict), message, xml_escape(str_field(c, "layout")), xml_escape(checks),
+        message, dataset_figures(c).empty() ? "" : "\n" + xml_escape(dataset_figures(c)));
+  } else if (element == JunitElement::kError) {
+    const std::string tail = str_field(c, "stderr_tail");
+    out += fmt::format("      <error type=\"{}\" message=\"{}\">{}{}</error>\n",
+                       xml_escape(verdict), message, message,
+                       tail.empty() ? "" : xml_escape("\nengine stderr (tail):\n" + tail));
   } else if (verdict == "waived") {
     // A known divergence under a waiver: shown apart from passes, not a failure.
     out += fmt::format("      <skipped type=\"waived\" message=\"{}\">{}</skipped>\n",
                        xml_escape(waiver_line(c)), message);
-  } else if (verdict == "error" || verdict == "interrupted") {
-    const std::string tail = str_field(c, "stderr_tail");
-    out += fmt::format("      <error type=\"{}\" message=\"{}\">{}{}</error>\n", verdict, message,
-                       message, tail.empty() ? "" : xml_escape("\nengine stderr (tail):\n" + tail));
   } else {
     out += fmt::format("      <skipped message=\"{}\"/>\n", message);
   }
@@ -176,12 +179,17 @@ std::string render_junit(const nlohmann::json& r) {
   const GateCases g = gate_cases_of(r);
   const int64_t total = counts.value("total", 0) + (g.expect_unmet ? 1 : 0) + (g.refused ? 1 : 0) +
                         (g.no_data ? 1 : 0);
-  const int64_t failures = counts.value("diverged", 0) + counts.value("config_rejected", 0) +
-                           counts.value("unproven", 0) + (g.expect_unmet ? 1 : 0) +
-                           (g.no_data_fails ? 1 : 0);
-  const int64_t errors =
-      counts.value("error", 0) + counts.value("interrupted", 0) + (g.refused ? 1 : 0);
-  const int64_t skipped = counts.value("skipped", 0);
+  int64_t failures = (g.expect_unmet ? 1 : 0) + (g.no_data_fails ? 1 : 0);
+  int64_t errors = g.refused ? 1 : 0;
+  int64_t skipped = 0;
+  for (const CaseOutcome& o : case_outcomes()) {
+    const int64_t n = counts.value(std::string(o.count_key), int64_t{0});
+    if (o.junit == JunitElement::kFailure) failures += n;
+    if (o.junit == JunitElement::kError) errors += n;
+    // Waived cases are shown as skipped test cases, but JUnit's count of skipped ones keeps
+    // to cases that never ran.
+    if (o.junit == JunitElement::kSkipped && o.verdict == Verdict::kSkipped) skipped += n;
+  }
   const double seconds = r.contains("timing") ? r["timing"].value("total_seconds", 0.0) : 0.0;
   const std::string suite =
       xml_escape(str_field(obj_field(r, "scenario"), "name", str_field(r, "kind", "scenario")));

@@ -6,8 +6,9 @@
 #include <map>
 #include <set>
 
-#include "reports/report.h"
-#include "reports/writers.h"
+#include "harness/judge/outcome.h"
+#include "harness/reports/report.h"
+#include "harness/reports/writers.h"
 
 namespace splitcheck {
 namespace {
@@ -462,15 +463,14 @@ std::string html_engine_table(const nlohmann::json& r) {
 std::string html_counts(const nlohmann::json& r) {
   const nlohmann::json& counts = r["counts"];
   std::string out;
-  out +=
-      "<table "
-      "id=\"counts\"><thead><tr><th>pass</th><th>diverged</th><th>config-rejected</th><th>error</"
-      "th>"
-      "<th>skipped</th><th>waived</th><th>unproven</th><th>interrupted</th><th>total</th></tr></"
-      "thead><tbody><tr>";
-  for (const char* k : {"pass", "diverged", "config_rejected", "error", "skipped", "waived",
-                        "unproven", "interrupted", "total"})
-    out += fmt::format("<td class=\"num\" data-count=\"{}\">{}</td>", k, counts.value(k, 0));
+  // One column a verdict, in the outcome table's order (harness/judge/outcome.h), then total.
+  out += "<table id=\"counts\"><thead><tr>";
+  for (const CaseOutcome& o : case_outcomes()) out += fmt::format("<th>{}</th>", o.name);
+  out += "<th>total</th></tr></thead><tbody><tr>";
+  for (const CaseOutcome& o : case_outcomes())
+    out += fmt::format("<td class=\"num\" data-count=\"{}\">{}</td>", o.count_key,
+                       counts.value(std::string(o.count_key), 0));
+  out += fmt::format("<td class=\"num\" data-count=\"total\">{}</td>", counts.value("total", 0));
   out += "</tr></tbody></table>\n";
   return out;
 }
@@ -657,8 +657,9 @@ std::string omitted_cases_note(const nlohmann::json& r, const nlohmann::json& vi
       "order. Every split point is in report.json.</p>\n",
       shown, cases.size(), shown, cases.size(), std::min(not_passed, shown), not_passed);
   if (first_at.empty()) return out;
-  out += "<table id=\"first-divergence-by-layer\"><thead><tr><th>first divergence at layer</th>"
-         "<th>split points (all)</th></tr></thead><tbody>\n";
+  out +=
+      "<table id=\"first-divergence-by-layer\"><thead><tr><th>first divergence at layer</th>"
+      "<th>split points (all)</th></tr></thead><tbody>\n";
   for (const auto& [layer, n] : first_at)
     out += fmt::format("<tr><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
                        layer >= 0 ? std::to_string(layer) : "no layer", n);
@@ -698,7 +699,7 @@ std::string render_html(const nlohmann::json& report) {
           : r.value("exit_code", 0) == 0 && !rounding_lines(r).empty()
               ? "CONFORMANT AFTER ROUNDING: equal, but some datasets were narrowed by their "
                 "writer before the comparison (not the engine's own bits)"
-          : kind == "compare"       ? "CONFORMANT: the dumps are bit-identical"
+          : kind == "compare" ? "CONFORMANT: the dumps are bit-identical"
           : r.value("exit_code", 0) != 0 && !waiver_failures(r).empty()
               ? "FAILED: a waiver of this scenario has expired"
           : r.value("exit_code", 0) != 0
@@ -716,8 +717,8 @@ std::string render_html(const nlohmann::json& report) {
   out += "</header>\n";
   if (kind == "bisect") out += cause_block(obj_field(r, "bisect"));
   if (kind == "sweep")
-    out += "<h2>Where each split point first diverged</h2>\n" +
-           omitted_cases_note(report, view) + map_svg(r);
+    out += "<h2>Where each split point first diverged</h2>\n" + omitted_cases_note(report, view) +
+           map_svg(r);
   out +=
       std::string(kind == "compare" ? "<h2>Differing datasets</h2>\n" : "<h2>Split points</h2>\n") +
       cases_table(r);

@@ -1,5 +1,5 @@
 // The report model and its writers. One model (JSON, validated by
-// reports/report.schema.json) is built from a sweep, compare or bisect result and is
+// harness/reports/report.schema.json) is built from a sweep, compare or bisect result and is
 // rendered four ways: report.json, report.html (self-contained), junit.xml, summary.md.
 #pragma once
 
@@ -7,8 +7,8 @@
 #include <string>
 
 #include "harness/dump/compare.h"
-#include "harness/judge/bisect.h"
-#include "harness/judge/sweep.h"
+#include "harness/judge/result.h"
+#include "harness/sweep/bisect.h"
 #include "kernels/status.h"
 
 namespace splitcheck {
@@ -17,6 +17,10 @@ namespace splitcheck {
 struct ReportContext {
   std::string command;  // the exact command line to reproduce
 };
+
+// The report model's `counts`: the total, then each verdict's count under its key in the
+// outcome table (harness/judge/outcome.h).
+nlohmann::json counts_json(const SweepResult& result);
 
 // The report model of a sweep.
 nlohmann::json sweep_report(const SweepResult& result, const ReportContext& context);

@@ -2,8 +2,8 @@
 #include <fmt/format.h>
 
 #include "harness/engine/run.h"
-#include "reports/model_common.h"
-#include "reports/report.h"
+#include "harness/reports/model_common.h"
+#include "harness/reports/report.h"
 
 namespace splitcheck {
 namespace {
@@ -63,13 +63,10 @@ Result<nlohmann::json> bisect_report(const BisectResult& r, const Scenario& s,
     bisect["repro"] = {{"path", repro_path}, {"replay", "splitcheck sweep " + repro_path}};
   }
   j["bisect"] = bisect;
-  j["counts"] = {
-      {"total", cases.size()},
-      {"pass", 0},
-      {"diverged", r.conformant ? 0 : (r.finding.verdict == Verdict::kDiverged)},
-      {"config_rejected", r.conformant ? 0 : (r.finding.verdict == Verdict::kConfigRejected)},
-      {"error", r.conformant ? 0 : (r.finding.verdict == Verdict::kError)},
-      {"skipped", r.conformant ? 0 : (r.finding.verdict == Verdict::kSkipped)}};
+  j["counts"] = {{"total", cases.size()}};
+  for (const CaseOutcome& o : case_outcomes())
+    j["counts"][std::string(o.count_key)] =
+        !r.conformant && o.verdict != Verdict::kPass && r.finding.verdict == o.verdict ? 1 : 0;
   j["cases"] = cases;
   return j;
 }

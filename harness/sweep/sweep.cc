@@ -1,4 +1,4 @@
-#include "harness/judge/sweep.h"
+#include "harness/sweep/sweep.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -16,10 +16,12 @@
 
 #include "harness/engine/inproc.h"
 #include "harness/engine/partitioned_engine.h"
+#include "harness/judge/expect.h"
 #include "harness/judge/judge.h"
-#include "harness/judge/serving_checks.h"
 #include "harness/judge/stage_checks.h"
 #include "harness/scenario/checks.h"
+#include "harness/sweep/reproduce.h"
+#include "harness/sweep/serving_checks.h"
 
 namespace splitcheck {
 namespace {
@@ -57,188 +59,6 @@ std::vector<CheckFailure> check_stages(const Scenario& s, const Partition& p, We
 }
 
 }  // namespace
-
-const char* verdict_name(Verdict v) {
-  switch (v) {
-    case Verdict::kPass:
-      return "pass";
-    case Verdict::kDiverged:
-      return "diverged";
-    case Verdict::kConfigRejected:
-      return "config-rejected";
-    case Verdict::kError:
-      return "error";
-    case Verdict::kSkipped:
-      return "skipped";
-    case Verdict::kWaived:
-      return "waived";
-    case Verdict::kUnproven:
-      return "unproven";
-    case Verdict::kInterrupted:
-      return "interrupted";
-  }
-  return "?";
-}
-
-int SweepResult::count(Verdict v) const {
-  return static_cast<int>(std::count_if(cases.begin(), cases.end(),
-                                        [&](const CaseResult& c) { return c.verdict == v; }));
-}
-
-std::string SweepResult::counts_line() const {
-  std::string line;
-  for (const Verdict v : {Verdict::kPass, Verdict::kDiverged, Verdict::kConfigRejected,
-                          Verdict::kError, Verdict::kSkipped, Verdict::kWaived, Verdict::kUnproven,
-                          Verdict::kInterrupted})
-    line += fmt::format("{}{} {}", line.empty() ? "" : ", ", count(v), verdict_name(v));
-  return line;
-}
-
-bool SweepResult::conformant() const {
-  return !cases.empty() && std::all_of(cases.begin(), cases.end(), [](const CaseResult& c) {
-    return c.verdict == Verdict::kPass || c.verdict == Verdict::kWaived;
-  });
-}
-
-bool SweepResult::compared_data() const {
-  const bool judges_stages = std::any_of(checks.begin(), checks.end(), [](const std::string& n) {
-    return n == "memory" || n == "embedding";
-  });
-  return std::any_of(cases.begin(), cases.end(), [&](const CaseResult& c) {
-    return c.datasets_compared > 0 || (judges_stages && !c.stages.empty());
-  });
-}
-
-std::string SweepResult::verdict_word() const {
-  if (interrupted_by != 0) return "interrupted";
-  if (refused_to_judge()) return "refused";
-  if (no_data_compared()) return "no-data";
-  return conformant() ? "conformant" : "divergent";
-}
-
-int SweepResult::exit_code() const {
-  if (interrupted_by != 0) return 128 + interrupted_by;
-  if (refused_to_judge()) return 4;
-  if (count(Verdict::kError) > 0) return 3;
-  // Passes that compared nothing are exit 0 only where `expect` asks for exactly that.
-  const nlohmann::json expect =
-      scenario.is_object() ? scenario.value("expect", nlohmann::json()) : nlohmann::json();
-  if (no_data_compared() &&
-      !(expect.is_object() && expect.value("verdict", nlohmann::json()) == "no-data"))
-    return 1;
-  return conformant() && expect_failures.empty() && waiver_failures.empty() ? 0 : 1;
-}
-
-namespace {
-
-std::vector<std::string> expect_failures_of(const nlohmann::json& expect, const SweepResult& r) {
-  std::vector<std::string> fails;
-  auto keys_with = [&](Verdict v) {
-    std::vector<std::string> k;
-    for (const CaseResult& c : r.cases)
-      if (c.verdict == v) k.push_back(c.key);
-    return k;
-  };
-  if (expect.contains("verdict")) {
-    const std::string want = expect["verdict"].get<std::string>();
-    const std::string got = r.verdict_word();
-    if (want != got) fails.push_back(fmt::format("expected verdict {}, got {}", want, got));
-  }
-  if (r.no_data_compared() && expect.value("verdict", "") != "no-data")
-    fails.push_back(fmt::format(
-        "no data compared: the selected checks ({}) compared no dataset and judged no stage; "
-        "only \"expect\": {{\"verdict\": \"no-data\"}} accepts that",
-        fmt::join(r.checks, ", ")));
-  if (expect.contains("identical_splits")) {
-    const int want = expect["identical_splits"].get<int>();
-    if (r.count(Verdict::kPass) != want)
-      fails.push_back(
-          fmt::format("expected {} identical split points, got {}", want, r.count(Verdict::kPass)));
-  }
-  for (const auto& [field, verdict] : {std::pair{"identical", Verdict::kPass},
-                                       std::pair{"config_rejected", Verdict::kConfigRejected},
-                                       std::pair{"diverged", Verdict::kDiverged}}) {
-    if (!expect.contains(field)) continue;
-    std::vector<std::string> want = expect[field].get<std::vector<std::string>>();
-    std::vector<std::string> got = keys_with(verdict);
-    std::sort(want.begin(), want.end());
-    std::sort(got.begin(), got.end());
-    if (want != got)
-      fails.push_back(fmt::format("expected {} = [{}], got [{}]", field, fmt::join(want, ", "),
-                                  fmt::join(got, ", ")));
-  }
-  if (expect.contains("caught_by")) {
-    const std::string check = expect["caught_by"].get<std::string>();
-    int caught = 0;
-    for (const CaseResult& c : r.cases) {
-      const bool named =
-          std::find(c.failed_checks.begin(), c.failed_checks.end(), check) != c.failed_checks.end();
-      if (c.verdict == Verdict::kDiverged && !named)
-        fails.push_back(fmt::format("{} diverged but the {} check did not fail", c.key, check));
-      caught += named || (check == "config" && c.verdict == Verdict::kConfigRejected);
-    }
-    if (caught == 0) fails.push_back(fmt::format("no split point failed the {} check", check));
-  }
-  // SPEC 3.3 on PP=1's acceptance: its range, and every accepted length 0..gamma.
-  const AcceptanceFigures& a = r.pp1_acceptance;
-  for (const auto& [field, at_most] :
-       {std::pair{"acceptance_rate_at_least", false}, std::pair{"acceptance_rate_at_most", true}}) {
-    if (!expect.contains(field)) continue;
-    const double bound = expect[field].get<double>();
-    if (!a.speculative)
-      fails.push_back(fmt::format("expected {} {}, but the run is not speculative", field, bound));
-    else if (at_most ? a.acceptance_rate > bound : a.acceptance_rate < bound)
-      fails.push_back(fmt::format("expected {} {}, got acceptance rate {:.4f}", field, bound,
-                                  a.acceptance_rate));
-  }
-  if (expect.value("batch_invariant", false) && !r.batch_invariance.checked)
-    fails.push_back("expected every request to equal itself served alone, but nothing checked it");
-  // On a backend that does not promise it, batch invariance is measured; a scenario that
-  // still expects it fails when a request differs.
-  if (expect.value("batch_invariant", false) && !r.batch_invariance.not_invariant.empty())
-    fails.push_back(fmt::format(
-        "expected every request to equal itself served alone, but {} of {} differ (the backend "
-        "is not batch-invariant): {}",
-        r.batch_invariance.not_invariant.size(), r.batch_invariance.requests,
-        r.batch_invariance.not_invariant.front()));
-  if (expect.value("every_accepted_length", false)) {
-    std::vector<size_t> missing;
-    for (size_t n = 0; n < a.accepted_histogram.size(); ++n)
-      if (a.accepted_histogram[n] == 0) missing.push_back(n);
-    if (!a.speculative || a.accepted_histogram.empty())
-      fails.push_back("expected every accepted length, but the run is not speculative");
-    else if (!missing.empty())
-      fails.push_back(fmt::format("expected every accepted length 0..{}, never accepted: {}",
-                                  a.accepted_histogram.size() - 1, fmt::join(missing, ", ")));
-  }
-  return fails;
-}
-
-}  // namespace
-
-std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const SweepResult& r) {
-  std::vector<std::string> fails;
-  // The loader validates `expect` (scenario.cc); a block that still cannot be read here
-  // (a hand-edited report given to merge, say) fails rather than passes.
-  if (!expect.is_object()) {
-    fails.push_back("expect cannot be read: expected an object, got " + expect.dump());
-  } else {
-    try {
-      fails = expect_failures_of(expect, r);
-    } catch (const nlohmann::json::exception& e) {
-      fails.push_back(fmt::format("expect cannot be read: {}", e.what()));
-    }
-  }
-  for (const CaseResult& c : r.cases)
-    if (c.verdict == Verdict::kError)
-      fails.push_back(fmt::format("{}: error: {}", c.key, c.message));
-  // SPEC 3.4: on a batch-invariant backend a request in a batch equals the same request
-  // served alone. Not an expectation a scenario may waive: a difference always fails the
-  // sweep (BatchInvariance::differences holds only what must fail).
-  for (const std::string& d : r.batch_invariance.differences)
-    fails.push_back("batch invariance: " + d);
-  return fails;
-}
 
 namespace {
 
@@ -334,11 +154,9 @@ void run_case(const SweepRun& run, const Partition& part, CaseResult& c) {
   JudgeInput in;
   in.pp1 = &run.ref_record;
   in.candidate = &rec;
-  for (const std::string& check : s.checks)
-    if (check != "embedding" && check != "memory" && check != "config")
-      in.dataset_checks.push_back(check);
+  in.dataset_checks = checks_of_kind(s.checks, CheckKind::kDataset);
   in.stage_failures = check_stages(s, part, source, c, selected);
-  in.stages_judged = !c.stages.empty() && (selected("memory") || selected("embedding"));
+  in.stages_judged = !c.stages.empty() && !checks_of_kind(s.checks, CheckKind::kStage).empty();
   judge_case(in, c);
 }
 
@@ -410,9 +228,10 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   SweepResult result;
   result.scenario_name = s.name;
   result.scenario = resolved_scenario_json(s);
-  for (const CheckInfo& check : check_registry())
-    if (std::find(s.checks.begin(), s.checks.end(), check.name) != s.checks.end())
-      result.checks.emplace_back(check.name);
+  // The built-in engine's evidence covers every selected check: nothing is known not judged
+  // before its cases run (judged_checks below settles the stage checks once they have).
+  std::vector<NotJudged> not_judged;
+  result.checks = judged_checks(s.checks, {}, not_judged);
   ASSIGN_OR_RETURN(result.scenario_sha256, scenario_identity_sha256(s));
   ASSIGN_OR_RETURN(result.model_sha256, model_identity_sha256(s));
   ASSIGN_OR_RETURN(
@@ -471,6 +290,8 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   const SweepRun run{s,        engine_options, FaultSet{s.faults}, source, options.transport,
                      workload, ref_record};
   run_cases(run, parts, options, t0, result);
+  not_judged.clear();
+  result.checks = judged_checks(s.checks, result.cases, not_judged);
   result.total_seconds = seconds_since(t0);
   // `expect` speaks of the whole sweep: a filtered or sharded run cannot meet or miss it
   // (splitcheck merge evaluates it once the shards are joined). Errors still count.

@@ -1,0 +1,18 @@
+// The built-in engine's side of the self-determinism gate (harness/judge/self_check.h):
+// PP=1 runs a second time and is judged against its first run.
+#pragma once
+
+#include "harness/judge/self_check.h"
+#include "harness/scenario/scenario.h"
+#include "kernels/status.h"
+#include "reference/record.h"
+#include "reference/weight_source.h"
+
+namespace splitcheck {
+
+// Runs PP=1 of `scenario` again over `weights` and judges it against `first`
+// (judge_reproduction).
+Result<SelfCheckResult> check_pp1_reproduces(const Scenario& scenario, WeightSource& weights,
+                                             const RunRecord& first);
+
+}  // namespace splitcheck
