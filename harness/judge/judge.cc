@@ -254,6 +254,14 @@ void set_error(CaseResult& c, const std::string& why) {
 
 std::string dataset_check(const std::string& path) { return check_of(path); }
 
+void judge_refusal(Refusal why, const std::string& message,
+                   const std::vector<std::string>& selected, CaseResult& c) {
+  c.verdict = Verdict::kConfigRejected;
+  c.message = message;
+  const char* check = why == Refusal::kOwnership ? "partition" : "config";
+  if (std::find(selected.begin(), selected.end(), check) != selected.end()) add_failed(c, check);
+}
+
 std::vector<std::string> judged_checks(const std::vector<std::string>& selected,
                                        const std::vector<CaseResult>& cases,
                                        std::vector<NotJudged>& sweep_not_judged) {

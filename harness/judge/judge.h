@@ -65,6 +65,16 @@ Status compare_records(const RunRecord& reference, const RunRecord& candidate, C
                        const std::vector<std::string>& checks = {},
                        const std::vector<std::string>& kernel_names = {});
 
+// Why a partition was refused before anything of it was compared: a layer owned twice or
+// never (Partition::ownership_problem), or a configuration-time refusal by the engine.
+enum class Refusal { kOwnership, kConfiguration };
+
+// Judges a refused partition, for every engine alike: the case is config-rejected with
+// `message`, and fails `partition` (kOwnership) or `config` (kConfiguration) when that check
+// is selected.
+void judge_refusal(Refusal why, const std::string& message,
+                   const std::vector<std::string>& selected, CaseResult& c);
+
 // The checks a sweep judged, in registry order: the selected ones less those judged for no
 // case. `sweep_not_judged` holds what the whole sweep is known not to judge beforehand (a
 // check PP=1's dump gives no evidence for, a waived evidence) and gains each selected stage

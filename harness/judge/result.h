@@ -50,6 +50,7 @@ struct TapVerdict {
 
 struct CaseResult {
   std::string key;     // "split-12"
+  int64_t index = -1;  // its place in the scenario's enumeration of partitions (report order)
   std::string layout;  // "0-12|12-32"
   std::vector<int> cuts;
   Verdict verdict = Verdict::kSkipped;

@@ -42,19 +42,6 @@ Status write_atomically(const std::filesystem::path& path, const std::string& te
   return Status::ok();
 }
 
-// Each case key's position in the scenario's full partition enumeration (before shard
-// and filter), so shard reports can be merged back into the unsharded order.
-std::map<std::string, int64_t> enumeration_index(const nlohmann::json& resolved) {
-  std::map<std::string, int64_t> index;
-  Result<Scenario> s = parse_scenario(resolved, "report", ".");
-  if (!s.is_ok()) return index;
-  Result<std::vector<Partition>> all =
-      enumerate_partitions(s->partitions, s->model.num_hidden_layers, FaultSet{s->faults});
-  if (!all.is_ok()) return index;
-  for (size_t i = 0; i < all->size(); ++i) index.emplace((*all)[i].key(), static_cast<int64_t>(i));
-  return index;
-}
-
 }  // namespace
 
 nlohmann::json diff_json(const TensorDiff& d) {
@@ -431,12 +418,10 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   }
   j["faults"] = faults;
   nlohmann::json cases = nlohmann::json::array();
-  const std::map<std::string, int64_t> index = enumeration_index(r.scenario);
-  for (size_t i = 0; i < r.cases.size(); ++i) {
-    const auto at = index.find(r.cases[i].key);
-    cases.push_back(
-        case_json(r, r.cases[i], at != index.end() ? at->second : static_cast<int64_t>(i)));
-  }
+  // Each case's place in the scenario's enumeration travels with it (CaseResult::index).
+  for (size_t i = 0; i < r.cases.size(); ++i)
+    cases.push_back(case_json(r, r.cases[i],
+                              r.cases[i].index >= 0 ? r.cases[i].index : static_cast<int64_t>(i)));
   j["cases"] = cases;
   if (nlohmann::json rounded = rounding_summary(cases); !rounded.is_null()) j["rounded"] = rounded;
   if (r.external) set_engine(*r.external, j);

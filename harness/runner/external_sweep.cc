@@ -34,6 +34,7 @@
 #include "harness/scenario/checks.h"
 #include "harness/scenario/faults.h"
 #include "harness/scenario/partition.h"
+#include "harness/sweep/cases.h"
 
 namespace splitcheck {
 namespace {
@@ -337,11 +338,9 @@ void run_engine_case(ExternalSweep& x, const Partition& part, CaseResult& c) {
                     started ? "engine stopped:" : "not run:", interrupt_line(interrupt_signal()));
   };
   if (interrupt_signal() != 0 || x.info.pp1_interrupted) return interrupted(false);
-  if (const std::string problem = part.ownership_problem(); !problem.empty()) {
-    c.verdict = Verdict::kConfigRejected;
-    c.message = fmt::format("partition {}: {}", c.layout, problem);
-    return;
-  }
+  if (const std::string problem = part.ownership_problem(); !problem.empty())
+    return judge_refusal(Refusal::kOwnership, fmt::format("partition {}: {}", c.layout, problem),
+                         x.s.checks, c);
   if (x.info.pp1_failed) return error("not judged: the PP=1 run failed (" + x.pp1_failure + ")");
   c.dump = x.info.work_dir + "/" + c.key + ".h5";
   ProcessOutcome o;
@@ -434,15 +433,9 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
   SweepResult result;
   ExternalSweep x(s, options, result);
   RETURN_IF_ERROR(begin_result(x));
-  ASSIGN_OR_RETURN(
-      std::vector<Partition> all,
-      enumerate_partitions(s.partitions, s.model.num_hidden_layers, FaultSet{s.faults}));
-  const std::vector<Partition> parts =
-      select_partitions(all, options.shard_index, options.shard_count, options.filter);
-  if (parts.empty())
-    return invalid_input(fmt::format(
-        "{}: {} of its {} split point(s): nothing to compare", x.where,
-        options.filter.empty() ? "the shard holds none" : "--filter matches none", all.size()));
+  ASSIGN_OR_RETURN(const SweepCases taken,
+                   select_cases(s, options.shard_index, options.shard_count, options.filter));
+  const std::vector<Partition>& parts = taken.partitions;
   ExternalRunInfo& info = x.info;
   info.work_dir = make_work_dir(options.work_dir);
   std::error_code ec;
@@ -477,6 +470,7 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
   result.pp1_seconds = elapsed_seconds(t_ref);
 
   run_cases(x, parts);
+  index_cases(taken, result.cases);
   close_checks(x);
   result.total_seconds = elapsed_seconds(t0);
   result.interrupted_by = interrupt_signal();

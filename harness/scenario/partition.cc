@@ -189,17 +189,6 @@ uint64_t partition_count(const PartitionSpec& spec, int layers, uint64_t cap) {
   return 1;  // every-layer, balanced
 }
 
-std::vector<Partition> select_partitions(const std::vector<Partition>& all, int shard_index,
-                                         int shard_count, const std::string& filter) {
-  std::vector<Partition> parts;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (static_cast<int>(i % shard_count) != shard_index) continue;
-    if (!filter.empty() && all[i].key().find(filter) == std::string::npos) continue;
-    parts.push_back(all[i]);
-  }
-  return parts;
-}
-
 Result<std::vector<Partition>> enumerate_partitions(const PartitionSpec& spec, int layers,
                                                     const FaultSet& faults) {
   if (spec.mode == "balanced" && faults.has("partition.remainder_dropped")) {

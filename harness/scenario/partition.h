@@ -69,11 +69,6 @@ constexpr size_t kExhaustiveLimit = 200;
 // (C(255, 8) is about 4e14), and each partition is one full run of the model.
 constexpr uint64_t kMaxPartitions = 10000;
 
-// The partitions of `all` one shard of a sweep runs: those at a position p with
-// p % shard_count == shard_index whose key contains `filter` (empty: any), in order.
-std::vector<Partition> select_partitions(const std::vector<Partition>& all, int shard_index,
-                                         int shard_count, const std::string& filter);
-
 // How many partitions `enumerate_partitions(spec, layers)` gives, without building them
 // and without overflow: exact up to `cap`, and `cap + 1` for anything larger
 // (C(L-1, pp-1) for exhaustive; the greedy cover is built, stopping past `cap`, for

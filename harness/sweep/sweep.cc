@@ -20,6 +20,7 @@
 #include "harness/judge/judge.h"
 #include "harness/judge/stage_checks.h"
 #include "harness/scenario/checks.h"
+#include "harness/sweep/cases.h"
 #include "harness/sweep/reproduce.h"
 #include "harness/sweep/serving_checks.h"
 
@@ -61,20 +62,6 @@ std::vector<CheckFailure> check_stages(const Scenario& s, const Partition& p, We
 }  // namespace
 
 namespace {
-
-// A sweep that compares nothing proves nothing: refuse a filter or shard that leaves no
-// split point.
-Status check_not_empty(const Scenario& s, const SweepOptions& options, size_t all, size_t kept) {
-  if (kept > 0) return Status::ok();
-  std::string why;
-  if (!options.filter.empty()) why = fmt::format("--filter \"{}\" matches none", options.filter);
-  if (options.shard_count > 1)
-    why += fmt::format("{}shard {}/{} holds none", why.empty() ? "" : " and ", options.shard_index,
-                       options.shard_count);
-  if (why.empty()) why = "the scenario enumerates none";
-  return invalid_input(fmt::format("{}: {} of its {} split point(s): nothing to compare",
-                                   s.source_path.empty() ? s.name : s.source_path, why, all));
-}
 
 // The scenario's transport must be the one the sweep was given (nothing runs in-process
 // in its place), with room for the partition with the most stages that would run. A
@@ -126,18 +113,15 @@ void run_case(const SweepRun& run, const Partition& part, CaseResult& c) {
   // A refused configuration never ran: it is not a pass whatever `checks` says, and it
   // fails the config check when that check is selected.
   auto refused = [&](const Status& st) {
-    const bool rejected = st.code() == StatusCode::kConfigRejected;
-    c.verdict = rejected ? Verdict::kConfigRejected : Verdict::kError;
-    c.message = rejected ? st.message() : fmt::format("{} ({}): {}", c.key, c.layout, st.message());
-    if (rejected && selected("config")) c.failed_checks.push_back("config");
+    if (st.code() == StatusCode::kConfigRejected)
+      return judge_refusal(Refusal::kConfiguration, st.message(), s.checks, c);
+    c.verdict = Verdict::kError;
+    c.message = fmt::format("{} ({}): {}", c.key, c.layout, st.message());
   };
   // The structural check comes before anything is built or compared.
-  if (const std::string problem = part.ownership_problem(); !problem.empty()) {
-    c.verdict = Verdict::kConfigRejected;
-    c.message = fmt::format("partition {}: {}", c.layout, problem);
-    if (selected("partition")) c.failed_checks.push_back("partition");
-    return;
-  }
+  if (const std::string problem = part.ownership_problem(); !problem.empty())
+    return judge_refusal(Refusal::kOwnership, fmt::format("partition {}: {}", c.layout, problem),
+                         s.checks, c);
   Result<std::unique_ptr<PartitionedEngine>> engine = PartitionedEngine::create(
       s.model, part, run.engine_options, run.faults, source, run.transport);
   if (!engine.is_ok()) return refused(engine.status());
@@ -234,12 +218,9 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   result.checks = judged_checks(s.checks, {}, not_judged);
   ASSIGN_OR_RETURN(result.scenario_sha256, scenario_identity_sha256(s));
   ASSIGN_OR_RETURN(result.model_sha256, model_identity_sha256(s));
-  ASSIGN_OR_RETURN(
-      std::vector<Partition> all,
-      enumerate_partitions(s.partitions, s.model.num_hidden_layers, FaultSet{s.faults}));
-  const std::vector<Partition> parts =
-      select_partitions(all, options.shard_index, options.shard_count, options.filter);
-  RETURN_IF_ERROR(check_not_empty(s, options, all.size(), parts.size()));
+  ASSIGN_OR_RETURN(const SweepCases taken,
+                   select_cases(s, options.shard_index, options.shard_count, options.filter));
+  const std::vector<Partition>& parts = taken.partitions;
   RETURN_IF_ERROR(check_transport(s, options, parts));
   // Where the stages run: known before anything runs, so a refused sweep reports it too.
   int most_stages = 1;
@@ -290,6 +271,7 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   const SweepRun run{s,        engine_options, FaultSet{s.faults}, source, options.transport,
                      workload, ref_record};
   run_cases(run, parts, options, t0, result);
+  index_cases(taken, result.cases);
   not_judged.clear();
   result.checks = judged_checks(s.checks, result.cases, not_judged);
   result.total_seconds = seconds_since(t0);
