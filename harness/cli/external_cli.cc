@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "harness/engine/generation.h"
+#include "harness/reports/console.h"
 #include "harness/reports/escape.h"
 #include "harness/reports/report.h"
 #include "harness/reports/writers.h"
@@ -95,48 +96,7 @@ int external_sweep_and_report(const Scenario& s, const ExternalSweepOptions& opt
   if (!r.is_ok()) return fail(r.status());
   apply_waivers(waivers, utc_today(), *r);
   const nlohmann::json report = sweep_report(*r, ReportContext{command_line});
-  print_opening(report);
-  if (r->self_check.ran)
-    fmt::print("self-check: {}\n",
-               r->self_check.reproduced
-                   ? fmt::format("PP=1 run twice, bit-identical ({} datasets)",
-                                 r->self_check.datasets_compared)
-                   : fmt::format("PP=1 run twice DIFFERS ({} of {} datasets): {}; no split point "
-                                 "judged (exit 4)",
-                                 r->self_check.datasets_differing, r->self_check.datasets_compared,
-                                 console_line(r->self_check.first_difference)));
-  fmt::print("sweep {} ({} split points, external engine)\n", s.name, r->cases.size());
-  for (const CaseResult& c : r->cases) {
-    fmt::print("  {:<16} {:<16} {}\n", c.key, verdict_name(c.verdict), console_line(c.message));
-    // What this case could not judge, beyond what the sweep as a whole could not.
-    for (const NotJudged& n : c.not_judged)
-      if (std::none_of(r->external->not_judged.begin(), r->external->not_judged.end(),
-                       [&](const NotJudged& w) { return w.check == n.check; }))
-        fmt::print("      {}: not judged ({})\n", n.check, console_line(n.reason));
-    if (!c.stderr_tail.empty()) print_tail(c.stderr_tail);
-  }
-  fmt::print("checks: {}\n", fmt::join(r->checks, ", "));
-  for (const std::string& line : not_judged_lines(report)) fmt::print("  {}\n", console_line(line));
-  for (const std::string& line : rounding_lines(report)) fmt::print("{}\n", console_line(line));
-  const int64_t rounded = obj_field(report, "rounded").value("cases", int64_t{0});
-  fmt::print(
-      "summary: {}{}\n", r->counts_line(),
-      rounded > 0
-          ? fmt::format(" ({} compared after rounding, not on the engine's own bits)", rounded)
-          : "");
-  fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s with {} jobs; engine runs {:.2f} s in all\n",
-             r->pp1_seconds, r->total_seconds, r->threads, r->external->engine_seconds);
-  if (r->pp1_acceptance.speculative) {
-    int equal = 0;
-    for (const CaseResult& c : r->cases) equal += same_acceptance(c.acceptance, r->pp1_acceptance);
-    fmt::print(
-        "speculative: PP=1 acceptance rate {:.4f}, accepted lengths [{}]; {} of {} split "
-        "points with the same acceptance\n",
-        r->pp1_acceptance.acceptance_rate, histogram_text(r->pp1_acceptance.accepted_histogram),
-        equal, r->cases.size());
-  }
-  for (const std::string& f : r->waiver_failures) fmt::print("waiver: EXPIRED: {}\n", f);
-  for (const std::string& f : r->expect_failures) fmt::print("expect: NOT MET: {}\n", f);
+  fmt::print("{}", render_console(report));
   if (!report_dir.empty()) {
     if (Status st = write_reports(report_dir, report); !st.is_ok()) return fail(st);
     fmt::print("report: {}/report.json\n", console_line(report_dir));

@@ -10,6 +10,7 @@
 
 #include "harness/cli/external_cli.h"
 #include "harness/engine/generation.h"
+#include "harness/reports/console.h"
 #include "harness/reports/report.h"
 #include "harness/runner/interrupt.h"
 #include "harness/sweep/sweep.h"
@@ -250,71 +251,16 @@ int SweepCli::sweep_and_report(const Scenario& scenario_in, SweepOptions& opts) 
     return r->exit_code();
   }
   apply_waivers(waiver_list_, utc_today(), *r);
-  if (r->self_check.ran)
-    fmt::print("self-check: PP=1 reproduced itself ({} datasets bit-identical, {:.2f} s)\n",
-               r->self_check.datasets_compared, r->self_check.seconds);
-  fmt::print("sweep {} ({} split points, faults: {})\n", s->name, r->cases.size(),
-             s->faults.empty() ? "none" : fmt::format("{}", fmt::join(s->faults, ", ")));
-  for (const CaseResult& c : r->cases) {
-    fmt::print("  {:<16} {:<16} {}\n", c.key, verdict_name(c.verdict), c.message);
-    fmt::print("  {:<16} {:<16} computed: {}\n", "", "",
-               computed_text(c.computed, r->pp1_computed));
-    for (const Waiver& w : c.waivers)
-      fmt::print("  {:<16} {:<16} {} ({}, expires {}; {})\n", "", "", w.reason, w.link, w.expires,
-                 w.where);
-  }
-  fmt::print("checks: {}\n", fmt::join(r->checks, ", "));
-  fmt::print("stages: {}\n", placement_line(placement_json(r->placement)));
-  fmt::print("summary: {}\n", r->counts_line());
-  for (const std::string& f : r->waiver_failures) fmt::print("waiver: EXPIRED: {}\n", f);
-  fmt::print("time: PP=1 {:.2f} s, sweep {:.2f} s on {} threads ({:.1f} PP=1 runs)\n",
-             r->pp1_seconds, r->total_seconds, r->threads,
-             r->total_seconds / std::max(1e-9, r->pp1_seconds));
-  fmt::print("computed: {}\n", computed_summary(*r));
-  if (r->pp1_acceptance.speculative) {
-    const AcceptanceFigures& a = r->pp1_acceptance;
-    int equal = 0;
-    for (const CaseResult& c : r->cases) {
-      equal += same_acceptance(c.acceptance, a);
-    }
-    fmt::print(
-        "speculative ({}, gamma {}, departure rate {}): PP=1 {} steps, mean accepted length "
-        "{:.3f}, acceptance rate {:.3f}, tokens per forward {:.3f}, accepted lengths [{}], GSM8K "
-        "strict {}/{}, flexible {}/{}; {} of {} split points with the same acceptance\n",
-        s->speculative.method, s->speculative.gamma, s->speculative.departure_rate, a.steps,
-        a.mean_accepted, a.acceptance_rate, a.tokens_per_forward,
-        histogram_text(a.accepted_histogram), a.strict_correct, a.prompts, a.flexible_correct,
-        a.prompts, equal, r->cases.size());
-  }
-  if (r->batch_invariance.checked) {
-    // SPEC 3.4: every request against itself served alone, and the request x split view.
-    fmt::print("serving: {} of {} requests equal themselves served alone at PP=1{}\n",
-               r->batch_invariance.identical, r->batch_invariance.requests,
-               r->batch_invariance.required
-                   ? ""
-                   : fmt::format(" (measured: backend {} is not batch-invariant)", s->backend));
-    for (const CaseResult& c : r->cases)
-      if (!c.diverged_requests.empty())
-        fmt::print("  {}: requests diverged: {}\n", c.key, fmt::join(c.diverged_requests, ", "));
-  }
-  for (const std::string& f : r->expect_failures) fmt::print("expect: NOT MET: {}\n", f);
+  const nlohmann::json report = sweep_report(*r, ReportContext{command_line});
+  fmt::print("{}", render_console(report));
   if (!report_dir.empty()) {
-    ReportContext ctx{command_line};
-    Status st = write_reports(report_dir, sweep_report(*r, ctx));
+    Status st = write_reports(report_dir, report);
     if (!st.is_ok()) {
       fmt::print(stderr, "splitcheck: error: {}\n", st.message());
       return 3;
     }
     fmt::print("report: {}/report.json\n", report_dir);
   }
-  if (r->no_data_compared())
-    fmt::print(
-        "result: no data compared: the selected checks ({}) compared no dataset and "
-        "judged no stage{}\n",
-        fmt::join(r->checks, ", "),
-        r->exit_code() == 0 ? " (the scenario's expect asks for the verdict no-data)" : "");
-  else if (r->conformant() && !r->expect_failures.empty())
-    fmt::print("result: every split point passed, but the scenario's expect is not met\n");
   return r->exit_code();
 }
 

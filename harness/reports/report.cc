@@ -217,7 +217,8 @@ nlohmann::json case_json(const SweepResult& r, const CaseResult& c, int64_t inde
                     {"check", w.check},
                     {"reason", w.reason},
                     {"link", w.link},
-                    {"expires", w.expires}});
+                    {"expires", w.expires},
+                    {"where", w.where}});
     cj["waivers"] = ws;
   }
   if (c.first_divergence) {
