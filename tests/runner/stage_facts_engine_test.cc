@@ -1,0 +1,161 @@
+// The stage checks through the runner, from the facts a dump records in /stages/<s>/
+// (docs/dump-format.md, "Stage facts"): engines that wrap `splitcheck run` (8-layer K3-mini,
+// split point 4) and then edit what their stages say. A lie that contradicts another fact
+// of the same dump never passes; a dump without the facts leaves memory "not judged" in
+// every report form, never passed.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli_fixture.h"
+
+namespace splitcheck {
+namespace {
+
+namespace fs = std::filesystem;
+using cli_test::CliResult;
+using cli_test::file_text;
+using cli_test::quote;
+using cli_test::write_text;
+using nlohmann::json;
+
+// What opens every edit: the dump `splitcheck run` wrote (argv[1]) copied to argv[2] and
+// opened for editing as `f`; argv[3] is the case's cuts ("" at PP=1).
+constexpr const char* kEditHead = R"(import sys, os, shutil, h5py
+src, dst, cuts = sys.argv[1:4]
+shutil.copyfile(src, dst + ".tmp")
+with h5py.File(dst + ".tmp", "r+") as f:
+    stages = [f[f"stages/{s}"] for s in range(len(f["stages"]))]
+)";
+constexpr const char* kEditTail = R"(
+os.rename(dst + ".tmp", dst)
+)";
+
+class StageFactsEngineTest : public cli_test::CliFixture {
+ protected:
+  StageFactsEngineTest() : CliFixture("splitcheck-stage-facts-") {}
+
+  void SetUp() override {
+    CliFixture::SetUp();
+    if (std::system("/usr/bin/python3 -c 'import h5py' 2>/dev/null") != 0)
+      GTEST_SKIP() << "Debian's python3-h5py is not installed (scripts/setup.sh)";
+  }
+
+  // scenarios/external-self.json at split point 4 with the speculative block and faults
+  // given, its engine `splitcheck run` followed by `edit` (Python over `stages`, indented
+  // four spaces, in every dump including PP=1's).
+  json scenario_with(const json& speculative, const json& faults, const std::string& edit) {
+    json j = json::parse(
+        file_text(fs::path(SPLITCHECK_SOURCE_DIR) / "scenarios" / "external-self.json"));
+    j.erase("expect");
+    j["speculative"] = speculative;
+    j["faults"] = faults;
+    j["workload"]["max_new_tokens"] = 4;
+    j["partitions"] = {{"pp", 2}, {"splits", json::parse("[[4]]")}};
+    write_text(path("edit.py"), std::string(kEditHead) + edit + kEditTail);
+    const fs::path engine = path("engine.sh");
+    write_text(engine, "#!/bin/sh\nscenario=\"$1\" cuts=\"$2\" out=\"$3\"\n" +
+                           quote(SPLITCHECK_BINARY) +
+                           " run \"$scenario\" --split \"$cuts\" --out \"$out.full\" >/dev/null || "
+                           "exit $?\nexec /usr/bin/python3 " +
+                           quote(path("edit.py").string()) + " \"$out.full\" \"$out\" \"$cuts\"\n");
+    fs::permissions(engine, fs::perms::owner_all);
+    j["engine"]["command"] = {engine.string(), "{scenario}", "{cuts}", "{out}"};
+    return j;
+  }
+
+  CliResult sweep(const json& scenario) const {
+    const fs::path s = path("scenario.json");
+    write_text(s, scenario.dump(2));
+    return cli("sweep " + quote(s.string()) + " --report " + quote(path("rep").string()));
+  }
+
+  json the_case() const {
+    const json rep = json::parse(file_text(path("rep") / "report.json"));
+    EXPECT_EQ(rep["cases"].size(), 1u);
+    return rep["cases"][0];
+  }
+};
+
+bool has(const json& list, const std::string& value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+const json kDspark = {{"method", "dspark"}, {"gamma", 7}};
+
+TEST_F(StageFactsEngineTest, HiddenExtraBytesThatContradictThePlacedEmbeddingFailMemory) {
+  // A context-only producer that keeps the last stage's embedding copy, and says its
+  // placement allows exactly the bytes it holds: its placed_embedding still says "missing".
+  json producer = kDspark;
+  producer["context_only_producer"] = true;
+  const CliResult r = sweep(scenario_with(producer, {"pd.producer_embedding"},
+                                          "    if cuts:\n        stages[1].attrs.modify("
+                                          "'placed_parameter_bytes', "
+                                          "stages[1].attrs['parameter_bytes'])\n"));
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  const json c = the_case();
+  EXPECT_EQ(c["verdict"], "diverged") << c.dump();
+  EXPECT_TRUE(has(c["failed_checks"], "memory")) << c.dump();
+  EXPECT_NE(c["message"].get<std::string>().find("holds an embedding copy its placement does not "
+                                                 "give it"),
+            std::string::npos)
+      << c["message"];
+}
+
+TEST_F(StageFactsEngineTest, AClearRefusalClaimedAgainstItsAnswerFailsEmbedding) {
+  const CliResult r =
+      sweep(scenario_with(kDspark, {"draft.vocab_from_embedding"},
+                          "    if cuts:\n        stages[1].attrs.modify('refusal_clear', 1)\n"));
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  const json c = the_case();
+  EXPECT_EQ(c["verdict"], "diverged") << c.dump();
+  EXPECT_TRUE(has(c["failed_checks"], "embedding")) << c.dump();
+  EXPECT_NE(c["message"].get<std::string>().find("its refusal_clear says 1, its answer does not"),
+            std::string::npos)
+      << c["message"];
+}
+
+TEST_F(StageFactsEngineTest, ADrafterOnAnotherStorageThanItClaimsFailsEmbedding) {
+  // A drafter said to be bound to the target's object, over a storage label that is not the
+  // stage's embedding's.
+  const CliResult r = sweep(
+      scenario_with(kDspark, json::array(),
+                    "    if cuts:\n        stages[1].attrs['embedding_storage'] = 'storage:0'\n"
+                    "        stages[1].attrs['drafter_embedding_storage'] = 'storage:7'\n"));
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  const json c = the_case();
+  EXPECT_EQ(c["verdict"], "diverged") << c.dump();
+  EXPECT_EQ(c["failed_checks"], json::array({"embedding"})) << c.dump();
+  EXPECT_NE(c["message"].get<std::string>().find("claims the target's object, but its storage "
+                                                 "storage:7"),
+            std::string::npos)
+      << c["message"];
+}
+
+TEST_F(StageFactsEngineTest, WithoutThePlacedBytesMemoryIsNotJudgedInEveryReportForm) {
+  // A writer of the older layout: no placed_parameter_bytes on any stage of any dump.
+  const CliResult r =
+      sweep(scenario_with(kDspark, json::array(),
+                          "    for g in stages:\n        if 'placed_parameter_bytes' in g.attrs:\n"
+                          "            del g.attrs['placed_parameter_bytes']\n"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const json rep = json::parse(file_text(path("rep") / "report.json"));
+  EXPECT_FALSE(has(rep["checks"], "memory")) << rep["checks"];
+  EXPECT_TRUE(has(rep["checks"], "embedding")) << rep["checks"];
+  EXPECT_TRUE(has(rep["checks"], "config")) << rep["checks"];
+  EXPECT_NE(rep.dump().find("placed_parameter_bytes"), std::string::npos);
+  EXPECT_NE(r.out.find("memory: not judged"), std::string::npos) << r.out;
+  for (const char* file : {"summary.md", "report.html", "junit.xml"})
+    EXPECT_NE(file_text(path("rep") / file).find("memory: not judged"), std::string::npos) << file;
+}
+
+TEST_F(StageFactsEngineTest, TheFactsAsWrittenAreJudgedAndPass) {
+  const CliResult r = sweep(scenario_with(kDspark, json::array(), "    pass\n"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const json rep = json::parse(file_text(path("rep") / "report.json"));
+  for (const char* check : {"memory", "embedding", "config", "acceptance"})
+    EXPECT_TRUE(has(rep["checks"], check)) << check << " in " << rep["checks"];
+}
+
+}  // namespace
+}  // namespace splitcheck
