@@ -2,7 +2,9 @@
 // (docs/dump-format.md, "Stage facts"): engines that wrap `splitcheck run` (8-layer K3-mini,
 // split point 4) and then edit what their stages say. A lie that contradicts another fact
 // of the same dump never passes; a dump without the facts leaves memory "not judged" in
-// every report form, never passed.
+// every report form, never passed. And the runner protocol's configuration refusal (exit
+// status 4, the reason at {out}.refusal): a refusal without its record is an error, PP=1
+// refusing judges nothing, a refusal's reason reaches the reports escaped.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -155,6 +157,67 @@ TEST_F(StageFactsEngineTest, TheFactsAsWrittenAreJudgedAndPass) {
   const json rep = json::parse(file_text(path("rep") / "report.json"));
   for (const char* check : {"memory", "embedding", "config", "acceptance"})
     EXPECT_TRUE(has(rep["checks"], check)) << check << " in " << rep["checks"];
+}
+
+// Engines given as shell scripts ($SPLITCHECK is the real CLI), swept at split point 4.
+class ConfigRefusalTest : public cli_test::CliFixture {
+ protected:
+  ConfigRefusalTest() : CliFixture("splitcheck-refusal-") {}
+
+  json sweep(const std::string& script) {
+    json j = json::parse(
+        file_text(fs::path(SPLITCHECK_SOURCE_DIR) / "scenarios" / "external-self.json"));
+    j.erase("expect");
+    j["partitions"] = {{"pp", 2}, {"splits", json::parse("[[4]]")}};
+    const fs::path engine = path("engine.sh");
+    write_text(engine, "#!/bin/sh\nscenario=\"$1\" cuts=\"$2\" out=\"$3\"\nSPLITCHECK=" +
+                           quote(SPLITCHECK_BINARY) + "\n" + script);
+    fs::permissions(engine, fs::perms::owner_all);
+    j["engine"]["command"] = {engine.string(), "{scenario}", "{cuts}", "{out}"};
+    write_text(path("scenario.json"), j.dump(2));
+    last_ = cli("sweep " + quote(path("scenario.json").string()) + " --report " +
+                quote(path("rep").string()));
+    const json rep = json::parse(file_text(path("rep") / "report.json"));
+    EXPECT_EQ(rep["cases"].size(), 1u);
+    return rep["cases"][0];
+  }
+
+  CliResult last_;
+};
+
+constexpr const char* kRunAsAsked =
+    "exec \"$SPLITCHECK\" run \"$scenario\" --split \"$cuts\" --out \"$out\"\n";
+
+TEST_F(ConfigRefusalTest, ARefusalIsConfigRejectedWithItsReasonEscaped) {
+  const json c = sweep(std::string("if [ -n \"$cuts\" ]; then printf 'tap 4 \\033[31mat a stage "
+                                   "end\\n' >\"$out.refusal\"; exit 4; fi\n") +
+                       kRunAsAsked);
+  EXPECT_EQ(last_.code, 1) << last_.out << last_.err;
+  EXPECT_EQ(c["verdict"], "config-rejected") << c.dump();
+  EXPECT_EQ(c["failed_checks"], json::array({"config"})) << c.dump();
+  EXPECT_EQ(c["message"], "tap 4 \\x1b[31mat a stage end") << c.dump();
+  EXPECT_EQ(last_.out.find('\x1b'), std::string::npos) << "the console escapes the reason";
+}
+
+TEST_F(ConfigRefusalTest, ExitStatusFourWithoutARefusalRecordIsAnError) {
+  const json c = sweep(std::string("[ -n \"$cuts\" ] && exit 4\n") + kRunAsAsked);
+  EXPECT_EQ(last_.code, 3) << last_.out << last_.err;
+  EXPECT_EQ(c["verdict"], "error") << c.dump();
+  EXPECT_NE(c["message"].get<std::string>().find("but wrote no refusal record"), std::string::npos)
+      << c.dump();
+}
+
+TEST_F(ConfigRefusalTest, APp1ThatRefusesJudgesNothing) {
+  const json c =
+      sweep(std::string("if [ -z \"$cuts\" ]; then echo 'no PP=1 here' >\"$out.refusal\"; "
+                        "exit 4; fi\n") +
+            kRunAsAsked);
+  EXPECT_EQ(last_.code, 3) << last_.out << last_.err;
+  EXPECT_EQ(c["verdict"], "error") << c.dump();
+  EXPECT_NE(
+      c["message"].get<std::string>().find("the PP=1 run refused its configuration: no PP=1 here"),
+      std::string::npos)
+      << c.dump();
 }
 
 }  // namespace
