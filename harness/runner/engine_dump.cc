@@ -179,8 +179,19 @@ Result<LoadedDump> load_dump(const std::string& path, bool reference) {
   Sha256 content;
   ASSIGN_OR_RETURN(auto root, r.attributes("/"));
   for (const auto& [name, value] : root) d.root[name] = value.text;
+  std::string forward;  // the /forward/<f> group of the last dataset read
   for (const DatasetInfo& info : r.datasets()) {
     RETURN_IF_ERROR(load_dataset(r, info, reference ? &content : nullptr, d));
+    // A serving forward's request and step (its group's attributes), which the judge names
+    // a divergence by, as it does for the built-in sweep's record.
+    if (info.path.starts_with("/forward/")) {
+      const std::string g = info.path.substr(0, info.path.find('/', 9));
+      if (g != forward)
+        for (const char* name : {"request", "step"})
+          if (Result<int64_t> v = r.attr_int(g, name); v.is_ok())
+            d.record.set_attr(g.substr(1), name, *v);
+      forward = g;
+    }
     if (const int32_t l = layer_of_path(info.path.substr(1)); l >= 0) d.layers.insert(l);
     if (info.path.ends_with("/dispatch") && d.kernels.empty())
       if (Result<std::string> k = r.attr_string(info.path, "kernels"); k.is_ok()) d.kernels = *k;

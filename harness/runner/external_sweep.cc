@@ -335,6 +335,17 @@ void take_pp1_evidence(ExternalSweep& x) {
   info.kernels = pp1.kernels;
   x.result.pp1_acceptance = pp1.acceptance;
   x.pp1_stages = stage_evidence_of(pp1.record);
+  // A serving run's requests (its forwards' `request`), as the built-in sweep lists them:
+  // each case then names the requests that diverged.
+  if (pp1.record.find("serving/schedule") != nullptr) {
+    std::set<int32_t> requests;
+    for (const auto& [object, attrs] : pp1.record.attrs()) {
+      auto it = attrs.find("request");
+      if (object.starts_with("forward/") && it != attrs.end())
+        if (const int64_t* r = std::get_if<int64_t>(&it->second)) requests.insert(*r);
+    }
+    x.result.requests.assign(requests.begin(), requests.end());
+  }
   info.pp1_failed = !x.pp1_failure.empty();
   for (size_t at = 0; !pp1.kernels.empty() && at != std::string::npos;) {
     const size_t comma = pp1.kernels.find(',', at);

@@ -134,12 +134,15 @@ TEST_F(StageFactsEngineTest, ADrafterOnAnotherStorageThanItClaimsFailsEmbedding)
       << c["message"];
 }
 
-TEST_F(StageFactsEngineTest, WithoutThePlacedBytesMemoryIsNotJudgedInEveryReportForm) {
-  // A writer of the older layout: no placed_parameter_bytes on any stage of any dump.
-  const CliResult r =
-      sweep(scenario_with(kDspark, json::array(),
-                          "    for g in stages:\n        if 'placed_parameter_bytes' in g.attrs:\n"
-                          "            del g.attrs['placed_parameter_bytes']\n"));
+TEST_F(StageFactsEngineTest, WithoutTheNewerFactsMemoryIsNotJudgedInEveryReportForm) {
+  // A writer of the older layout: none of the newer facts on any stage of any dump.
+  const CliResult r = sweep(scenario_with(
+      kDspark, json::array(),
+      "    for g in stages:\n"
+      "        for a in ['placed_parameter_bytes', 'placed_embedding', 'held_tensors',\n"
+      "                  'drafter_method', 'refusal_probe', 'refusal_status', 'refusal_clear']:\n"
+      "            if a in g.attrs:\n"
+      "                del g.attrs[a]\n"));
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const json rep = json::parse(file_text(path("rep") / "report.json"));
   EXPECT_FALSE(has(rep["checks"], "memory")) << rep["checks"];

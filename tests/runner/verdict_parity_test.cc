@@ -114,9 +114,10 @@ TEST_P(VerdictParityTest, TheRunnerGivesTheBuiltInVerdicts) {
         << ci["key"] << "\nbuilt-in: " << ci["message"] << "\nrunner:   " << ce["message"];
     EXPECT_EQ(ce["failed_checks"], ci["failed_checks"])
         << ci["key"] << "\nbuilt-in: " << ci["message"] << "\nrunner:   " << ce["message"];
-    if (ci["verdict"] == "config-rejected") {
-      EXPECT_EQ(ce["message"], ci["message"]);
-    }
+    // The same evidence judged by the same judge: the rest of the case's finding too.
+    for (const char* field : {"message", "first_divergence", "diverged_requests", "taps",
+                              "datasets_compared", "datasets_differing", "dispatch_mismatches"})
+      EXPECT_EQ(ce.value(field, json()), ci.value(field, json())) << ci["key"] << " " << field;
   }
   EXPECT_GT(shown, 0) << name << ": the small scenario no longer shows its fault";
 }
