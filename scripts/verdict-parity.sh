@@ -9,12 +9,14 @@ build="${1:-$root/build}"
 out="$root/docs/bench/verdict-parity.txt"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
+# The tree's revision before the table is rewritten (the table is a tracked file).
+revision="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo '+dirty')"
 start=$(date +%s)
 status=0
 "$build/splitcheck_tests" --gtest_filter='Committed/VerdictParityTest.*' >"$log" 2>&1 || status=$?
 {
   echo "# Verdict parity: built-in sweep against the runner (splitcheck run as the engine)"
-  echo "# commit $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo '+dirty'), $(nproc) cores, $(date -u +%FT%TZ)"
+  echo "# commit $revision, $(nproc) cores (shared with other builds), $(date -u +%FT%TZ)"
   echo "# command: scripts/verdict-parity.sh (tests/runner/verdict_parity_test.cc), $(($(date +%s) - start)) s, gtest exit $status"
   echo "# each scenario at 8 layers (block 4), split points 2/4/6 (partition-remainder-dropped: 10 layers, PP=4 balanced)"
   printf '%-40s %-8s %-44s %s\n' scenario case built-in runner
