@@ -38,6 +38,10 @@ struct StageHoldings {
   std::vector<int> owned_taps;
   size_t parameter_bytes = 0;
   size_t tensors = 0;
+  size_t storages = 0;  // distinct storages under the tensors (two names over one count once)
+  // The storage of its embed_tokens as a label, "storage:<i>" (i: its place among the
+  // distinct storages, in name order); empty when it holds none.
+  std::string embedding_storage;
 };
 
 // What a stage holds and measures, from its store and configuration.

@@ -40,6 +40,8 @@ void add_drafter(const DrafterPlacement& d, std::vector<StageFacts>& facts) {
   f.drafter_method = d.method;
   f.drafter_embedding = d.embedding_source;
   f.drafter_same_object_as_target = d.same_object_as_target;
+  // The drafter's embedding is the stage's own storage, or one the stage does not hold.
+  f.drafter_embedding_storage = d.same_object_as_target ? f.embedding_storage : "unheld";
 }
 
 }  // namespace
@@ -73,6 +75,8 @@ std::vector<StageFacts> partition_stage_facts(const Scenario& s, const Partition
     f.placed_parameter_bytes =
         static_cast<int64_t>(placed_parameter_bytes(placed_stage(s, partition, h.index)));
     f.held_tensors = static_cast<int64_t>(h.tensors);
+    f.held_storages = static_cast<int64_t>(h.storages);
+    f.embedding_storage = h.embedding_storage;
     if (f.placed_embedding == "copy-for-drafter") f.drafter_method = s.speculative.method;
     facts.push_back(std::move(f));
   }
@@ -82,20 +86,9 @@ std::vector<StageFacts> partition_stage_facts(const Scenario& s, const Partition
 
 StageFacts pp1_stage_facts(const Scenario& s, const WeightStore& weights,
                            const DrafterPlacement& drafter) {
-  const int layers = s.model.num_hidden_layers;
-  const Partition whole = *Partition::from_cuts({}, layers);
-  std::vector<StageFacts> facts(1);
-  StageFacts& f = facts[0];
-  f.layer_begin = 0;
-  f.layer_end = layers;
-  f.embedding = weights.has("embed_tokens.weight") ? "real" : "missing";
-  f.placed_embedding = "real";
-  f.parameter_bytes = static_cast<int64_t>(weights.parameter_bytes());
-  f.placed_parameter_bytes =
-      static_cast<int64_t>(placed_parameter_bytes(placed_stage(s, whole, 0)));
-  f.held_tensors = static_cast<int64_t>(weights.tensors().size());
-  add_drafter(drafter, facts);
-  return facts[0];
+  const Partition whole = *Partition::from_cuts({}, s.model.num_hidden_layers);
+  const StageHoldings held = measure_holdings(placed_stage(s, whole, 0), weights);
+  return partition_stage_facts(s, whole, {held}, drafter).front();
 }
 
 void add_refusal_probe(const Scenario& s, const Partition& partition, WeightSource& source,

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "harness/engine/run.h"
 #include "harness/judge/sweep.h"
 #include "reference/spec_methods.h"
 #include "tests/scenario_fixture.h"
@@ -318,6 +319,31 @@ TEST(StageFactsRules, FactsThatContradictEachOtherFail) {
   last.refusal_status = "config-rejected";
   last.refusal_probe = "stage 1 holds no embedding for the dspark drafter";
   EXPECT_TRUE(judge_stage_checks({"embedding"}, refusal, StageEvidence{}).failures.empty());
+}
+
+TEST(StageFactsRules, APartitionedRunRecordsEveryFactItsStagesAreJudgedFrom) {
+  const Scenario s = default_scenario();
+  Result<ReferenceRun> run = run_partitioned(s, {16});
+  ASSERT_TRUE(run.is_ok()) << run.status().message();
+  const StageEvidence ev = stage_evidence_of(run->record);
+  ASSERT_EQ(ev.stages.size(), 2u);
+  EXPECT_TRUE(ev.drafter_ran);
+  for (const StageFacts& f : ev.stages) {
+    EXPECT_EQ(f.parameter_bytes, f.placed_parameter_bytes) << f.index;
+    EXPECT_GT(f.held_storages.value_or(0), 0) << f.index;
+    EXPECT_LE(f.held_storages.value_or(0), f.held_tensors.value_or(0)) << f.index;
+    EXPECT_EQ(f.embedding, f.placed_embedding) << f.index;
+  }
+  const StageFacts& last = ev.stages[1];
+  EXPECT_EQ(last.drafter_embedding, "target");
+  EXPECT_EQ(last.drafter_same_object_as_target, true);
+  EXPECT_FALSE(last.embedding_storage.empty());
+  EXPECT_EQ(last.drafter_embedding_storage, last.embedding_storage);
+  EXPECT_EQ(last.refusal_status, "config-rejected") << last.refusal_probe;
+  EXPECT_EQ(last.refusal_clear, true);
+  const StageJudgement j = judge_stage_checks({"memory", "embedding"}, ev, StageEvidence{});
+  EXPECT_TRUE(j.judged);
+  EXPECT_TRUE(j.failures.empty()) << j.failures.front().message;
 }
 
 // --- tap 0's residency under tap.embed_resident_by_module ---------------------------------
