@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "harness/cli/approx_cli.h"
 #include "harness/cli/assemble_cli.h"
@@ -31,6 +32,9 @@ constexpr int kExitOk = 0;
 constexpr int kExitDiverged = 1;
 constexpr int kExitInvalid = 2;
 constexpr int kExitInternal = 3;
+// `run`: the engine refused the configuration (the runner protocol's refusal,
+// docs/external-engines.md), its reason at <out>.refusal.
+constexpr int kExitConfigRefused = 4;
 
 std::string default_scenario() {
   return std::string(SPLITCHECK_SOURCE_DIR) + "/scenarios/default.json";
@@ -41,19 +45,34 @@ int report_status(const Status& st) {
   return st.code() == StatusCode::kInvalidInput ? kExitInvalid : kExitInternal;
 }
 
+// A configuration the engine refused: its reason on stderr and, with --out, at
+// <out>.refusal (written under a temporary name, then renamed), exit 4.
+int refuse_configuration(const std::string& out, const std::string& reason) {
+  fmt::print(stderr, "splitcheck: configuration refused: {}\n", reason);
+  if (out.empty()) return kExitConfigRefused;
+  const std::string path = out + ".refusal", partial = path + ".partial";
+  {
+    std::ofstream f(partial, std::ios::binary | std::ios::trunc);
+    f << reason << "\n";
+    if (!f) return report_status(internal_error(partial + ": cannot write"));
+  }
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  if (ec) return report_status(internal_error(path + ": cannot write: " + ec.message()));
+  return kExitConfigRefused;
+}
+
 int cmd_run(const std::string& scenario_path, const std::string& out,
             const std::vector<int>& split) {
   Result<Scenario> s = load_scenario(scenario_path);
   if (!s.is_ok()) return report_status(s.status());
   Result<ReferenceRun> run = split.empty() ? run_reference(*s) : run_partitioned(*s, split);
+  if (!run.is_ok() && run.status().code() == StatusCode::kConfigRejected)
+    return refuse_configuration(out, run.status().message());
   if (!run.is_ok()) return report_status(run.status());
-  if (split.empty()) {
-    // The reference engine is one stage over every layer, holding the embedding: what a
-    // runner needs as the evidence of PP=1's partition (docs/external-engines.md).
-    run->record.set_attr("stages/0", "layer_begin", int64_t{0});
-    run->record.set_attr("stages/0", "layer_end", int64_t{s->model.num_hidden_layers});
-    run->record.set_attr("stages/0", "embedding", std::string("real"));
-  }
+  // The reference engine is one stage over every layer: what a runner needs as the evidence
+  // of PP=1's partition, with what it holds (docs/external-engines.md).
+  if (split.empty()) record_stage_facts(run->pp1_stage, run->record);
   const auto& seqs = run->generation.sequences;
   const std::string layout = split.empty() ? "PP=1" : fmt::format("cuts {}", fmt::join(split, ","));
   fmt::print("scenario {} ({}, L={}, H={}): {}, {} prompts, {} forwards\n", s->name,
@@ -84,6 +103,8 @@ int cmd_run(const std::string& scenario_path, const std::string& out,
     std::string partition = fmt::format("0-{}", s->model.num_hidden_layers);
     if (!split.empty())
       partition = Partition::from_cuts(split, s->model.num_hidden_layers)->layout();
+    std::error_code ignored;  // a refusal of an earlier run is not this run's
+    std::filesystem::remove(out + ".refusal", ignored);
     Result<DumpHeader> header = make_dump_header(*s, partition);
     if (!header.is_ok()) return report_status(header.status());
     Status st = write_record(out, run->record, *header);
@@ -214,7 +235,9 @@ struct RunCmd {
         "run", "Run the PP=1 reference on a scenario, print a summary, write its dump");
     command->add_option("scenario", scenario,
                         "Scenario JSON (default: the embedded default scenario)");
-    command->add_option("--out", out, "Dump file (HDF5) to write");
+    command->add_option("--out", out,
+                        "Dump file (HDF5) to write; a configuration the engine refuses exits 4 "
+                        "with its reason at <out>.refusal instead");
     command
         ->add_option("--split", split_text,
                      "Run the partitioned engine with these cuts instead of PP=1 (e.g. --split "

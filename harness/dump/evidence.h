@@ -30,6 +30,10 @@ struct StageHoldings {
   std::vector<int> owned_taps;
   size_t parameter_bytes = 0;
   size_t tensors = 0;
+  size_t storages = 0;  // distinct storages under the tensors (two names over one count once)
+  // The storage of its embed_tokens as a label, "storage:<i>" (i: its place among the
+  // distinct storages, in name order); empty when it holds none.
+  std::string embedding_storage;
 };
 
 // Where the drafter runs and what it was bound to (SPEC 5.4). same_object_as_target is

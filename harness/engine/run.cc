@@ -9,6 +9,7 @@
 #include "harness/dump/digest.h"
 #include "harness/engine/generation.h"
 #include "harness/engine/partitioned_engine.h"
+#include "harness/engine/stage_evidence.h"
 #ifdef SPLITCHECK_HAVE_CUDA
 #include "kernels/cuda/runtime.h"
 #endif
@@ -143,6 +144,7 @@ Result<ReferenceRun> run_reference(const Scenario& s, WeightSource& source) {
   run.generation = run.summary.generation;
   run.computed = engine->computed();
   run.computed.drafter = run.summary.drafter_calls;
+  run.pp1_stage = pp1_stage_facts(s, engine->weights(), run.summary.drafter);
   return run;
 }
 
@@ -170,14 +172,13 @@ Result<ReferenceRun> run_partitioned(const Scenario& s, const std::vector<int>& 
   run.generation = run.summary.generation;
   run.computed = engine->computed();
   run.computed.drafter = run.summary.drafter_calls;
-  engine->record_holdings(run.record);
-  // The drafter's embedding on its stage (SPEC 5.4): judged by `compare` with the rest of
-  // the placement.
-  if (const DrafterPlacement& d = run.summary.drafter; d.embedding_source != "none") {
-    const std::string g = "stages/" + std::to_string(d.stage);
-    run.record.set_attr(g, "drafter_embedding", d.embedding_source);
-    run.record.set_attr(g, "drafter_same_object_as_target", int64_t{d.same_object_as_target});
-  }
+  engine->record_holdings(run.record);  // owned_taps beside the facts
+  // What each stage holds against its placement, the drafter's embedding and the refusal
+  // probe (SPEC 5.4): the facts the stage checks judge, the built-in sweep's own.
+  std::vector<StageFacts> facts =
+      partition_stage_facts(s, partition, engine->holdings(), run.summary.drafter);
+  add_refusal_probe(s, partition, *source, facts);
+  for (const StageFacts& f : facts) record_stage_facts(f, run.record);
   return run;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "harness/dump/dump.h"
+#include "harness/dump/stage_facts.h"
 #include "harness/engine/generation.h"
 #include "harness/scenario/scenario.h"
 #include "reference/engine.h"
@@ -34,6 +35,7 @@ struct ReferenceRun {
   PreparedWorkload workload;
   GenerationSummary summary;  // speculative figures and the drafter's binding
   ComputedCalls computed;     // what the engine computed, drafter calls included
+  StageFacts pp1_stage;       // run_reference: its one stage (what /stages/0 records)
 };
 
 // The PP=1 run of the scenario with everything recorded at the scenario's dump level,
@@ -42,7 +44,8 @@ Result<ReferenceRun> run_reference(const Scenario& scenario);
 Result<ReferenceRun> run_reference(const Scenario& scenario, WeightSource& source);
 
 // One partitioned run of the scenario at the partition with these interior cuts, with
-// /stages/<s>/ recorded (what each stage holds).
+// /stages/<s>/ recorded (what each stage holds: harness/engine/stage_evidence.h, the
+// refusal probe included). A configuration the engine refuses is a kConfigRejected status.
 Result<ReferenceRun> run_partitioned(const Scenario& scenario, const std::vector<int>& cuts);
 
 // The scenario's weights by name: generated from the model seed, or its checkpoint, on

@@ -230,6 +230,13 @@ StageHoldings measure_holdings(const StageConfig& cfg, const WeightStore& weight
     if ((k == 0 && first) || (h.range.begin < k && k <= h.range.end)) h.owned_taps.push_back(k);
   h.parameter_bytes = weights.parameter_bytes();
   h.tensors = weights.tensors().size();
+  std::map<const void*, size_t> storage;  // address -> label, in name order
+  for (const auto& [name, t] : weights.tensors()) {
+    if (t.empty()) continue;
+    const size_t label = storage.emplace(t.address(), storage.size()).first->second;
+    if (name == "embed_tokens.weight") h.embedding_storage = fmt::format("storage:{}", label);
+  }
+  h.storages = storage.size();
   return h;
 }
 

@@ -2,55 +2,60 @@
 // embedding the drafter is bound to (identity, the same storage), and whether a missing
 // drafter embedding is refused (a refusal reached through the real loading path).
 //
-// Each returns the failures it finds, each naming its row of the check registry
-// (checks.h) and carrying a one-line message; no failure means the check passed.
+// ONE rule set, judge_stage_checks, decides them from a run's stage facts
+// (harness/dump/stage_facts.h): the built-in sweep reads them from its run's record and the
+// runner from an engine's dump, through the same reader. Each failure names its row of the
+// check registry (checks.h) and carries a one-line message; what the facts cannot show is
+// listed as not judged, never passed. The same rules over the built-in engine's own types
+// are in harness/sweep/stage_probes.h.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "harness/engine/generation.h"
-#include "harness/engine/stage.h"
+#include "harness/dump/stage_facts.h"
+#include "harness/judge/external_run.h"
 #include "harness/judge/result.h"
-#include "harness/scenario/partition.h"
-#include "harness/scenario/scenario.h"
 
 namespace splitcheck {
 
-// memory: each stage's parameter bytes, measured from what it holds, against the bytes of
-// exactly the tensors the placement rule gives it (placed_parameter_bytes). A stage that
-// holds more fails with the measured extra bytes (a producer's embedding copy: V x H x 2);
-// one that holds less fails with the bytes it lacks.
-std::vector<CheckFailure> check_memory(const Scenario& scenario, const Partition& partition,
-                                       const std::vector<StageHoldings>& stages);
+// What the stage checks found of one case: the failures, the selected stage checks its
+// facts cannot judge (with the reason), and whether a selected stage check was judged.
+struct StageJudgement {
+  std::vector<CheckFailure> failures;
+  std::vector<NotJudged> not_judged;
+  bool judged = false;
+};
 
-// embedding: a stage that the placement rule gives the embedding (the first stage, and
-// the drafter's stage when its method shares it) but that does not hold it.
-std::vector<CheckFailure> check_embedding_placement(const Scenario& scenario,
-                                                    const Partition& partition,
-                                                    const std::vector<StageHoldings>& stages);
+// memory and embedding, where `selected` names them, from the case's facts (`run`) and
+// PP=1's (`pp1`, whose parameter bytes bound the case's total). The rules, each failing
+// its check on its own (where the built-in and the runner once differed, both apply):
+//  memory, judged when every stage records parameter_bytes and placed_parameter_bytes:
+//   - a stage holds other than the bytes its placement gives it (the extra or missing
+//     bytes measured; an unneeded embedding copy named as such);
+//   - a stage holds an embedding copy its placement does not give it (whatever its bytes);
+//   - the stages together hold fewer bytes than PP=1 (weights not loaded), also where the
+//     per-stage bytes are not recorded (then memory is also listed as not judged);
+//   - a stage records more distinct storages than tensors;
+//  embedding, judged when the run records /stages:
+//   - stage 0 holds no real embedding; another stage holds a real one; a stage holds none
+//     where its placement gives it one; a non-first stage holds a drafter's copy where no
+//     drafter ran (when the placement is not recorded);
+//   - a drafter (on a stage its placement gives an embedding) bound to anything but the
+//     target's embedding, to another storage (drafter_same_object_as_target 0), or whose
+//     storage labels contradict the binding it claims;
+//   - a refusal probe whose answer is not the clear refusal (is_clear_refusal), or that
+//     claims refusal_clear against what its answer says.
+StageJudgement judge_stage_checks(const std::vector<std::string>& selected,
+                                  const StageEvidence& run, const StageEvidence& pp1);
 
-// embedding: the drafter must be bound to the target's embedding object, the same storage
-// as its stage's embed_tokens (a copy with equal values fails). Nothing to check without
-// a drafter that shares the embedding, or on a context-only producer.
-std::optional<CheckFailure> check_drafter_identity(const Scenario& scenario,
-                                                   const DrafterPlacement& drafter);
-
-// embedding: `probe` is what the drafter-loading path said on stage `stage`, which does
-// not hold the embedding (probe_drafter_load). It must be the clear refusal: a load error
-// naming the stage and the method. Anything else (an internal error, an accepted
-// placeholder) is an unreachable refusal.
-std::optional<CheckFailure> check_refusal(const Scenario& scenario, int stage, const Status& probe);
-
-// The refusal probe of a partition: builds, through Stage::create over `source`, the
-// partition's last stage placed without the embedding (as a run with no drafter places
-// it), loads the scenario's drafter there (probe_drafter_load) and checks the answer
-// (check_refusal). Nothing to check without a drafter that shares the embedding, at PP=1,
-// or on a context-only producer.
-std::optional<CheckFailure> check_refusal_reachable(const Scenario& scenario,
-                                                    const Partition& partition,
-                                                    WeightSource& source,
-                                                    std::string* probe_answer = nullptr);
+// The rules judge_stage_checks applies to one stage, asked on their own (the built-in
+// engine's probes, harness/sweep/stage_probes.h): embedding's placement rule (drafter_ran:
+// a drafter ran, so a non-first stage may hold its copy), the drafter's identity, and the
+// refusal probe's answer.
+std::vector<CheckFailure> embedding_placement_rule(const StageFacts& stage, bool drafter_ran);
+std::vector<CheckFailure> drafter_identity_rule(const StageFacts& stage);
+std::vector<CheckFailure> refusal_rule(const StageFacts& stage);
 
 }  // namespace splitcheck

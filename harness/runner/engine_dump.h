@@ -32,9 +32,10 @@ namespace splitcheck {
 // is judged; smaller datasets and dispatch traces are held in memory.
 struct LoadedDump {
   RunRecord record;
-  std::vector<StageHoldings> stages;                           // empty when it carries no /stages
-  std::vector<std::map<std::string, std::string>> stage_text;  // other stage attributes
-  bool stage_bytes = false;  // every stage carries parameter_bytes
+  // Its /stages (empty when it carries none), as the partition's evidence reads them; every
+  // attribute of /stages/<s> is also in record's attributes (stages/<s>), where the stage
+  // checks read their facts (harness/dump/stage_facts.h: stage_evidence_of).
+  std::vector<StageHoldings> stages;
   AcceptanceFigures acceptance;
   std::map<std::string, std::string> root;  // root attributes as text (producer, partition, ...)
   std::set<int32_t> layers;                 // the layers of /forward/<f>/layers/<l> datasets
@@ -49,12 +50,6 @@ struct LoadedDump {
 // Reads and verifies `path` (layout, every digest, the dispatch trace's shape).
 // `reference`: PP=1's dump, whose file and content digests the runner keeps.
 Result<LoadedDump> load_dump(const std::string& path, bool reference = false);
-
-// The embedding and memory checks' evidence in what the case's dump says its stages hold:
-// what it shows wrong (for the judge, in in.stage_failures), what it cannot show
-// (in.not_judged) and whether a selected stage check was judged (in.stages_judged).
-void stage_findings(const std::vector<std::string>& selected, const LoadedDump& pp1,
-                    const LoadedDump& d, JudgeInput& in);
 
 // Judges `d` against the partition asked (`part`, over `layers` layers): its /stages must
 // hold one range per stage, equal to the partition's; its root `partition` attribute, when

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -24,10 +25,12 @@
 #include "harness/dump/digest.h"
 #include "harness/dump/dump.h"
 #include "harness/dump/printable.h"
+#include "harness/dump/stage_facts.h"
 #include "harness/dump/verify.h"
 #include "harness/engine/run.h"
 #include "harness/judge/expect.h"
 #include "harness/judge/judge.h"
+#include "harness/judge/stage_checks.h"
 #include "harness/runner/engine_dump.h"
 #include "harness/runner/engine_process.h"
 #include "harness/runner/interrupt.h"
@@ -112,16 +115,38 @@ void finish_work_dir(ExternalRunInfo& info, const ExternalSweepOptions& options)
                       : " (removed at the end; --keep-runs keeps it)";
 }
 
+// The exit status an engine gives when it refuses the partition at configuration, with
+// its reason at <out>.refusal (docs/external-engines.md, "Refusing a configuration").
+constexpr int kRefusalExitStatus = 4;
+// The most of a refusal record kept as the case's message.
+constexpr size_t kRefusalBytes = 4096;
+
+// The refusal record at `path`, one line: its text up to kRefusalBytes, trailing blanks
+// dropped, made printable; "" when there is none, it is empty, or it predates `started`.
+std::string read_refusal(const std::string& path, time_t started) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in || modified_before(path, started)) return "";
+  std::string text(kRefusalBytes, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  return printable(text);
+}
+
 // Runs the engine for one partition (or PP=1: empty cuts) into `dump`; an empty string
-// when it wrote a dump, else why not (with `stderr_tail` set).
+// when it wrote a dump or refused the partition (`refusal` set to its reason), else why
+// not (with `stderr_tail` set). Without `refusal` (the self-check's PP=1 runs) a refusal is
+// a failure like any other.
 std::string run_engine(const Scenario& s, const std::vector<int>& cuts, const std::string& dump,
                        const std::string& scenario_file, ProcessOutcome& outcome,
-                       std::string& stderr_tail) {
+                       std::string& stderr_tail, std::string* refusal = nullptr) {
   const ExternalEngine& e = *s.external;
   std::error_code ec;
+  const std::string refusal_path = dump + ".refusal";
   // The dump counts only when this run made it: nothing is at {out} when the run starts.
-  if (fs::remove(dump, ec), fs::symlink_status(dump, ec).type() != fs::file_type::not_found)
-    return fmt::format("an earlier file at {} cannot be removed before the run", dump);
+  for (const std::string& f : {dump, refusal_path})
+    if (fs::remove(f, ec), fs::symlink_status(f, ec).type() != fs::file_type::not_found)
+      return fmt::format("an earlier file at {} cannot be removed before the run", f);
   const time_t started = time(nullptr);
   const std::string stem = dump.substr(0, dump.size() - 3);
   EngineProcess p{expand_command(e, placeholder_values(s, cuts, dump, scenario_file)),
@@ -134,7 +159,19 @@ std::string run_engine(const Scenario& s, const std::vector<int>& cuts, const st
   if (!o.is_ok()) return o.status().message();
   outcome = *o;
   std::string why;
-  if (!outcome.ok())
+  const bool refused =
+      outcome.end == ProcessOutcome::End::kExited && outcome.exit_code == kRefusalExitStatus;
+  const std::string reason = refused ? read_refusal(refusal_path, started) : "";
+  if (refused && reason.empty())
+    why = fmt::format(
+        "engine exited with status {} (a configuration refusal) but wrote no refusal record "
+        "at {}",
+        kRefusalExitStatus, refusal_path);
+  else if (refused && refusal == nullptr)
+    why = "engine refused its configuration: " + reason;
+  else if (refused)
+    *refusal = reason;
+  else if (!outcome.ok())
     why = "engine " + outcome.describe(e.timeout_s);
   else if (!fs::is_regular_file(dump, ec))
     why = fmt::format("engine exited with status 0 but wrote no dump at {}", dump);
@@ -161,6 +198,7 @@ struct ExternalSweep {
   const int layers = s.model.num_hidden_layers;
   std::string scenario_file, pp1_dump;
   LoadedDump pp1;
+  StageEvidence pp1_stages;  // PP=1's stage facts
   std::string pp1_failure;   // why PP=1 judges nothing (empty: it stands)
   std::string pp1_unproven;  // what PP=1's dump does not show of its partition
   std::vector<std::string> kernel_names, dataset_checks;
@@ -210,7 +248,10 @@ Status run_pp1(ExternalSweep& x) {
     info.pp1_outcome = "golden " + x.e.golden;
   } else {
     ProcessOutcome o;
-    x.pp1_failure = run_engine(x.s, {}, x.pp1_dump, x.scenario_file, o, info.pp1_stderr_tail);
+    std::string refusal;
+    x.pp1_failure =
+        run_engine(x.s, {}, x.pp1_dump, x.scenario_file, o, info.pp1_stderr_tail, &refusal);
+    if (!refusal.empty()) x.pp1_failure = "the PP=1 run refused its configuration: " + refusal;
     info.engine_seconds += o.seconds;
     info.pp1_interrupted = o.end == ProcessOutcome::End::kInterrupted;
     if (x.pp1_failure.empty()) {
@@ -287,6 +328,18 @@ void take_pp1_evidence(ExternalSweep& x) {
   info.backend = pp1.root.count("backend") ? pp1.root.at("backend") : "";
   info.kernels = pp1.kernels;
   x.result.pp1_acceptance = pp1.acceptance;
+  x.pp1_stages = stage_evidence_of(pp1.record);
+  // A serving run's requests (its forwards' `request`), as the built-in sweep lists them:
+  // each case then names the requests that diverged.
+  if (pp1.record.find("serving/schedule") != nullptr) {
+    std::set<int32_t> requests;
+    for (const auto& [object, attrs] : pp1.record.attrs()) {
+      auto it = attrs.find("request");
+      if (object.starts_with("forward/") && it != attrs.end())
+        if (const int64_t* r = std::get_if<int64_t>(&it->second)) requests.insert(*r);
+    }
+    x.result.requests.assign(requests.begin(), requests.end());
+  }
   info.pp1_failed = !x.pp1_failure.empty();
   for (size_t at = 0; !pp1.kernels.empty() && at != std::string::npos;) {
     const size_t comma = pp1.kernels.find(',', at);
@@ -296,9 +349,6 @@ void take_pp1_evidence(ExternalSweep& x) {
   }
   const std::vector<std::string>& checks = x.s.checks;
   x.dataset_checks = judged_dataset_checks(checks, pp1.record, x.not_judged);
-  if (std::find(checks.begin(), checks.end(), "config") != checks.end())
-    x.not_judged.push_back(
-        {"config", "an external engine's configuration-time refusals are not observed"});
 }
 
 // Judges one case's dump: what it shows of its partition and its stages, then the judge.
@@ -314,7 +364,12 @@ void judge_dump(ExternalSweep& x, const Partition& part, const LoadedDump& d, Ca
   in.candidate = &d.record;
   in.dataset_checks = x.dataset_checks;
   in.kernel_names = x.kernel_names;
-  stage_findings(x.s.checks, x.pp1, d, in);
+  // The stage checks: the one rule set over the facts its dump records, as the built-in
+  // sweep judges its own (harness/judge/stage_checks.h).
+  StageJudgement j = judge_stage_checks(x.s.checks, stage_evidence_of(d.record), x.pp1_stages);
+  in.stage_failures = std::move(j.failures);
+  in.not_judged = std::move(j.not_judged);
+  in.stages_judged = j.judged;
   in.require_judgement = true;
   in.partition = &ev;
   in.pp1_unproven = x.pp1_unproven;
@@ -344,7 +399,9 @@ void run_engine_case(ExternalSweep& x, const Partition& part, CaseResult& c) {
   if (x.info.pp1_failed) return error("not judged: the PP=1 run failed (" + x.pp1_failure + ")");
   c.dump = x.info.work_dir + "/" + c.key + ".h5";
   ProcessOutcome o;
-  const std::string why = run_engine(x.s, c.cuts, c.dump, x.scenario_file, o, c.stderr_tail);
+  std::string refusal;
+  const std::string why =
+      run_engine(x.s, c.cuts, c.dump, x.scenario_file, o, c.stderr_tail, &refusal);
   {
     std::lock_guard<std::mutex> lock(x.mu);
     x.info.engine_seconds += o.seconds;
@@ -352,6 +409,9 @@ void run_engine_case(ExternalSweep& x, const Partition& part, CaseResult& c) {
   c.engine_seconds = o.seconds;
   if (o.end == ProcessOutcome::End::kInterrupted) return interrupted(true);
   if (!why.empty()) return error(why);
+  // Refused at configuration where PP=1 was not (PP=1 refusing judges nothing): the
+  // built-in sweep's verdict for its own engine's refusal, failing `config` when selected.
+  if (!refusal.empty()) return judge_refusal(Refusal::kConfiguration, refusal, x.s.checks, c);
   Result<LoadedDump> d = load_dump(c.dump);
   // Reading stops at the next block once splitcheck is interrupted: the case is then
   // interrupted, not a corrupt dump, and not judged on what was read.

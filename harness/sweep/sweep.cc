@@ -16,6 +16,7 @@
 
 #include "harness/engine/inproc.h"
 #include "harness/engine/partitioned_engine.h"
+#include "harness/engine/stage_evidence.h"
 #include "harness/judge/expect.h"
 #include "harness/judge/judge.h"
 #include "harness/judge/stage_checks.h"
@@ -31,32 +32,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// SPEC 5.4 on one case: memory measured per stage against the placement rule, the
-// embedding each stage holds, the drafter's binding (the same storage as its stage's
-// embed_tokens) and the refusal of a missing placeholder, reached through the drafter's
-// loading path on a stage without the embedding.
-// A check that is not selected is not evaluated and cannot fail the case. Returns what
-// failed, for the judge.
-std::vector<CheckFailure> check_stages(const Scenario& s, const Partition& p, WeightSource& source,
-                                       CaseResult& c,
-                                       const std::function<bool(std::string_view)>& selected) {
-  std::vector<CheckFailure> failures;
-  auto fail = [&](const CheckFailure& f) {
-    if (selected(f.check)) failures.push_back(f);
-  };
-  if (selected("memory"))
-    for (const CheckFailure& f : check_memory(s, p, c.stages)) fail(f);
-  if (selected("embedding")) {
-    for (const CheckFailure& f : check_embedding_placement(s, p, c.stages)) fail(f);
-    if (c.drafter.embedding_source != "none") {
-      if (std::optional<CheckFailure> f = check_drafter_identity(s, c.drafter)) fail(*f);
-    }
-    if (std::optional<CheckFailure> f = check_refusal_reachable(s, p, source, &c.refusal_probe))
-      fail(*f);
-  }
-  return failures;
 }
 
 }  // namespace
@@ -100,16 +75,34 @@ struct SweepRun {
   TransportFactory* transport;  // null: inproc
   const PreparedWorkload& workload;
   const RunRecord& ref_record;
+  StageEvidence pp1_stages;  // PP=1's stage facts, read back as a dump's are
 };
+
+// SPEC 5.4 on one case: the facts of its stages (what each holds against its placement,
+// the drafter's binding, the refusal probe when embedding is selected) recorded in its
+// record as `splitcheck run` writes them to a dump, read back through the one reader, and
+// judged by the one rule set (judge_stage_checks) the runner also applies.
+void judge_stages(const SweepRun& run, const Partition& part, const DrafterPlacement& drafter,
+                  RunRecord& rec, CaseResult& c, JudgeInput& in) {
+  const Scenario& s = run.s;
+  std::vector<StageFacts> facts = partition_stage_facts(s, part, c.stages, drafter);
+  if (std::find(s.checks.begin(), s.checks.end(), "embedding") != s.checks.end())
+    add_refusal_probe(s, part, run.source, facts);
+  for (const StageFacts& f : facts) {
+    record_stage_facts(f, rec);
+    if (!f.refusal_status.empty()) c.refusal_probe = f.refusal_probe;
+  }
+  StageJudgement j = judge_stage_checks(s.checks, stage_evidence_of(rec), run.pp1_stages);
+  in.stage_failures = std::move(j.failures);
+  in.not_judged = std::move(j.not_judged);
+  in.stages_judged = j.judged;
+}
 
 // One case: builds the partitioned engine at `part`, runs the workload, and has the judge
 // compare its record with PP=1's, with the stage checks' findings.
 void run_case(const SweepRun& run, const Partition& part, CaseResult& c) {
   const Scenario& s = run.s;
   WeightSource& source = run.source;
-  const std::function<bool(std::string_view)> selected = [&](std::string_view check) {
-    return std::find(s.checks.begin(), s.checks.end(), check) != s.checks.end();
-  };
   // A refused configuration never ran: it is not a pass whatever `checks` says, and it
   // fails the config check when that check is selected.
   auto refused = [&](const Status& st) {
@@ -139,8 +132,7 @@ void run_case(const SweepRun& run, const Partition& part, CaseResult& c) {
   in.pp1 = &run.ref_record;
   in.candidate = &rec;
   in.dataset_checks = checks_of_kind(s.checks, CheckKind::kDataset);
-  in.stage_failures = check_stages(s, part, source, c, selected);
-  in.stages_judged = !c.stages.empty() && !checks_of_kind(s.checks, CheckKind::kStage).empty();
+  judge_stages(run, part, g->drafter, rec, c, in);
   judge_case(in, c);
 }
 
@@ -268,8 +260,13 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
       result.requests.push_back(static_cast<int32_t>(r));
   }
 
-  const SweepRun run{s,        engine_options, FaultSet{s.faults}, source, options.transport,
-                     workload, ref_record};
+  // PP=1's stage facts, through the record and reader a dump's go through.
+  RunRecord pp1_facts;
+  record_stage_facts(ref.pp1_stage, pp1_facts);
+  StageEvidence pp1_stages = stage_evidence_of(pp1_facts);
+  pp1_stages.drafter_ran = ref_record.find("spec/accepted_histogram") != nullptr;
+  const SweepRun run{s,        engine_options, FaultSet{s.faults},   source, options.transport,
+                     workload, ref_record,     std::move(pp1_stages)};
   run_cases(run, parts, options, t0, result);
   index_cases(taken, result.cases);
   not_judged.clear();

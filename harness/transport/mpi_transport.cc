@@ -119,6 +119,8 @@ void put_holdings(WireWriter& w, const StageHoldings& h) {
   for (int k : h.owned_taps) w.put(static_cast<int32_t>(k));
   w.put(static_cast<uint64_t>(h.parameter_bytes));
   w.put(static_cast<uint64_t>(h.tensors));
+  w.put(static_cast<uint64_t>(h.storages));
+  w.put_string(h.embedding_storage);
 }
 
 bool get_holdings(WireReader& r, StageHoldings& h) {
@@ -135,9 +137,12 @@ bool get_holdings(WireReader& r, StageHoldings& h) {
     if (!r.get(v)) return false;
     k = v;
   }
-  if (!r.get(bytes) || !r.get(tensors)) return false;
+  uint64_t storages = 0;
+  if (!r.get(bytes) || !r.get(tensors) || !r.get(storages) || !r.get_string(h.embedding_storage))
+    return false;
   h.parameter_bytes = bytes;
   h.tensors = tensors;
+  h.storages = storages;
   return true;
 }
 

@@ -49,6 +49,8 @@ class StagePlacement:
         self._embedding_addr = None
         self.drafter_embedding = "none"  # no drafter on this stage
         self._drafter_addr = None
+        self.placed_bytes = None  # the bytes the engine's placement rule gives the stage
+        self.placed_embedding = None  # what that rule gives it of the embedding
 
     def hold(self, name, tensor):
         """Registers a tensor the stage owns (a parameter, a buffer, a copy)."""
@@ -89,6 +91,16 @@ class StagePlacement:
         self.drafter_embedding = "target" if same else "own"
         return self
 
+    def set_placed(self, parameter_bytes, embedding=None):
+        """What the engine's placement rule gives this stage: its bytes (what the stage
+        would hold under the rule, computed from the rule, not measured) and, optionally, its
+        embedding ("real", "copy-for-drafter" or "missing"). Written as
+        `placed_parameter_bytes` / `placed_embedding`; without them splitcheck's memory
+        check is not judged (docs/external-engines.md)."""
+        self.placed_bytes = int(parameter_bytes)
+        self.placed_embedding = embedding
+        return self
+
     @property
     def parameter_bytes(self):
         """Bytes of the distinct storages the stage holds, each counted once."""
@@ -102,7 +114,7 @@ class StagePlacement:
 
     def attributes(self):
         """The attributes of `/stages/<index>`, in the order they are written."""
-        return {
+        attrs = {
             "layer_begin": np.int64(self.layer_begin),
             "layer_end": np.int64(self.layer_end),
             "embedding": self.embedding,
@@ -114,3 +126,8 @@ class StagePlacement:
             "drafter_embedding": self.drafter_embedding,
             "drafter_embedding_storage": self._label(self._drafter_addr),
         }
+        if self.placed_bytes is not None:
+            attrs["placed_parameter_bytes"] = np.int64(self.placed_bytes)
+        if self.placed_embedding is not None:
+            attrs["placed_embedding"] = str(self.placed_embedding)
+        return attrs

@@ -57,6 +57,13 @@ def test_placement_measures_distinct_storages_once():
     assert p.attributes()["held_tensors"] == 3 and p.attributes()["held_storages"] == 2
 
 
+def test_placed_bytes_are_written_only_when_given():
+    p = sd.StagePlacement(1, 4, 8).hold("w", np.zeros(6, np.float32))
+    assert "placed_parameter_bytes" not in p.attributes()  # memory then not judged
+    attrs = p.set_placed(24, "missing").attributes()
+    assert attrs["placed_parameter_bytes"] == 24 and attrs["placed_embedding"] == "missing"
+
+
 def test_drafter_embedding_identity_is_storage_not_values():
     embed = np.arange(12, dtype=np.float32).reshape(3, 4)
     shared = sd.StagePlacement(1, 8, 16).set_embedding(embed).set_drafter_embedding(embed)

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "harness/engine/run.h"
+#include "harness/sweep/stage_probes.h"
 #include "harness/sweep/sweep.h"
 #include "reference/spec_methods.h"
 #include "tests/scenario_fixture.h"
@@ -247,6 +249,102 @@ TEST(StageMemory, AStageHoldingOneMoreTensorFailsWithItsMeasuredBytes) {
   WeightStore alias = first->weights();
   alias.put("alias", first->weights().get("embed_tokens.weight"));
   EXPECT_TRUE(check_memory(s, p, {measure_holdings(config, alias)}).empty());
+}
+
+// --- the one rule set over stage facts, as a dump records them ----------------------------
+
+StageFacts facts(int index, const std::string& embedding, int64_t held, int64_t placed) {
+  StageFacts f;
+  f.index = index;
+  f.embedding = embedding;
+  f.placed_embedding = index == 0 ? "real" : "missing";
+  f.parameter_bytes = held;
+  f.placed_parameter_bytes = placed;
+  return f;
+}
+
+bool not_judged(const StageJudgement& j, const std::string& check) {
+  return std::any_of(j.not_judged.begin(), j.not_judged.end(),
+                     [&](const NotJudged& n) { return n.check == check; });
+}
+
+TEST(StageFactsRules, FactsThatAgreeWithThePlacementPassBothChecks) {
+  const StageEvidence run{{facts(0, "real", 100, 100), facts(1, "missing", 50, 50)}, false};
+  const StageEvidence pp1{{facts(0, "real", 150, 150)}, false};
+  const StageJudgement j = judge_stage_checks({"memory", "embedding"}, run, pp1);
+  EXPECT_TRUE(j.failures.empty()) << j.failures.front().message;
+  EXPECT_TRUE(j.judged);
+  EXPECT_TRUE(j.not_judged.empty());
+}
+
+TEST(StageFactsRules, WithoutPlacedBytesMemoryIsNotJudgedYetFewerBytesThanPp1StillFail) {
+  StageEvidence run{{facts(0, "real", 100, 0), facts(1, "missing", 40, 0)}, false};
+  for (StageFacts& f : run.stages) f.placed_parameter_bytes.reset();
+  const StageEvidence pp1{{facts(0, "real", 150, 150)}, false};
+  const StageJudgement j = judge_stage_checks({"memory"}, run, pp1);
+  EXPECT_TRUE(not_judged(j, "memory"));
+  EXPECT_FALSE(j.judged);
+  ASSERT_EQ(j.failures.size(), 1u);
+  EXPECT_NE(j.failures[0].message.find("10 fewer than PP=1's 150"), std::string::npos)
+      << j.failures[0].message;
+  // No /stages at all: neither check is judged, and nothing fails.
+  const StageJudgement none = judge_stage_checks({"memory", "embedding"}, StageEvidence{}, pp1);
+  EXPECT_TRUE(not_judged(none, "memory") && not_judged(none, "embedding"));
+  EXPECT_TRUE(none.failures.empty());
+}
+
+TEST(StageFactsRules, FactsThatContradictEachOtherFail) {
+  // Bytes said to be placed, but a copy the placement does not give.
+  const StageEvidence copy{{facts(0, "real", 100, 100), facts(1, "copy-for-drafter", 80, 80)},
+                           true};
+  const StageJudgement m = judge_stage_checks({"memory"}, copy, StageEvidence{});
+  ASSERT_EQ(m.failures.size(), 1u);
+  EXPECT_NE(m.failures[0].message.find("copy its placement does not give it"), std::string::npos);
+  // More storages than tensors.
+  StageEvidence storages{{facts(0, "real", 100, 100)}, false};
+  storages.stages[0].held_tensors = 2;
+  storages.stages[0].held_storages = 3;
+  EXPECT_EQ(judge_stage_checks({"memory"}, storages, StageEvidence{}).failures.size(), 1u);
+  // A clear refusal claimed against an answer that is none.
+  StageEvidence refusal{{facts(0, "real", 1, 1), facts(1, "missing", 1, 1)}, true};
+  StageFacts& last = refusal.stages[1];
+  last.drafter_method = "dspark";
+  last.refusal_status = "internal-error";
+  last.refusal_probe = "vocab check read a missing module";
+  last.refusal_clear = true;
+  const StageJudgement e = judge_stage_checks({"embedding"}, refusal, StageEvidence{});
+  ASSERT_EQ(e.failures.size(), 1u);
+  EXPECT_NE(e.failures[0].message.find("its refusal_clear says 1, its answer does not"),
+            std::string::npos);
+  // The same answer, when it is the clear refusal, passes.
+  last.refusal_status = "config-rejected";
+  last.refusal_probe = "stage 1 holds no embedding for the dspark drafter";
+  EXPECT_TRUE(judge_stage_checks({"embedding"}, refusal, StageEvidence{}).failures.empty());
+}
+
+TEST(StageFactsRules, APartitionedRunRecordsEveryFactItsStagesAreJudgedFrom) {
+  const Scenario s = default_scenario();
+  Result<ReferenceRun> run = run_partitioned(s, {16});
+  ASSERT_TRUE(run.is_ok()) << run.status().message();
+  const StageEvidence ev = stage_evidence_of(run->record);
+  ASSERT_EQ(ev.stages.size(), 2u);
+  EXPECT_TRUE(ev.drafter_ran);
+  for (const StageFacts& f : ev.stages) {
+    EXPECT_EQ(f.parameter_bytes, f.placed_parameter_bytes) << f.index;
+    EXPECT_GT(f.held_storages.value_or(0), 0) << f.index;
+    EXPECT_LE(f.held_storages.value_or(0), f.held_tensors.value_or(0)) << f.index;
+    EXPECT_EQ(f.embedding, f.placed_embedding) << f.index;
+  }
+  const StageFacts& last = ev.stages[1];
+  EXPECT_EQ(last.drafter_embedding, "target");
+  EXPECT_EQ(last.drafter_same_object_as_target, true);
+  EXPECT_FALSE(last.embedding_storage.empty());
+  EXPECT_EQ(last.drafter_embedding_storage, last.embedding_storage);
+  EXPECT_EQ(last.refusal_status, "config-rejected") << last.refusal_probe;
+  EXPECT_EQ(last.refusal_clear, true);
+  const StageJudgement j = judge_stage_checks({"memory", "embedding"}, ev, StageEvidence{});
+  EXPECT_TRUE(j.judged);
+  EXPECT_TRUE(j.failures.empty()) << j.failures.front().message;
 }
 
 // --- tap 0's residency under tap.embed_resident_by_module ---------------------------------
