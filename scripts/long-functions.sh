@@ -2,7 +2,7 @@
 # Every function of harness/ (*.cc) over 100 lines, as Debian's pmccabe counts them (first to
 # last line of the function), longest first: "lines  file:line  name", then the count; exit 1
 # when any function is over, 2 when pmccabe cannot parse a file (a function it loses track of
-# would go uncounted).
+# would go uncounted). It is the ctest entry `function_length`.
 #   scripts/long-functions.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
