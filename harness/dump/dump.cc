@@ -145,33 +145,28 @@ hid_t half_type() {
   return type;
 }
 
-hid_t file_type(DType dtype) {
+// How a dtype's elements are typed in HDF5: in the file, and in memory.
+struct Hdf5Types {
+  hid_t file;
+  hid_t memory;
+};
+
+Hdf5Types hdf5_types(DType dtype) {
   switch (dtype) {
     case DType::kF16:
-      return half_type();
+      return {half_type(), half_type()};
     case DType::kBF16:
-      return H5T_STD_U16LE;
+      return {H5T_STD_U16LE, H5T_NATIVE_UINT16};
     case DType::kF32:
-      return H5T_IEEE_F32LE;
+      return {H5T_IEEE_F32LE, H5T_NATIVE_FLOAT};
     case DType::kI32:
-      return H5T_STD_I32LE;
+      return {H5T_STD_I32LE, H5T_NATIVE_INT32};
   }
-  return H5T_STD_U16LE;
+  return {H5T_STD_U16LE, H5T_NATIVE_UINT16};
 }
 
-hid_t memory_type(DType dtype) {
-  switch (dtype) {
-    case DType::kF16:
-      return half_type();
-    case DType::kBF16:
-      return H5T_NATIVE_UINT16;
-    case DType::kF32:
-      return H5T_NATIVE_FLOAT;
-    case DType::kI32:
-      return H5T_NATIVE_INT32;
-  }
-  return H5T_NATIVE_UINT16;
-}
+hid_t file_type(DType dtype) { return hdf5_types(dtype).file; }
+hid_t memory_type(DType dtype) { return hdf5_types(dtype).memory; }
 
 std::string utc_now_iso() {
   std::time_t now = std::time(nullptr);
@@ -232,17 +227,32 @@ Result<size_t> attribute_bytes(hid_t type, hid_t space, const std::string& name)
   return n * size;
 }
 
-// Reads attribute `name` of `obj`. Errors are plain descriptions; callers add the file
-// and object.
-Result<std::string> read_string_attr(hid_t obj, const std::string& name) {
+// An attribute opened with its type and dataspace.
+struct OpenAttribute {
+  Handle attr, type, space;
+};
+
+// Opens attribute `name` of `obj`; an error when it is missing or cannot be opened.
+Result<OpenAttribute> open_attribute(hid_t obj, const std::string& name) {
   htri_t exists = H5Aexists(obj, name.c_str());
   if (exists < 0) return invalid_input("cannot look up attribute " + name + hdf5_detail());
   if (exists == 0) return invalid_input("missing attribute " + name);
-  Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
-  Handle type(H5Aget_type(attr.get()));
-  Handle space(H5Aget_space(attr.get()));
-  if (!attr.valid() || !type.valid() || !space.valid())
+  OpenAttribute a;
+  a.attr = Handle(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
+  a.type = Handle(H5Aget_type(a.attr.get()));
+  a.space = Handle(H5Aget_space(a.attr.get()));
+  if (!a.attr.valid() || !a.type.valid() || !a.space.valid())
     return invalid_input("cannot open attribute " + name + hdf5_detail());
+  return a;
+}
+
+// Reads attribute `name` of `obj`. Errors are plain descriptions; callers add the file
+// and object.
+Result<std::string> read_string_attr(hid_t obj, const std::string& name) {
+  ASSIGN_OR_RETURN(OpenAttribute opened, open_attribute(obj, name));
+  const Handle& attr = opened.attr;
+  const Handle& type = opened.type;
+  const Handle& space = opened.space;
   if (H5Tget_class(type.get()) != H5T_STRING)
     return invalid_input("attribute " + name + " is not a string");
   if (H5Sget_simple_extent_npoints(space.get()) != 1)
@@ -395,14 +405,10 @@ Result<AttributeValue> read_any_attr(hid_t obj, const std::string& name) {
 
 template <typename T>
 Result<T> read_numeric_attr(hid_t obj, const std::string& name, bool allow_float) {
-  htri_t exists = H5Aexists(obj, name.c_str());
-  if (exists < 0) return invalid_input("cannot look up attribute " + name + hdf5_detail());
-  if (exists == 0) return invalid_input("missing attribute " + name);
-  Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
-  Handle type(H5Aget_type(attr.get()));
-  Handle space(H5Aget_space(attr.get()));
-  if (!attr.valid() || !type.valid() || !space.valid())
-    return invalid_input("cannot open attribute " + name + hdf5_detail());
+  ASSIGN_OR_RETURN(OpenAttribute opened, open_attribute(obj, name));
+  const Handle& attr = opened.attr;
+  const Handle& type = opened.type;
+  const Handle& space = opened.space;
   H5T_class_t cls = H5Tget_class(type.get());
   if (!(cls == H5T_INTEGER || (allow_float && cls == H5T_FLOAT)))
     return invalid_input("attribute " + name + " is not " +
