@@ -34,6 +34,7 @@ packages=(
   chromium libopenmpi-dev openmpi-bin  # the mpi transport (mpirun; tests launch real ranks)
   clang libclang-rt-14-dev  # the libFuzzer build of scripts/fuzz.sh
   cmark-gfm  # tests render summary.md as GitHub renders a PR comment
+  pmccabe  # scripts/long-functions.sh (the ctest entry function_length)
 )
 
 missing=()

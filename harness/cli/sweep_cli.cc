@@ -79,6 +79,26 @@ int SweepCli::run() {
   return code;
 }
 
+namespace {
+
+// --shard i/N into `index` and `count` (0 and 1 when not given); false, having said why,
+// when it is not i/N with 0 <= i < N.
+bool parse_shard(const std::string& shard, int& index, int& count) {
+  index = 0;
+  count = 1;
+  if (shard.empty()) return true;
+  int i = -1, n = -1;
+  if (std::sscanf(shard.c_str(), "%d/%d", &i, &n) != 2 || n < 1 || i < 0 || i >= n) {
+    fmt::print(stderr, "splitcheck: error: --shard {}: expected i/N with 0 <= i < N\n", shard);
+    return false;
+  }
+  index = i;
+  count = n;
+  return true;
+}
+
+}  // namespace
+
 int SweepCli::run_here() {
   Result<Scenario> s = load_scenario(scenario);
   if (!s.is_ok()) {
@@ -101,97 +121,93 @@ int SweepCli::run_here() {
     }
     waiver_list_ = std::move(*w);
   }
-  if (s->external) {
-    ExternalSweepOptions ext;
-    ext.jobs = jobs > 0 ? jobs : threads;
-    ext.filter = filter;
-    ext.work_dir = work_dir.empty() && !report_dir.empty() ? report_dir + "/runs" : work_dir;
-    ext.progress = progress || isatty(STDERR_FILENO) != 0;
-    ext.keep_runs = keep_runs;
-    ext.self_check = self_check;
-    if (!shard.empty() &&
-        std::sscanf(shard.c_str(), "%d/%d", &ext.shard_index, &ext.shard_count) != 2) {
-      fmt::print(stderr, "splitcheck: error: --shard {}: expected i/N with 0 <= i < N\n", shard);
-      return 2;
-    }
-    if (ext.shard_count < 1 || ext.shard_index < 0 || ext.shard_index >= ext.shard_count) {
-      fmt::print(stderr, "splitcheck: error: --shard {}: expected i/N with 0 <= i < N\n", shard);
-      return 2;
-    }
-    // SIGINT, SIGTERM, SIGHUP stop every engine; the report of what finished is written.
-    const InterruptWatch watch;
-    return external_sweep_and_report(*s, ext, report_dir, command_line, waiver_list_);
-  }
+  int shard_index = 0, shard_count = 1;
+  if (!parse_shard(shard, shard_index, shard_count)) return 2;
+  if (s->external) return run_external(*s, shard_index, shard_count);
   SweepOptions opts;
   opts.threads = threads;
   opts.filter = filter;
   opts.progress = progress || isatty(STDERR_FILENO) != 0;
   opts.self_check = self_check;
-  if (!shard.empty()) {
-    int i = -1, n = -1;
-    if (std::sscanf(shard.c_str(), "%d/%d", &i, &n) != 2 || n < 1 || i < 0 || i >= n) {
-      fmt::print(stderr, "splitcheck: error: --shard {}: expected i/N with 0 <= i < N\n", shard);
-      return 2;
-    }
-    opts.shard_index = i;
-    opts.shard_count = n;
-  }
+  opts.shard_index = shard_index;
+  opts.shard_count = shard_count;
 #if SPLITCHECK_HAVE_MPI
-  if (s->transport == "mpi" || s->transport == "nccl") {
-    // OpenMPI 4's mpirun --enable-recovery returns 0 whatever the ranks return
-    // (rank_launcher.h): its exit status would say pass for any verdict.
-    const char* recovery = std::getenv("OMPI_MCA_orte_enable_recovery");
-    if (recovery != nullptr && std::string(recovery) == "1" && !launched_by_ranks()) {
-      if (std::getenv("OMPI_COMM_WORLD_RANK") == nullptr ||
-          std::string(std::getenv("OMPI_COMM_WORLD_RANK")) == "0")
-        fmt::print(stderr,
-                   "splitcheck: error: mpirun --enable-recovery exits 0 whatever the verdict; "
-                   "run `splitcheck sweep --ranks N ...` (it starts mpirun itself and exits with "
-                   "the verdict's code, also when a rank dies)\n");
-      return 2;
-    }
-    const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    record_rank_started(env_rank != nullptr ? std::atoi(env_rank) : 0);
-    Result<std::unique_ptr<MpiWorld>> world = MpiWorld::init(transport_timeout);
-    if (!world.is_ok()) {
-      fmt::print(stderr, "splitcheck: error: {}\n", world.status().message());
-      return 3;
-    }
-    if ((*world)->rank() != 0 && !(*world)->setup_failure().empty()) {
-      fmt::print(stderr, "splitcheck: error: rank {}: {}; exiting\n", (*world)->rank(),
-                 (*world)->setup_failure());
-      std::fflush(stderr);
-      ::_exit(3);
-    }
-#if SPLITCHECK_HAVE_NCCL
-    if (s->transport == "nccl" && (*world)->setup_failure().empty()) {
-      Result<std::unique_ptr<PayloadChannel>> nccl = make_nccl_channel(**world);
-      if (!nccl.is_ok() && nccl.status().code() == StatusCode::kInvalidInput) {
-        // Every rank refused alike (nccl_channel.h): rank 0 says why, all exit 2.
-        if ((*world)->rank() == 0)
-          fmt::print(stderr, "splitcheck: error: {}: {}\n", scenario, nccl.status().message());
-        return 2;
-      }
-      if (!nccl.is_ok()) {
-        fmt::print(stderr, "splitcheck: error: {}\n", nccl.status().message());
-        std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 3);
-      }
-      (*world)->channel = std::move(*nccl);
-    }
-#endif
-    (*world)->greet(s->backend);
-    if ((*world)->rank() != 0) return serve_stage_rank(*s, **world);
-    MpiFactory factory(**world);
-    opts.transport = &factory;
-    const int code = sweep_and_report(*s, opts);
-    record_verdict(code);
-    (*world)->finish(factory.lost(), code);
-    return code;
-  }
+  if (s->transport == "mpi" || s->transport == "nccl") return run_on_ranks(*s, opts);
 #endif
   return sweep_and_report(*s, opts);
 }
+
+int SweepCli::run_external(const Scenario& s, int shard_index, int shard_count) {
+  ExternalSweepOptions ext;
+  ext.jobs = jobs > 0 ? jobs : threads;
+  ext.filter = filter;
+  ext.work_dir = work_dir.empty() && !report_dir.empty() ? report_dir + "/runs" : work_dir;
+  ext.progress = progress || isatty(STDERR_FILENO) != 0;
+  ext.keep_runs = keep_runs;
+  ext.self_check = self_check;
+  ext.shard_index = shard_index;
+  ext.shard_count = shard_count;
+  // SIGINT, SIGTERM, SIGHUP stop every engine; the report of what finished is written.
+  const InterruptWatch watch;
+  return external_sweep_and_report(s, ext, report_dir, command_line, waiver_list_);
+}
+
+#if SPLITCHECK_HAVE_MPI
+int SweepCli::run_on_ranks(const Scenario& s, SweepOptions& opts) {
+  // OpenMPI 4's mpirun --enable-recovery returns 0 whatever the ranks return
+  // (rank_launcher.h): its exit status would say pass for any verdict.
+  const char* recovery = std::getenv("OMPI_MCA_orte_enable_recovery");
+  if (recovery != nullptr && std::string(recovery) == "1" && !launched_by_ranks()) {
+    if (std::getenv("OMPI_COMM_WORLD_RANK") == nullptr ||
+        std::string(std::getenv("OMPI_COMM_WORLD_RANK")) == "0")
+      fmt::print(stderr,
+                 "splitcheck: error: mpirun --enable-recovery exits 0 whatever the verdict; "
+                 "run `splitcheck sweep --ranks N ...` (it starts mpirun itself and exits with "
+                 "the verdict's code, also when a rank dies)\n");
+    return 2;
+  }
+  const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  record_rank_started(env_rank != nullptr ? std::atoi(env_rank) : 0);
+  Result<std::unique_ptr<MpiWorld>> world = MpiWorld::init(transport_timeout);
+  if (!world.is_ok()) {
+    fmt::print(stderr, "splitcheck: error: {}\n", world.status().message());
+    return 3;
+  }
+  if ((*world)->rank() != 0 && !(*world)->setup_failure().empty()) {
+    fmt::print(stderr, "splitcheck: error: rank {}: {}; exiting\n", (*world)->rank(),
+               (*world)->setup_failure());
+    std::fflush(stderr);
+    ::_exit(3);
+  }
+#if SPLITCHECK_HAVE_NCCL
+  if (s.transport == "nccl" && (*world)->setup_failure().empty()) {
+    Result<std::unique_ptr<PayloadChannel>> nccl = make_nccl_channel(**world);
+    if (!nccl.is_ok() && nccl.status().code() == StatusCode::kInvalidInput) {
+      // Every rank refused alike (nccl_channel.h): rank 0 says why, all exit 2.
+      if ((*world)->rank() == 0)
+        fmt::print(stderr, "splitcheck: error: {}: {}\n", scenario, nccl.status().message());
+      return 2;
+    }
+    if (!nccl.is_ok()) {
+      fmt::print(stderr, "splitcheck: error: {}\n", nccl.status().message());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    (*world)->channel = std::move(*nccl);
+  }
+#endif
+  (*world)->greet(s.backend);
+  if ((*world)->rank() != 0) return serve_stage_rank(s, **world);
+  MpiFactory factory(**world);
+  opts.transport = &factory;
+  const int code = sweep_and_report(s, opts);
+  record_verdict(code);
+  (*world)->finish(factory.lost(), code);
+  return code;
+}
+#else
+int SweepCli::run_on_ranks(const Scenario&, SweepOptions&) { return 3; }  // never called
+#endif
 
 int SweepCli::launch() {
   if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr) {

@@ -37,6 +37,11 @@ struct SweepCli {
   int sweep_and_report(const Scenario& s, SweepOptions& opts);
   // The sweep in this process (under mpirun: as its rank); the exit code.
   int run_here();
+  // The external engine's sweep of `s`, its reports written; the exit code.
+  int run_external(const Scenario& s, int shard_index, int shard_count);
+  // Under the mpi and nccl transports (built with MPI): this rank's part of the sweep with
+  // `opts`, rank 0 sweeping and reporting; the exit code.
+  int run_on_ranks(const Scenario& s, SweepOptions& opts);
   // --ranks: runs this sweep under mpirun, supervised (rank_launcher.h); the exit code.
   int launch();
   std::vector<Waiver> waiver_list_;  // read from `waivers` before the sweep

@@ -145,33 +145,28 @@ hid_t half_type() {
   return type;
 }
 
-hid_t file_type(DType dtype) {
+// How a dtype's elements are typed in HDF5: in the file, and in memory.
+struct Hdf5Types {
+  hid_t file;
+  hid_t memory;
+};
+
+Hdf5Types hdf5_types(DType dtype) {
   switch (dtype) {
     case DType::kF16:
-      return half_type();
+      return {half_type(), half_type()};
     case DType::kBF16:
-      return H5T_STD_U16LE;
+      return {H5T_STD_U16LE, H5T_NATIVE_UINT16};
     case DType::kF32:
-      return H5T_IEEE_F32LE;
+      return {H5T_IEEE_F32LE, H5T_NATIVE_FLOAT};
     case DType::kI32:
-      return H5T_STD_I32LE;
+      return {H5T_STD_I32LE, H5T_NATIVE_INT32};
   }
-  return H5T_STD_U16LE;
+  return {H5T_STD_U16LE, H5T_NATIVE_UINT16};
 }
 
-hid_t memory_type(DType dtype) {
-  switch (dtype) {
-    case DType::kF16:
-      return half_type();
-    case DType::kBF16:
-      return H5T_NATIVE_UINT16;
-    case DType::kF32:
-      return H5T_NATIVE_FLOAT;
-    case DType::kI32:
-      return H5T_NATIVE_INT32;
-  }
-  return H5T_NATIVE_UINT16;
-}
+hid_t file_type(DType dtype) { return hdf5_types(dtype).file; }
+hid_t memory_type(DType dtype) { return hdf5_types(dtype).memory; }
 
 std::string utc_now_iso() {
   std::time_t now = std::time(nullptr);
@@ -232,17 +227,32 @@ Result<size_t> attribute_bytes(hid_t type, hid_t space, const std::string& name)
   return n * size;
 }
 
-// Reads attribute `name` of `obj`. Errors are plain descriptions; callers add the file
-// and object.
-Result<std::string> read_string_attr(hid_t obj, const std::string& name) {
+// An attribute opened with its type and dataspace.
+struct OpenAttribute {
+  Handle attr, type, space;
+};
+
+// Opens attribute `name` of `obj`; an error when it is missing or cannot be opened.
+Result<OpenAttribute> open_attribute(hid_t obj, const std::string& name) {
   htri_t exists = H5Aexists(obj, name.c_str());
   if (exists < 0) return invalid_input("cannot look up attribute " + name + hdf5_detail());
   if (exists == 0) return invalid_input("missing attribute " + name);
-  Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
-  Handle type(H5Aget_type(attr.get()));
-  Handle space(H5Aget_space(attr.get()));
-  if (!attr.valid() || !type.valid() || !space.valid())
+  OpenAttribute a;
+  a.attr = Handle(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
+  a.type = Handle(H5Aget_type(a.attr.get()));
+  a.space = Handle(H5Aget_space(a.attr.get()));
+  if (!a.attr.valid() || !a.type.valid() || !a.space.valid())
     return invalid_input("cannot open attribute " + name + hdf5_detail());
+  return a;
+}
+
+// Reads attribute `name` of `obj`. Errors are plain descriptions; callers add the file
+// and object.
+Result<std::string> read_string_attr(hid_t obj, const std::string& name) {
+  ASSIGN_OR_RETURN(OpenAttribute opened, open_attribute(obj, name));
+  const Handle& attr = opened.attr;
+  const Handle& type = opened.type;
+  const Handle& space = opened.space;
   if (H5Tget_class(type.get()) != H5T_STRING)
     return invalid_input("attribute " + name + " is not a string");
   if (H5Sget_simple_extent_npoints(space.get()) != 1)
@@ -271,6 +281,47 @@ Result<std::string> read_string_attr(hid_t obj, const std::string& name) {
     s.pop_back();
   }
   return s;
+}
+
+// The strings of a string attribute of `n` items, `bytes` in all (fixed or variable length).
+Result<std::vector<std::string>> read_string_items(hid_t attr, hid_t type, size_t n, size_t bytes,
+                                                   const std::string& name) {
+  std::vector<std::string> items;
+  htri_t is_vlen = H5Tis_variable_str(type);
+  if (is_vlen < 0) return invalid_input("cannot inspect attribute " + name + hdf5_detail());
+  if (is_vlen > 0) {
+    Handle mem(H5Tcopy(H5T_C_S1));
+    if (!mem.valid() || H5Tset_size(mem.get(), H5T_VARIABLE) < 0)
+      return invalid_input("cannot read attribute " + name + hdf5_detail());
+    H5Tset_cset(mem.get(), H5Tget_cset(type));
+    std::vector<char*> ptrs(n, nullptr);
+    if (H5Aread(attr, mem.get(), ptrs.data()) < 0)
+      return invalid_input("cannot read attribute " + name + hdf5_detail());
+    size_t total = 0;
+    for (char* p : ptrs) {
+      const size_t len = p ? std::strlen(p) : 0;
+      total += len;
+      if (total <= kMaxAttributeBytes) items.emplace_back(p ? p : "", len);
+      if (p) H5free_memory(p);
+    }
+    if (total > kMaxAttributeBytes)
+      return invalid_input("attribute " + name + " holds more than the " +
+                           std::to_string(kMaxAttributeBytes >> 20) +
+                           " MiB a dump attribute may hold");
+  } else {
+    const size_t size = H5Tget_size(type);
+    std::string buf(bytes, '\0');
+    if (H5Aread(attr, type, buf.data()) < 0)
+      return invalid_input("cannot read attribute " + name + hdf5_detail());
+    const bool space_pad = H5Tget_strpad(type) == H5T_STR_SPACEPAD;
+    for (size_t i = 0; i < n; ++i) {
+      std::string item = buf.substr(i * size, size);
+      if (size_t nul = item.find('\0'); nul != std::string::npos) item.resize(nul);
+      while (space_pad && !item.empty() && item.back() == ' ') item.pop_back();
+      items.push_back(std::move(item));
+    }
+  }
+  return items;
 }
 
 // Any attribute's value as AttributeValue: strings (fixed or variable length, scalar or
@@ -302,40 +353,7 @@ Result<AttributeValue> read_any_attr(hid_t obj, const std::string& name) {
   }
   if (cls == H5T_STRING) {
     v.type = "string";
-    htri_t is_vlen = H5Tis_variable_str(type.get());
-    if (is_vlen < 0) return invalid_input("cannot inspect attribute " + name + hdf5_detail());
-    if (is_vlen > 0) {
-      Handle mem(H5Tcopy(H5T_C_S1));
-      if (!mem.valid() || H5Tset_size(mem.get(), H5T_VARIABLE) < 0)
-        return invalid_input("cannot read attribute " + name + hdf5_detail());
-      H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
-      std::vector<char*> ptrs(n, nullptr);
-      if (H5Aread(attr.get(), mem.get(), ptrs.data()) < 0)
-        return invalid_input("cannot read attribute " + name + hdf5_detail());
-      size_t total = 0;
-      for (char* p : ptrs) {
-        const size_t len = p ? std::strlen(p) : 0;
-        total += len;
-        if (total <= kMaxAttributeBytes) items.emplace_back(p ? p : "", len);
-        if (p) H5free_memory(p);
-      }
-      if (total > kMaxAttributeBytes)
-        return invalid_input("attribute " + name + " holds more than the " +
-                             std::to_string(kMaxAttributeBytes >> 20) +
-                             " MiB a dump attribute may hold");
-    } else {
-      const size_t size = H5Tget_size(type.get());
-      std::string buf(bytes, '\0');
-      if (H5Aread(attr.get(), type.get(), buf.data()) < 0)
-        return invalid_input("cannot read attribute " + name + hdf5_detail());
-      const bool space_pad = H5Tget_strpad(type.get()) == H5T_STR_SPACEPAD;
-      for (size_t i = 0; i < n; ++i) {
-        std::string item = buf.substr(i * size, size);
-        if (size_t nul = item.find('\0'); nul != std::string::npos) item.resize(nul);
-        while (space_pad && !item.empty() && item.back() == ' ') item.pop_back();
-        items.push_back(std::move(item));
-      }
-    }
+    ASSIGN_OR_RETURN(items, read_string_items(attr.get(), type.get(), n, bytes, name));
     if (H5Sget_simple_extent_type(space.get()) == H5S_SCALAR && items.size() == 1) {
       v.text = items[0];
     } else {
@@ -387,14 +405,10 @@ Result<AttributeValue> read_any_attr(hid_t obj, const std::string& name) {
 
 template <typename T>
 Result<T> read_numeric_attr(hid_t obj, const std::string& name, bool allow_float) {
-  htri_t exists = H5Aexists(obj, name.c_str());
-  if (exists < 0) return invalid_input("cannot look up attribute " + name + hdf5_detail());
-  if (exists == 0) return invalid_input("missing attribute " + name);
-  Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
-  Handle type(H5Aget_type(attr.get()));
-  Handle space(H5Aget_space(attr.get()));
-  if (!attr.valid() || !type.valid() || !space.valid())
-    return invalid_input("cannot open attribute " + name + hdf5_detail());
+  ASSIGN_OR_RETURN(OpenAttribute opened, open_attribute(obj, name));
+  const Handle& attr = opened.attr;
+  const Handle& type = opened.type;
+  const Handle& space = opened.space;
   H5T_class_t cls = H5Tget_class(type.get());
   if (!(cls == H5T_INTEGER || (allow_float && cls == H5T_FLOAT)))
     return invalid_input("attribute " + name + " is not " +
@@ -430,8 +444,7 @@ Status check_storage(hid_t ds) {
         "is a virtual dataset (its data lies in other files); a dump stores every dataset's "
         "bytes in the dump itself");
   if (layout != H5D_CONTIGUOUS && layout != H5D_COMPACT && layout != H5D_CHUNKED)
-    return invalid_input("has an unknown storage layout " + std::to_string(layout) +
-                         hdf5_detail());
+    return invalid_input("has an unknown storage layout " + std::to_string(layout) + hdf5_detail());
   const int external = H5Pget_external_count(dcpl.get());
   if (external != 0) {
     char name[256] = {};
@@ -450,10 +463,9 @@ Status check_storage(hid_t ds) {
     unsigned flags = 0, config = 0;
     size_t values = 0;
     char name[128] = {};
-    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags,
-                                           &values, nullptr, sizeof name, name, &config);
-    if (std::find(std::begin(kDumpFilters), std::end(kDumpFilters), id) !=
-        std::end(kDumpFilters))
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &values,
+                                           nullptr, sizeof name, name, &config);
+    if (std::find(std::begin(kDumpFilters), std::end(kDumpFilters), id) != std::end(kDumpFilters))
       continue;
     H5Eclear2(H5E_DEFAULT);
     return invalid_input("is stored through filter " + std::to_string(id) + " (\"" +
@@ -468,13 +480,13 @@ Status check_storage(hid_t ds) {
 // stat() only, so nothing is opened that is not a regular file; `st` is what was checked.
 Status check_regular_file(const std::string& path, struct stat& st) {
   if (::stat(path.c_str(), &st) != 0)
-    return invalid_input(path + (errno == ENOENT ? ": no such file"
-                                                 : std::string(": cannot stat: ") +
-                                                       std::strerror(errno)));
+    return invalid_input(path + (errno == ENOENT
+                                     ? ": no such file"
+                                     : std::string(": cannot stat: ") + std::strerror(errno)));
   if (!S_ISREG(st.st_mode))
     return invalid_input(path + ": not a regular file (" +
-                         (S_ISFIFO(st.st_mode)  ? "a FIFO"
-                          : S_ISDIR(st.st_mode) ? "a directory"
+                         (S_ISFIFO(st.st_mode)   ? "a FIFO"
+                          : S_ISDIR(st.st_mode)  ? "a directory"
                           : S_ISSOCK(st.st_mode) ? "a socket"
                                                  : "a device") +
                          "); a dump is read from a regular file only");

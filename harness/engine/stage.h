@@ -152,6 +152,16 @@ class Stage {
   // (send_device_payload), whole bytes otherwise (send_payload). A forward's and a serving
   // segment's alike.
   void hand_on_payload(int32_t forward, int64_t T, StageOutput& out) const;
+  // Serving's update path: what the last stage's results asked of every stage (rollback,
+  // release) applied to the stage's table of per-request state.
+  void apply_updates(const std::vector<StateUpdate>& updates);
+  // Whose state each segment of `batch` uses (its own request's, but see
+  // batch.stale_microbatch_state); remembers the batch's requests.
+  std::vector<int32_t> state_owners(const BatchRequest& batch);
+  // A batched step's outputs handed on: the head's and the taps on the last stage, the
+  // payload on any other; each request's next position.
+  void finish_batch(const BatchRequest& batch, const std::vector<int32_t>& owner,
+                    std::vector<HeadOutput>& heads, std::vector<StageOutput>& outs);
   // The kernel context of this stage's calls in forward `forward` (the dispatch override
   // of fault dispatch.stage_context_fallback on a non-first stage).
   KernelContext context(DispatchTrace* trace, int32_t forward) const;

@@ -21,37 +21,13 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
                                                   std::vector<RunRecord>* records,
                                                   std::vector<DispatchTrace>& traces) {
   const ModelConfig& c = cfg_.model;
-  const int pp = cfg_.partition.stages();
   if (!requests_) requests_ = std::make_unique<RequestStateTable>(c, range_.begin, range_.end);
   RequestStateTable& table = *requests_;
 
-  // The update path: what the last stage's results asked of every stage.
-  for (const StateUpdate& u : batch.updates) {
-    // spec.rollback_last_stage_only (vLLM PR 44697): only the last stage rolls back after
-    // a partly rejected verify; the others keep the rejected drafts in their caches.
-    if (u.kind == StateUpdate::Kind::kRollback && !is_last() &&
-        cfg_.faults.has("spec.rollback_last_stage_only"))
-      continue;
-    table.apply(u);
-  }
-
-  // Which state each segment's rows use: its own request's. Under
-  // batch.stale_microbatch_state (vLLM issue 55951) a non-first stage indexes its table
-  // by the segment's slot in the micro-batch it ran pp steps earlier.
+  apply_updates(batch.updates);
   const size_t n = batch.segments.size();
   if (n == 0) return std::vector<StageOutput>{};  // updates only
-  std::vector<int32_t> owner(n);
-  std::vector<int32_t> members;
-  for (size_t i = 0; i < n; ++i) {
-    owner[i] = batch.segments[i].request;
-    members.push_back(batch.segments[i].request);
-  }
-  if (cfg_.faults.has("batch.stale_microbatch_state") && !is_first() &&
-      memberships_.size() >= static_cast<size_t>(pp)) {
-    const std::vector<int32_t>& stale = memberships_[memberships_.size() - pp];
-    for (size_t i = 0; i < n && i < stale.size(); ++i) owner[i] = stale[i];
-  }
-  memberships_.push_back(std::move(members));
+  const std::vector<int32_t> owner = state_owners(batch);
 
   std::vector<KernelContext> ctxs;
   std::vector<StageOutput> outs(n);
@@ -112,24 +88,60 @@ Result<std::vector<StageOutput>> Stage::run_batch(const BatchRequest& batch,
     computed_.heads += static_cast<int64_t>(n);
   }
   for (size_t i = 0; i < n; ++i) outs[i].state = rows.segment(i);
+  finish_batch(batch, owner, heads, outs);
+  return outs;
+}
 
+void Stage::apply_updates(const std::vector<StateUpdate>& updates) {
+  for (const StateUpdate& u : updates) {
+    // spec.rollback_last_stage_only (vLLM PR 44697): only the last stage rolls back after
+    // a partly rejected verify; the others keep the rejected drafts in their caches.
+    if (u.kind == StateUpdate::Kind::kRollback && !is_last() &&
+        cfg_.faults.has("spec.rollback_last_stage_only"))
+      continue;
+    requests_->apply(u);
+  }
+}
+
+std::vector<int32_t> Stage::state_owners(const BatchRequest& batch) {
+  // Which state each segment's rows use: its own request's. Under
+  // batch.stale_microbatch_state (vLLM issue 55951) a non-first stage indexes its table
+  // by the segment's slot in the micro-batch it ran pp steps earlier.
+  const int pp = cfg_.partition.stages();
+  const size_t n = batch.segments.size();
+  std::vector<int32_t> owner(n);
+  std::vector<int32_t> members;
   for (size_t i = 0; i < n; ++i) {
+    owner[i] = batch.segments[i].request;
+    members.push_back(batch.segments[i].request);
+  }
+  if (cfg_.faults.has("batch.stale_microbatch_state") && !is_first() &&
+      memberships_.size() >= static_cast<size_t>(pp)) {
+    const std::vector<int32_t>& stale = memberships_[memberships_.size() - pp];
+    for (size_t i = 0; i < n && i < stale.size(); ++i) owner[i] = stale[i];
+  }
+  memberships_.push_back(std::move(members));
+  return owner;
+}
+
+void Stage::finish_batch(const BatchRequest& batch, const std::vector<int32_t>& owner,
+                         std::vector<HeadOutput>& heads, std::vector<StageOutput>& outs) {
+  for (size_t i = 0; i < batch.segments.size(); ++i) {
     const Segment& seg = batch.segments[i];
     const int64_t T = static_cast<int64_t>(seg.ids.size());
-    RequestState& rs = table.at(owner[i]);
+    RequestState& rs = requests_->at(owner[i]);
     rs.positions = seg.first_position + T;
     StageOutput& out = outs[i];
     if (is_last()) {
       out.head = std::move(heads[i]);
       if (!is_first() && captured(0) && !relays_tap0())
-        out.taps.emplace_back(0, Tensor::zeros(DType::kBF16, {T, c.hidden_size}));
+        out.taps.emplace_back(0, Tensor::zeros(DType::kBF16, {T, cfg_.model.hidden_size}));
       std::stable_sort(out.taps.begin(), out.taps.end(),
                        [](const auto& a, const auto& b) { return a.first < b.first; });
       continue;
     }
     hand_on_payload(seg.index, T, out);
   }
-  return outs;
 }
 
 }  // namespace splitcheck

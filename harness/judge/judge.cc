@@ -294,6 +294,81 @@ std::vector<std::string> judged_checks(const std::vector<std::string>& selected,
   return judged;
 }
 
+namespace {
+
+// The first forward (in execution order) that computes each layer.
+std::map<int32_t, int32_t> first_forward_of_layers(const RunRecord& ref) {
+  std::map<int32_t, int32_t> first_forward_of_layer;
+  for (const RecordEntry& e : ref.entries()) {
+    const int32_t f = forward_of(e.path);
+    const int32_t l = layer_of(e.path);
+    if (f < 0 || l < 0) continue;
+    auto [it, inserted] = first_forward_of_layer.try_emplace(l, f);
+    if (!inserted) it->second = std::min(it->second, f);
+  }
+  return first_forward_of_layer;
+}
+
+// The first dataset missing from either run, by its position in PP=1's execution order (an
+// extra dataset of the partition's between two of PP=1's).
+struct FirstMissing {
+  double at = -1;
+  std::string path;
+  bool extra = false;
+};
+
+// Records the case's first numeric divergence, `d` in PP=1's dataset `path`.
+void note_first_divergence(const RunRecord& ref, const std::string& path, const TensorDiff& d,
+                           int32_t request, const std::map<int32_t, int32_t>& first_forward,
+                           CaseResult& c) {
+  c.first_divergence = d;
+  c.first_divergence_forward = forward_of(path);
+  c.first_divergence_layer = layer_of(path);
+  c.first_divergence_site = site_of(path);
+  c.first_divergence_request = request;
+  c.first_divergence_step = static_cast<int32_t>(forward_attr(ref, path, "step"));
+  if (auto it = first_forward.find(c.first_divergence_layer); it != first_forward.end())
+    c.first_divergence_layer_ran_before = it->second < c.first_divergence_forward;
+}
+
+// Counts the partition's datasets that PP=1 does not have. An extra dataset sits just after
+// the last dataset both runs have that precedes it in the partition's order.
+template <typename Selected>
+void count_extra_datasets(const RunRecord& cand, const std::map<std::string, double>& ref_position,
+                          const Selected& selected, FirstMissing& missing, CaseResult& c) {
+  double last_common = 0;
+  for (const RecordEntry& e : cand.entries()) {
+    if (auto it = ref_position.find(e.path); it != ref_position.end()) {
+      last_common = it->second;
+      continue;
+    }
+    if (!selected(check_of(e.path))) continue;
+    ++c.datasets_differing;
+    add_failed(c, check_of(e.path));
+    if (missing.at < 0 || last_common + 0.5 < missing.at)
+      missing = FirstMissing{last_common + 0.5, e.path, true};
+  }
+}
+
+// The case's verdict and message from its failed checks.
+void conclude(CaseResult& c) {
+  if (c.failed_checks.empty()) {
+    c.verdict = Verdict::kPass;
+    c.message = c.datasets_compared > 0
+                    ? fmt::format("bit-identical ({} datasets)", c.datasets_compared)
+                    : "no data compared";
+  } else {
+    c.verdict = Verdict::kDiverged;
+    // The headline first; a shape or dtype mismatch found on the way stays in the message.
+    const std::string detail = case_message(c);
+    if (!detail.empty()) c.message = c.message.empty() ? detail : detail + "; " + c.message;
+    if (c.message.empty()) c.message = "differs in " + c.failed_checks.front();
+  }
+  c.message += rounding_note(c);
+}
+
+}  // namespace
+
 Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& c,
                        const std::vector<std::string>& checks,
                        const std::vector<std::string>& kernel_names) {
@@ -310,35 +385,24 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
     return r;
   };
   std::map<int, TapVerdict> taps;
-  std::set<std::string> seen;
-  // The first forward (in execution order) that computes each layer.
-  std::map<int32_t, int32_t> first_forward_of_layer;
-  for (const RecordEntry& e : ref.entries()) {
-    const int32_t f = forward_of(e.path);
-    const int32_t l = layer_of(e.path);
-    if (f < 0 || l < 0) continue;
-    auto [it, inserted] = first_forward_of_layer.try_emplace(l, f);
-    if (!inserted) it->second = std::min(it->second, f);
-  }
+  const std::map<int32_t, int32_t> first_forward_of_layer = first_forward_of_layers(ref);
   // Positions in PP=1's execution order: of the first missing dataset, of the first numeric
   // divergence, of each PP=1 dataset (to place the partition's extra datasets).
-  double missing_at = -1, numeric_at = -1;
-  std::string missing_path;
-  bool missing_extra = false;
+  FirstMissing missing;
+  double numeric_at = -1;
   std::map<std::string, double> ref_position;
   double position = 0;
   for (const RecordEntry& e : ref.entries()) {
     const std::string check = check_of(e.path);
     ref_position[e.path] = ++position;
     if (!selected(check)) continue;
-    seen.insert(e.path);
     auto it = by_path.find(e.path);
     ++c.datasets_compared;
     if (it == by_path.end()) {
       note_request(e.path);
       ++c.datasets_differing;
       add_failed(c, check);
-      if (missing_at < 0) missing_at = position, missing_path = e.path;
+      if (missing.at < 0) missing.at = position, missing.path = e.path;
       continue;
     }
     const RecordEntry& eb = *it->second;
@@ -375,52 +439,19 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
     }
     if (!c.first_divergence) {
       numeric_at = position;
-      c.first_divergence = d;
-      c.first_divergence_forward = forward_of(e.path);
-      c.first_divergence_layer = layer_of(e.path);
-      c.first_divergence_site = site_of(e.path);
-      c.first_divergence_request = request;
-      c.first_divergence_step = static_cast<int32_t>(forward_attr(ref, e.path, "step"));
-      if (auto it = first_forward_of_layer.find(c.first_divergence_layer);
-          it != first_forward_of_layer.end())
-        c.first_divergence_layer_ran_before = it->second < c.first_divergence_forward;
+      note_first_divergence(ref, e.path, d, request, first_forward_of_layer, c);
     }
   }
-  // An extra dataset sits just after the last dataset both runs have that precedes it in
-  // the partition's order.
-  double last_common = 0;
-  for (const RecordEntry& e : cand.entries()) {
-    if (auto it = ref_position.find(e.path); it != ref_position.end()) {
-      last_common = it->second;
-      continue;
-    }
-    if (!selected(check_of(e.path))) continue;
-    ++c.datasets_differing;
-    add_failed(c, check_of(e.path));
-    if (missing_at < 0 || last_common + 0.5 < missing_at)
-      missing_at = last_common + 0.5, missing_path = e.path, missing_extra = true;
-  }
-  if (missing_at >= 0 && (numeric_at < 0 || missing_at < numeric_at)) {
-    c.first_missing = missing_path;
-    c.first_missing_extra = missing_extra;
-    c.first_missing_forward = forward_of(missing_path);
-    c.first_missing_layer = layer_of(missing_path);
+  count_extra_datasets(cand, ref_position, selected, missing, c);
+  if (missing.at >= 0 && (numeric_at < 0 || missing.at < numeric_at)) {
+    c.first_missing = missing.path;
+    c.first_missing_extra = missing.extra;
+    c.first_missing_forward = forward_of(missing.path);
+    c.first_missing_layer = layer_of(missing.path);
   }
   c.diverged_requests.assign(diverged_requests.begin(), diverged_requests.end());
   for (const auto& [id, t] : taps) c.taps.push_back(t);
-  if (c.failed_checks.empty()) {
-    c.verdict = Verdict::kPass;
-    c.message = c.datasets_compared > 0
-                    ? fmt::format("bit-identical ({} datasets)", c.datasets_compared)
-                    : "no data compared";
-  } else {
-    c.verdict = Verdict::kDiverged;
-    // The headline first; a shape or dtype mismatch found on the way stays in the message.
-    const std::string detail = case_message(c);
-    if (!detail.empty()) c.message = c.message.empty() ? detail : detail + "; " + c.message;
-    if (c.message.empty()) c.message = "differs in " + c.failed_checks.front();
-  }
-  c.message += rounding_note(c);
+  conclude(c);
   return Status::ok();
 }
 

@@ -65,9 +65,9 @@ Tensor segment_rows(const Tensor& x, std::span<const int64_t> begin, int seg) {
   return x.rows(begin[static_cast<size_t>(seg)], begin[static_cast<size_t>(seg) + 1]);
 }
 
-// Copies one call's inputs into a case (of a segmented call, segment `seg`'s: its rows,
-// its cache or state); false for a row the lane does not judge.
-bool fill_case(OpCase& c, const void* args, int seg) {
+// Copies the inputs of a call that runs on whole tensors into a case; false for any other
+// op.
+bool fill_plain_case(OpCase& c, const void* args) {
   const std::string& op = c.op;
   if (op == "attn_res") {
     const auto& a = *static_cast<const AttnResArgs*>(args);
@@ -102,7 +102,39 @@ bool fill_case(OpCase& c, const void* args, int seg) {
     keep_activation(c, "logits", a.logits);
     c.out_shape = a.tokens->shape();
     c.out_dtype = DType::kI32;
-  } else if (op == "mla") {
+  } else if (op == "dense_mlp") {
+    const auto& a = *static_cast<const DenseMlpArgs*>(args);
+    keep_activation(c, "x", a.x);
+    keep_swiglu(c, "mlp", a.w);
+    c.out_shape = a.out->shape();
+  } else if (op == "moe") {
+    const auto& a = *static_cast<const MoeArgs*>(args);
+    keep_activation(c, "x", a.x);
+    keep_weight(c, "router", a.router);
+    for (size_t e = 0; e < a.experts.size(); ++e)
+      keep_swiglu(c, fmt::format("experts.{}", e), a.experts[e]);
+    for (size_t e = 0; e < a.shared.size(); ++e)
+      keep_swiglu(c, fmt::format("shared.{}", e), a.shared[e]);
+    c.params = {{"top_k", a.top_k},
+                {"experts", static_cast<double>(a.experts.size())},
+                {"shared", static_cast<double>(a.shared.size())}};
+    c.out_shape = a.out->shape();
+  } else if (op == "linear") {
+    const auto& a = *static_cast<const LinearArgs*>(args);
+    keep_activation(c, "x", a.x);
+    keep_weight(c, "weight", a.weight);
+    c.out_shape = a.out->shape();
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Copies the inputs of an attention call, which may be segmented, into a case (of a
+// segmented call, segment `seg`'s: its rows, its cache or state); false for any other op.
+bool fill_attention_case(OpCase& c, const void* args, int seg) {
+  const std::string& op = c.op;
+  if (op == "mla") {
     const auto& a = *static_cast<const MlaArgs*>(args);
     const Tensor x = segment_rows(*a.x, a.begin, seg);
     keep_activation(c, "x", &x);
@@ -135,28 +167,6 @@ bool fill_case(OpCase& c, const void* args, int seg) {
     const Tensor state = (seg < 0 ? *a.state : *a.states[static_cast<size_t>(seg)]).on_host();
     c.kda_state.assign(state.data<float>(), state.data<float>() + state.numel());
     c.out_shape = {x.dim(0), a.out->dim(1)};
-  } else if (op == "dense_mlp") {
-    const auto& a = *static_cast<const DenseMlpArgs*>(args);
-    keep_activation(c, "x", a.x);
-    keep_swiglu(c, "mlp", a.w);
-    c.out_shape = a.out->shape();
-  } else if (op == "moe") {
-    const auto& a = *static_cast<const MoeArgs*>(args);
-    keep_activation(c, "x", a.x);
-    keep_weight(c, "router", a.router);
-    for (size_t e = 0; e < a.experts.size(); ++e)
-      keep_swiglu(c, fmt::format("experts.{}", e), a.experts[e]);
-    for (size_t e = 0; e < a.shared.size(); ++e)
-      keep_swiglu(c, fmt::format("shared.{}", e), a.shared[e]);
-    c.params = {{"top_k", a.top_k},
-                {"experts", static_cast<double>(a.experts.size())},
-                {"shared", static_cast<double>(a.shared.size())}};
-    c.out_shape = a.out->shape();
-  } else if (op == "linear") {
-    const auto& a = *static_cast<const LinearArgs*>(args);
-    keep_activation(c, "x", a.x);
-    keep_weight(c, "weight", a.weight);
-    c.out_shape = a.out->shape();
   } else if (op == "dense_attention") {
     const auto& a = *static_cast<const DenseAttentionArgs*>(args);
     const Tensor q = segment_rows(*a.q, a.begin, seg);
@@ -169,6 +179,12 @@ bool fill_case(OpCase& c, const void* args, int seg) {
     return false;
   }
   return true;
+}
+
+// Copies one call's inputs into a case (of a segmented call, segment `seg`'s: its rows,
+// its cache or state); false for a row the lane does not judge.
+bool fill_case(OpCase& c, const void* args, int seg) {
+  return fill_plain_case(c, args) || fill_attention_case(c, args, seg);
 }
 
 void observe(void* user, const KernelContext& ctx, int32_t row, const void* args) {

@@ -100,13 +100,13 @@ Result<nlohmann::json> load_report(const std::string& path) {
   return j;
 }
 
-Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
-                                     const std::vector<std::string>& paths,
-                                     const std::string& report_dir) {
-  if (reports.empty()) return invalid_input("merge: no reports given");
+namespace {
+
+// Like with like: the same scenario, PP=1, engine, splitcheck and --filter in every shard.
+Status check_same_sweep(const std::vector<nlohmann::json>& reports,
+                        const std::vector<std::string>& paths, const std::string& filter) {
   const nlohmann::json& first = reports[0];
   const std::string sha = first["scenario"]["sha256"];
-  const std::string filter = option_value(first.value("command", ""), "--filter");
   for (size_t i = 1; i < reports.size(); ++i) {
     const std::string other = reports[i]["scenario"]["sha256"];
     if (other != sha)
@@ -134,20 +134,25 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
       return invalid_input(fmt::format("{} and {}: different --filter (\"{}\" vs \"{}\")", paths[0],
                                        paths[i], filter, f));
   }
+  return Status::ok();
+}
 
-  // The scenario's full enumeration: where each key belongs and which keys must be present.
-  const nlohmann::json& resolved = first["scenario"]["resolved"];
-  Result<Scenario> s = parse_scenario(resolved, paths[0] + ": scenario.resolved", ".");
-  if (!s.is_ok()) return s.status();
-  ASSIGN_OR_RETURN(
-      std::vector<Partition> all,
-      enumerate_partitions(s->partitions, s->model.num_hidden_layers, FaultSet{s->faults}));
+// The shards' cases joined in the scenario's order, and the report each key came from.
+struct JoinedCases {
+  std::vector<nlohmann::json> cases;
+  std::map<std::string, size_t> key_from;
+};
+
+// Joins the shards' cases: each a split point of the scenario at its own index, none twice,
+// every split point that --filter selects present.
+Result<JoinedCases> join_cases(const std::vector<nlohmann::json>& reports,
+                               const std::vector<std::string>& paths,
+                               const std::vector<Partition>& all, const std::string& filter) {
   std::map<std::string, int64_t> position;
   for (size_t i = 0; i < all.size(); ++i) position.emplace(all[i].key(), static_cast<int64_t>(i));
-
-  std::map<std::string, size_t> key_from;  // key -> report it came from
+  JoinedCases joined;
+  std::map<std::string, size_t>& key_from = joined.key_from;  // key -> report it came from
   std::map<int64_t, size_t> index_from;
-  std::vector<nlohmann::json> cases;
   for (size_t r = 0; r < reports.size(); ++r) {
     for (const nlohmann::json& c : reports[r]["cases"]) {
       if (!c.is_object() || !c.contains("key") || !c["key"].is_string() || !c.contains("index") ||
@@ -171,7 +176,7 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
                                          paths[r], index));
       key_from.emplace(key, r);
       index_from.emplace(index, r);
-      cases.push_back(c);
+      joined.cases.push_back(c);
     }
   }
   std::vector<std::string> missing;
@@ -189,22 +194,27 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
         fmt::join(missing.begin(), missing.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
         missing.size() > shown ? ", ..." : ""));
   }
-  std::sort(cases.begin(), cases.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
-    return a["index"].get<int64_t>() < b["index"].get<int64_t>();
-  });
+  std::sort(joined.cases.begin(), joined.cases.end(),
+            [](const nlohmann::json& a, const nlohmann::json& b) {
+              return a["index"].get<int64_t>() < b["index"].get<int64_t>();
+            });
+  return joined;
+}
 
-  // What evaluate_expect and the counts read, rebuilt from the cases.
+// What evaluate_expect and the counts read, rebuilt from the joined cases.
+Result<SweepResult> rebuilt_result(const nlohmann::json& first, const JoinedCases& joined,
+                                   const std::vector<std::string>& paths) {
   SweepResult result;
   result.scenario_name = first["scenario"].value("name", "");
-  result.scenario_sha256 = sha;
+  result.scenario_sha256 = first["scenario"]["sha256"].get<std::string>();
   result.model_sha256 = first["scenario"].value("model_sha256", "");
-  result.scenario = resolved;
+  result.scenario = first["scenario"]["resolved"];
   result.checks = first.value("checks", std::vector<std::string>{});
-  for (const nlohmann::json& c : cases) {
+  for (const nlohmann::json& c : joined.cases) {
     CaseResult cr;
     cr.key = c["key"];
     ASSIGN_OR_RETURN(cr.verdict, parse_verdict(c.value("verdict", "")),
-                     paths[key_from[cr.key]] + ": case " + cr.key);
+                     paths[joined.key_from.at(cr.key)] + ": case " + cr.key);
     cr.message = c.value("message", "");
     cr.failed_checks = c.value("failed_checks", std::vector<std::string>{});
     cr.datasets_compared = c.value("datasets_compared", int64_t{0});
@@ -214,116 +224,107 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
       cr.stages.resize(it->size());  // compared_data() reads only whether stages were measured
     result.cases.push_back(std::move(cr));
   }
-  // What `expect` reads besides the cases: PP=1's acceptance (equal in every shard) and,
-  // for serving, the batch invariance check.
-  if (first.contains("acceptance") && first["acceptance"].is_array() &&
-      !first["acceptance"].empty() && first["acceptance"][0].is_object()) {
-    const nlohmann::json& row = first["acceptance"][0];
-    AcceptanceFigures& a = result.pp1_acceptance;
-    a.speculative = true;
-    a.steps = row.value("steps", int64_t{0});
-    a.accepted = row.value("accepted", int64_t{0});
-    a.acceptance_rate = row.value("acceptance_rate", 0.0);
-    a.tokens_per_forward = row.value("tokens_per_forward", 0.0);
-    a.mean_accepted = row.value("mean_accepted_length", 0.0);
-    a.accepted_histogram = row.value("accepted_histogram", std::vector<int64_t>{});
-    a.strict_correct = row.value("gsm8k_strict", 0);
-    a.flexible_correct = row.value("gsm8k_flexible", 0);
-    a.prompts = row.value("prompts", 0);
-  }
-  nlohmann::json serving_matrix, serving_invariance;
-  if (first.contains("serving") && first["serving"].is_object()) {
-    // Serving (SPEC 3.4): the request x split-point matrix, one row per split point in the
-    // unsharded order; every shard checked batch invariance on its own PP=1 run, so the
-    // merged check is the worst shard's, with every shard's differences.
-    std::map<std::string, nlohmann::json> rows;
-    nlohmann::json invariance =
-        first["serving"].value("batch_invariance", nlohmann::json::object());
-    std::vector<std::string> differences, not_invariant;
-    bool required = true;
-    for (size_t r = 0; r < reports.size(); ++r) {
-      const nlohmann::json sv = reports[r].value("serving", nlohmann::json::object());
-      if (sv.value("requests", nlohmann::json()) != first["serving"]["requests"])
-        return invalid_input(
-            fmt::format("{} and {}: different serving requests", paths[0], paths[r]));
-      for (const nlohmann::json& row : sv.value("matrix", nlohmann::json::array()))
-        if (row.is_object()) rows[row.value("split", "")] = row;
-      const nlohmann::json bi = sv.value("batch_invariance", nlohmann::json::object());
-      if (bi.value("identical", 0) < invariance.value("identical", 0) ||
-          !bi.value("checked", false))
-        invariance = {{"checked", bi.value("checked", false)},
-                      {"requests", bi.value("requests", 0)},
-                      {"identical", bi.value("identical", 0)}};
-      for (const std::string& d : bi.value("differences", std::vector<std::string>{}))
-        if (std::find(differences.begin(), differences.end(), d) == differences.end())
-          differences.push_back(d);
-      // A report from before the field was written required it (the cpu backend only).
-      required = required && bi.value("required", true);
-      for (const std::string& d : bi.value("not_invariant", std::vector<std::string>{}))
-        if (std::find(not_invariant.begin(), not_invariant.end(), d) == not_invariant.end())
-          not_invariant.push_back(d);
-    }
-    invariance["differences"] = differences;
-    invariance["required"] = required;
-    invariance["not_invariant"] = not_invariant;
-    result.batch_invariance.checked = invariance.value("checked", false);
-    result.batch_invariance.required = required;
-    result.batch_invariance.requests = invariance.value("requests", 0);
-    result.batch_invariance.identical = invariance.value("identical", 0);
-    result.batch_invariance.differences = differences;
-    result.batch_invariance.not_invariant = not_invariant;
-    nlohmann::json matrix = nlohmann::json::array();
-    for (const nlohmann::json& c : cases) {
-      auto it = rows.find(c["key"].get<std::string>());
-      if (it == rows.end())
-        return invalid_input(fmt::format("{}: case {} has no row in serving.matrix",
-                                         paths[key_from[c["key"].get<std::string>()]],
-                                         c["key"].get<std::string>()));
-      matrix.push_back(it->second);
-    }
-    serving_matrix = matrix;
-    serving_invariance = invariance;
-  }
-  // As in run_sweep: a filtered sweep cannot meet or miss the whole sweep's `expect`.
-  result.expect_failures =
-      evaluate_expect(filter.empty() ? s->expect : nlohmann::json::object(), result);
-  // Each shard applied the same waiver file: its expired waivers, once each.
-  for (const nlohmann::json& r : reports)
-    for (const std::string& f : waiver_failures(r))
-      if (std::find(result.waiver_failures.begin(), result.waiver_failures.end(), f) ==
-          result.waiver_failures.end())
-        result.waiver_failures.push_back(f);
+  return result;
+}
 
-  nlohmann::json merged = first;
-  if (first.contains("acceptance") && first["acceptance"].is_array() &&
-      !first["acceptance"].empty()) {
-    // The acceptance table: PP=1's row (equal in every shard), then one row per split
-    // point in the unsharded order.
-    std::map<std::string, nlohmann::json> rows;
-    for (const nlohmann::json& r : reports) {
-      for (const nlohmann::json& row : r.value("acceptance", nlohmann::json::array())) {
-        if (row.is_object()) rows[row.value("split", "")] = row;
-      }
-    }
-    nlohmann::json acceptance = nlohmann::json::array({first["acceptance"][0]});
-    for (const nlohmann::json& c : cases) {
-      auto it = rows.find(c["key"].get<std::string>());
-      if (it != rows.end()) acceptance.push_back(it->second);
-    }
-    merged["acceptance"] = acceptance;
+bool has_acceptance(const nlohmann::json& report) {
+  return report.contains("acceptance") && report["acceptance"].is_array() &&
+         !report["acceptance"].empty();
+}
+
+// What `expect` reads of PP=1's acceptance (equal in every shard): the first row of the table.
+void read_pp1_acceptance(const nlohmann::json& first, SweepResult& result) {
+  if (!has_acceptance(first) || !first["acceptance"][0].is_object()) return;
+  const nlohmann::json& row = first["acceptance"][0];
+  AcceptanceFigures& a = result.pp1_acceptance;
+  a.speculative = true;
+  a.steps = row.value("steps", int64_t{0});
+  a.accepted = row.value("accepted", int64_t{0});
+  a.acceptance_rate = row.value("acceptance_rate", 0.0);
+  a.tokens_per_forward = row.value("tokens_per_forward", 0.0);
+  a.mean_accepted = row.value("mean_accepted_length", 0.0);
+  a.accepted_histogram = row.value("accepted_histogram", std::vector<int64_t>{});
+  a.strict_correct = row.value("gsm8k_strict", 0);
+  a.flexible_correct = row.value("gsm8k_flexible", 0);
+  a.prompts = row.value("prompts", 0);
+}
+
+// Appends the strings of `from` that `to` does not hold yet.
+void append_new(std::vector<std::string>& to, const std::vector<std::string>& from) {
+  for (const std::string& s : from)
+    if (std::find(to.begin(), to.end(), s) == to.end()) to.push_back(s);
+}
+
+// The merged serving section (SPEC 3.4): the request x split-point matrix, one row per split
+// point in the unsharded order; every shard checked batch invariance on its own PP=1 run, so
+// the merged check is the worst shard's, with every shard's differences (also read into
+// `result` for `expect`).
+Result<nlohmann::json> merged_serving(const std::vector<nlohmann::json>& reports,
+                                      const std::vector<std::string>& paths,
+                                      const JoinedCases& joined, SweepResult& result) {
+  const nlohmann::json& first = reports[0];
+  std::map<std::string, nlohmann::json> rows;
+  nlohmann::json invariance = first["serving"].value("batch_invariance", nlohmann::json::object());
+  std::vector<std::string> differences, not_invariant;
+  bool required = true;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    const nlohmann::json sv = reports[r].value("serving", nlohmann::json::object());
+    if (sv.value("requests", nlohmann::json()) != first["serving"]["requests"])
+      return invalid_input(
+          fmt::format("{} and {}: different serving requests", paths[0], paths[r]));
+    for (const nlohmann::json& row : sv.value("matrix", nlohmann::json::array()))
+      if (row.is_object()) rows[row.value("split", "")] = row;
+    const nlohmann::json bi = sv.value("batch_invariance", nlohmann::json::object());
+    if (bi.value("identical", 0) < invariance.value("identical", 0) || !bi.value("checked", false))
+      invariance = {{"checked", bi.value("checked", false)},
+                    {"requests", bi.value("requests", 0)},
+                    {"identical", bi.value("identical", 0)}};
+    append_new(differences, bi.value("differences", std::vector<std::string>{}));
+    // A report from before the field was written required it (the cpu backend only).
+    required = required && bi.value("required", true);
+    append_new(not_invariant, bi.value("not_invariant", std::vector<std::string>{}));
   }
-  if (!serving_matrix.is_null()) {
-    merged["serving"]["matrix"] = serving_matrix;
-    merged["serving"]["batch_invariance"] = serving_invariance;
+  invariance["differences"] = differences;
+  invariance["required"] = required;
+  invariance["not_invariant"] = not_invariant;
+  result.batch_invariance.checked = invariance.value("checked", false);
+  result.batch_invariance.required = required;
+  result.batch_invariance.requests = invariance.value("requests", 0);
+  result.batch_invariance.identical = invariance.value("identical", 0);
+  result.batch_invariance.differences = differences;
+  result.batch_invariance.not_invariant = not_invariant;
+  nlohmann::json matrix = nlohmann::json::array();
+  for (const nlohmann::json& c : joined.cases) {
+    const std::string key = c["key"].get<std::string>();
+    auto it = rows.find(key);
+    if (it == rows.end())
+      return invalid_input(fmt::format("{}: case {} has no row in serving.matrix",
+                                       paths[joined.key_from.at(key)], key));
+    matrix.push_back(it->second);
   }
-  // Each shard ran its stages in its own processes (on its own CI machine, say).
-  merged.erase("placement");
-  merged["placement_by_shard"] = nlohmann::json::array();
-  for (const nlohmann::json& r : reports)
-    if (r.contains("placement")) merged["placement_by_shard"].push_back(r["placement"]);
-  merged["verdict"] = result.verdict_word();
-  merged["command"] = unsharded_command(first.value("command", ""), report_dir);
-  merged["counts"] = counts_json(result);
+  return nlohmann::json{{"matrix", matrix}, {"batch_invariance", invariance}};
+}
+
+// The acceptance table: PP=1's row (equal in every shard), then one row per split point in
+// the unsharded order.
+nlohmann::json merged_acceptance(const std::vector<nlohmann::json>& reports,
+                                 const std::vector<nlohmann::json>& cases) {
+  std::map<std::string, nlohmann::json> rows;
+  for (const nlohmann::json& r : reports) {
+    for (const nlohmann::json& row : r.value("acceptance", nlohmann::json::array())) {
+      if (row.is_object()) rows[row.value("split", "")] = row;
+    }
+  }
+  nlohmann::json acceptance = nlohmann::json::array({reports[0]["acceptance"][0]});
+  for (const nlohmann::json& c : cases) {
+    auto it = rows.find(c["key"].get<std::string>());
+    if (it != rows.end()) acceptance.push_back(it->second);
+  }
+  return acceptance;
+}
+
+// The shards' timing: PP=1 the longest shard's, the total and cost summed over shards.
+void merge_timing(const std::vector<nlohmann::json>& reports, nlohmann::json& merged) {
   double pp1 = 0, total = 0;
   int threads = 0;
   for (const nlohmann::json& r : reports) {
@@ -337,44 +338,107 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   merged["timing"]["threads"] = threads;
   merged["timing"]["cost_in_pp1_runs"] = pp1 > 0 ? total / pp1 : 0.0;
   merged["timing"]["shards"] = reports.size();
-  merged["cases"] = cases;
+}
+
+// External engines: the judge's rule over the joined cases (a stage check some case judged
+// is judged); what PP=1's dump cannot show is the same in every shard.
+void merge_not_judged(const nlohmann::json& first, const SweepResult& result,
+                      nlohmann::json& merged) {
+  std::vector<NotJudged> sweep_not_judged;
+  for (const nlohmann::json& n : first["not_judged"])
+    if (n.is_object() && !check_is(n.value("check", ""), CheckKind::kStage))
+      sweep_not_judged.push_back({n.value("check", ""), n.value("reason", "")});
+  std::vector<std::string> selected;
+  for (const auto& c : merged.value("scenario", nlohmann::json::object())
+                           .value("resolved", nlohmann::json::object())
+                           .value("checks", nlohmann::json::array()))
+    if (c.is_string()) selected.push_back(c.get<std::string>());
+  merged["checks"] = judged_checks(selected, result.cases, sweep_not_judged);
+  nlohmann::json not_judged = nlohmann::json::array();
+  for (const NotJudged& n : sweep_not_judged)
+    not_judged.push_back({{"check", n.check}, {"reason", n.reason}});
+  merged["not_judged"] = not_judged;
+}
+
+// What the engine under test computed: the joined cases' calls summed (PP=1's is every
+// shard's own run of the same workload, so the first shard's).
+void merge_computed(const std::vector<nlohmann::json>& cases, nlohmann::json& merged) {
+  nlohmann::json& u = merged["computed"];
+  for (const char* count : {"layer_calls", "head_calls", "drafter_calls"}) {
+    int64_t sum = 0;
+    for (const nlohmann::json& c : cases)
+      if (c.contains("computed") && c["computed"].is_object())
+        sum += c["computed"].value(count, int64_t{0});
+    u["cases"][count] = sum;
+  }
+}
+
+// The merged report: the first shard's, with every section that shards hold apart joined.
+nlohmann::json merged_report(const std::vector<nlohmann::json>& reports,
+                             const std::string& report_dir, const JoinedCases& joined,
+                             const nlohmann::json& serving, const SweepResult& result) {
+  const nlohmann::json& first = reports[0];
+  nlohmann::json merged = first;
+  if (has_acceptance(first)) merged["acceptance"] = merged_acceptance(reports, joined.cases);
+  if (!serving.is_null()) {
+    merged["serving"]["matrix"] = serving["matrix"];
+    merged["serving"]["batch_invariance"] = serving["batch_invariance"];
+  }
+  // Each shard ran its stages in its own processes (on its own CI machine, say).
+  merged.erase("placement");
+  merged["placement_by_shard"] = nlohmann::json::array();
+  for (const nlohmann::json& r : reports)
+    if (r.contains("placement")) merged["placement_by_shard"].push_back(r["placement"]);
+  merged["verdict"] = result.verdict_word();
+  merged["command"] = unsharded_command(first.value("command", ""), report_dir);
+  merged["counts"] = counts_json(result);
+  merge_timing(reports, merged);
+  merged["cases"] = joined.cases;
   if (nlohmann::json rounded = rounding_summary(merged["cases"]); !rounded.is_null())
     merged["rounded"] = rounded;
-  if (first.contains("not_judged")) {
-    // External engines: the judge's rule over the joined cases (a stage check some case
-    // judged is judged); what PP=1's dump cannot show is the same in every shard.
-    std::vector<NotJudged> sweep_not_judged;
-    for (const nlohmann::json& n : first["not_judged"])
-      if (n.is_object() && !check_is(n.value("check", ""), CheckKind::kStage))
-        sweep_not_judged.push_back({n.value("check", ""), n.value("reason", "")});
-    std::vector<std::string> selected;
-    for (const auto& c : merged.value("scenario", nlohmann::json::object())
-                             .value("resolved", nlohmann::json::object())
-                             .value("checks", nlohmann::json::array()))
-      if (c.is_string()) selected.push_back(c.get<std::string>());
-    merged["checks"] = judged_checks(selected, result.cases, sweep_not_judged);
-    nlohmann::json not_judged = nlohmann::json::array();
-    for (const NotJudged& n : sweep_not_judged)
-      not_judged.push_back({{"check", n.check}, {"reason", n.reason}});
-    merged["not_judged"] = not_judged;
-  }
-  if (first.contains("computed") && first["computed"].is_object()) {
-    // What the engine under test computed: the joined cases' calls summed (PP=1's is every
-    // shard's own run of the same workload, so the first shard's).
-    nlohmann::json& u = merged["computed"];
-    for (const char* count : {"layer_calls", "head_calls", "drafter_calls"}) {
-      int64_t sum = 0;
-      for (const nlohmann::json& c : cases)
-        if (c.contains("computed") && c["computed"].is_object())
-          sum += c["computed"].value(count, int64_t{0});
-      u["cases"][count] = sum;
-    }
-  }
+  if (first.contains("not_judged")) merge_not_judged(first, result, merged);
+  if (first.contains("computed") && first["computed"].is_object())
+    merge_computed(joined.cases, merged);
   merged["expect"]["failures"] = result.expect_failures;
   merged["expect"]["met"] = result.expect_failures.empty();
   merged["waivers"] = {{"failures", result.waiver_failures}};
   merged["exit_code"] = result.exit_code();
   return merged;
+}
+
+}  // namespace
+
+Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
+                                     const std::vector<std::string>& paths,
+                                     const std::string& report_dir) {
+  if (reports.empty()) return invalid_input("merge: no reports given");
+  const nlohmann::json& first = reports[0];
+  const std::string filter = option_value(first.value("command", ""), "--filter");
+  RETURN_IF_ERROR(check_same_sweep(reports, paths, filter));
+
+  // The scenario's full enumeration: where each key belongs and which keys must be present.
+  const nlohmann::json& resolved = first["scenario"]["resolved"];
+  Result<Scenario> s = parse_scenario(resolved, paths[0] + ": scenario.resolved", ".");
+  if (!s.is_ok()) return s.status();
+  ASSIGN_OR_RETURN(
+      std::vector<Partition> all,
+      enumerate_partitions(s->partitions, s->model.num_hidden_layers, FaultSet{s->faults}));
+  ASSIGN_OR_RETURN(JoinedCases joined, join_cases(reports, paths, all, filter));
+
+  ASSIGN_OR_RETURN(SweepResult result, rebuilt_result(first, joined, paths));
+  // What `expect` reads besides the cases: PP=1's acceptance and, for serving, the batch
+  // invariance check.
+  read_pp1_acceptance(first, result);
+  nlohmann::json serving;
+  if (first.contains("serving") && first["serving"].is_object()) {
+    ASSIGN_OR_RETURN(serving, merged_serving(reports, paths, joined, result));
+  }
+  // As in run_sweep: a filtered sweep cannot meet or miss the whole sweep's `expect`.
+  result.expect_failures =
+      evaluate_expect(filter.empty() ? s->expect : nlohmann::json::object(), result);
+  // Each shard applied the same waiver file: its expired waivers, once each.
+  for (const nlohmann::json& r : reports) append_new(result.waiver_failures, waiver_failures(r));
+  return merged_report(reports, report_dir, joined, serving, result);
 }
 
 }  // namespace splitcheck

@@ -562,6 +562,73 @@ Status open_output(const std::string& path, const char* what, size_t keep, Fd& w
   return Status::ok();
 }
 
+// The program that runs argv[0]: itself when it names a path, else the first match on the
+// environment's PATH; false, with why not, when there is none.
+bool resolve_program(const EngineProcess& p, const std::vector<std::string>& env,
+                     std::string& program, std::string& why_not) {
+  if (program.find('/') != std::string::npos) return true;
+  const std::string path = search_path(env);
+  std::optional<std::string> found = find_on_path(program, path, p.cwd);
+  if (!found) {
+    why_not = fmt::format("{}: not found on PATH={}", program, path);
+    return false;
+  }
+  program = *found;
+  return true;
+}
+
+// How the supervisor of a run ended, as run_engine_process saw it.
+struct SupervisorEnd {
+  bool reported;  // it wrote its report
+  SupervisorReport report;
+  bool stopped;    // it was told to stop (an interrupt, the timeout)
+  bool timed_out;  // by the timeout
+  int status;      // its wait status
+};
+
+// The run's outcome, `out` with its time, from how its supervisor ended.
+Result<ProcessOutcome> outcome_of(const EngineProcess& p, ProcessOutcome out,
+                                  const SupervisorEnd& e) {
+  const SupervisorReport& report = e.report;
+  const int interrupted_by = interrupt_signal();
+  const bool stopped_early = e.reported ? report.stop_signal != 0 : e.stopped;
+  if (!e.reported && !e.stopped)
+    return internal_error(
+        fmt::format("{}: the engine's supervisor ended without a report ({})", p.argv[0],
+                    WIFSIGNALED(e.status) ? fmt::format("killed by signal {}", WTERMSIG(e.status))
+                                          : fmt::format("status {}", WEXITSTATUS(e.status))));
+  if (e.reported && report.how == SupervisorReport::kNotStarted) {
+    const std::string why = std::strerror(report.err);
+    out.not_started = static_cast<StartStep>(report.step) == StartStep::kChdir
+                          ? fmt::format("{}: cannot enter cwd {}: {}", p.argv[0], p.cwd, why)
+                          : fmt::format("{}: {}{}", p.argv[0], why,
+                                        p.cwd.empty() ? "" : fmt::format(" (cwd {})", p.cwd));
+    return out;
+  }
+  if (e.reported && report.how == SupervisorReport::kSupervisorFailed) {
+    out.not_started = fmt::format("engine supervisor: {}: {}", report.step == 1 ? "pipe" : "fork",
+                                  std::strerror(report.err));
+    return out;
+  }
+  if (stopped_early) {
+    if (e.timed_out) {
+      out.end = ProcessOutcome::End::kTimedOut;
+    } else {
+      out.end = ProcessOutcome::End::kInterrupted;
+      out.signal = interrupted_by != 0 ? interrupted_by : report.stop_signal;
+    }
+    return out;
+  }
+  if (report.how == SupervisorReport::kExited) {
+    out.end = ProcessOutcome::End::kExited;
+    out.exit_code = report.code;
+  } else {
+    out.end = ProcessOutcome::End::kSignaled;
+    out.signal = report.code;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string ProcessOutcome::describe(double timeout_s) const {
@@ -597,15 +664,7 @@ Result<ProcessOutcome> run_engine_process(const EngineProcess& p) {
   }
   std::vector<std::string> env_s = environment_with(p.env);
   std::string program = p.argv[0];
-  if (program.find('/') == std::string::npos) {
-    const std::string path = search_path(env_s);
-    std::optional<std::string> found = find_on_path(program, path, p.cwd);
-    if (!found) {
-      out.not_started = fmt::format("{}: not found on PATH={}", program, path);
-      return out;
-    }
-    program = *found;
-  }
+  if (!resolve_program(p, env_s, program, out.not_started)) return out;
   const Fd null_fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (null_fd.get() < 0) return internal_error(fmt::format("/dev/null: {}", std::strerror(errno)));
   Fd stdout_fd, stderr_fd;
@@ -677,43 +736,7 @@ Result<ProcessOutcome> run_engine_process(const EngineProcess& p) {
     return internal_error(fmt::format("{}, {}: cannot write the engine's output: {}", p.stdout_path,
                                       p.stderr_path, std::strerror(errno)));
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const int interrupted_by = interrupt_signal();
-  const bool stopped_early = reported ? report.stop_signal != 0 : stopped;
-  if (!reported && !stopped)
-    return internal_error(
-        fmt::format("{}: the engine's supervisor ended without a report ({})", p.argv[0],
-                    WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
-                                        : fmt::format("status {}", WEXITSTATUS(status))));
-  if (reported && report.how == SupervisorReport::kNotStarted) {
-    const std::string why = std::strerror(report.err);
-    out.not_started = static_cast<StartStep>(report.step) == StartStep::kChdir
-                          ? fmt::format("{}: cannot enter cwd {}: {}", p.argv[0], p.cwd, why)
-                          : fmt::format("{}: {}{}", p.argv[0], why,
-                                        p.cwd.empty() ? "" : fmt::format(" (cwd {})", p.cwd));
-    return out;
-  }
-  if (reported && report.how == SupervisorReport::kSupervisorFailed) {
-    out.not_started = fmt::format("engine supervisor: {}: {}", report.step == 1 ? "pipe" : "fork",
-                                  std::strerror(report.err));
-    return out;
-  }
-  if (stopped_early) {
-    if (timed_out) {
-      out.end = ProcessOutcome::End::kTimedOut;
-    } else {
-      out.end = ProcessOutcome::End::kInterrupted;
-      out.signal = interrupted_by != 0 ? interrupted_by : report.stop_signal;
-    }
-    return out;
-  }
-  if (report.how == SupervisorReport::kExited) {
-    out.end = ProcessOutcome::End::kExited;
-    out.exit_code = report.code;
-  } else {
-    out.end = ProcessOutcome::End::kSignaled;
-    out.signal = report.code;
-  }
-  return out;
+  return outcome_of(p, std::move(out), SupervisorEnd{reported, report, stopped, timed_out, status});
 }
 
 std::string file_tail(const std::string& path, size_t max_bytes) {

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstring>
@@ -20,7 +19,6 @@
 #include <optional>
 #include <set>
 #include <span>
-#include <thread>
 
 #include "harness/dump/digest.h"
 #include "harness/dump/dump.h"
@@ -38,6 +36,7 @@
 #include "harness/scenario/faults.h"
 #include "harness/scenario/partition.h"
 #include "harness/sweep/cases.h"
+#include "harness/sweep/worker_pool.h"
 
 namespace splitcheck {
 namespace {
@@ -424,35 +423,26 @@ void run_engine_case(ExternalSweep& x, const Partition& part, CaseResult& c) {
 // Every case, x.options.jobs at a time (default: one per core).
 void run_cases(ExternalSweep& x, const std::vector<Partition>& parts) {
   x.result.cases.resize(parts.size());
-  std::atomic<size_t> next{0}, done{0};
-  auto worker = [&] {
-    for (size_t i = next++; i < parts.size(); i = next++) {
-      const auto tc = Clock::now();
-      CaseResult& c = x.result.cases[i];
-      try {
-        run_engine_case(x, parts[i], c);
-      } catch (const std::exception& ex) {
-        c.verdict = Verdict::kError;
-        c.message = fmt::format("{} ({}): exception: {}", c.key, c.layout, ex.what());
-      }
-      c.seconds = elapsed_seconds(tc);
-      const size_t n = ++done;
-      if (x.options.progress) {
-        std::lock_guard<std::mutex> lock(x.mu);
-        fmt::print(stderr, "\r[{}/{}] split points done   {}", n, parts.size(),
-                   n == parts.size() ? "\n" : "");
-      }
+  auto run_one = [&](size_t i) {
+    const auto tc = Clock::now();
+    CaseResult& c = x.result.cases[i];
+    try {
+      run_engine_case(x, parts[i], c);
+    } catch (const std::exception& ex) {
+      c.verdict = Verdict::kError;
+      c.message = fmt::format("{} ({}): exception: {}", c.key, c.layout, ex.what());
     }
+    c.seconds = elapsed_seconds(tc);
   };
-  int jobs = x.options.jobs > 0
-                 ? x.options.jobs
-                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  jobs = std::max(1, std::min<int>(jobs, static_cast<int>(parts.size())));
+  auto progress = [&](size_t n) {
+    if (!x.options.progress) return;
+    std::lock_guard<std::mutex> lock(x.mu);
+    fmt::print(stderr, "\r[{}/{}] split points done   {}", n, parts.size(),
+               n == parts.size() ? "\n" : "");
+  };
+  const int jobs = run_worker_pool(parts.size(), x.options.jobs, run_one, progress);
   x.info.jobs = jobs;
   x.result.threads = jobs;
-  std::vector<std::thread> pool;
-  for (int i = 0; i < jobs; ++i) pool.emplace_back(worker);
-  for (std::thread& t : pool) t.join();
 }
 
 // The sweep's checks: a stage check no case that ran could judge is not judged, a waived

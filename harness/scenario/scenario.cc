@@ -577,69 +577,36 @@ Status parse_expect(const ScenarioReader& r, const json& j, const Scenario& s) {
   return Status::ok();
 }
 
-}  // namespace
+// An external engine's model: its layer counts as /model/overrides say (a conflict is
+// refused) and its {seed}, /engine/seed else an explicit /model/seed.
+Status check_external_model(const ScenarioReader& r, const json& j, Scenario& s) {
+  // The engine's layer count is the model's: an override that says otherwise is refused.
+  const json model = j.value("model", json::object());
+  const json* o = model.is_object() ? member(model, "overrides") : nullptr;
+  for (const auto& [key, value] :
+       {std::pair{"num_hidden_layers", s.external->num_hidden_layers},
+        std::pair{"attn_res_block_size", s.external->attn_res_block_size}}) {
+    const json* v = o != nullptr && o->is_object() ? member(*o, key) : nullptr;
+    if (v != nullptr && value > 0 && *v != value)
+      return r.error(
+          std::string("/engine/") + key,
+          fmt::format("{} conflicts with /model/overrides/{} ({})", value, key, v->dump()));
+  }
+  // {seed} is the engine's seed: /engine/seed, else an explicit /model/seed; never the
+  // K3-mini preset's default, which an external engine knows nothing of.
+  const json engine = j.value("engine", json::object());
+  const bool engine_seed = engine.is_object() && member(engine, "seed") != nullptr;
+  const bool model_seed = model.is_object() && member(model, "seed") != nullptr;
+  if (!engine_seed && model_seed) s.external->seed = static_cast<int64_t>(s.model.seed);
+  for (size_t i = 0; i < s.external->command.size() && !engine_seed && !model_seed; ++i)
+    if (s.external->command[i].find("{seed}") != std::string::npos)
+      return r.error(fmt::format("/engine/command/{}", i),
+                     "{seed} needs the engine's seed: set /engine/seed");
+  return Status::ok();
+}
 
-Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& source_name,
-                                const std::string& base_dir) {
-  ScenarioReader r(source_name);
-  RETURN_IF_ERROR(r.check_object(j, "",
-                                 {"name", "description", "model", "checkpoint", "workload",
-                                  "engine", "capture_ids", "speculative", "serving", "partitions",
-                                  "faults", "checks", "backend", "transport", "expect"}));
-  Scenario s;
-  s.source_path = source_name;
-  s.name = std::filesystem::path(source_name).stem().string();
-  if (const json* v = member(j, "name")) {
-    ASSIGN_OR_RETURN(s.name, r.string(*v, "/name"));
-    if (s.name.empty()) return r.error("/name", "must not be empty");
-  }
-  if (const json* v = member(j, "description")) {
-    ASSIGN_OR_RETURN(s.description, r.string(*v, "/description"));
-  }
-  RETURN_IF_ERROR(parse_model(r, j.value("model", json::object()), &s.model));
-  if (const json* v = member(j, "checkpoint")) {
-    ASSIGN_OR_RETURN(std::string path, r.string(*v, "/checkpoint"));
-    s.checkpoint = resolve_path(path, base_dir);
-  }
-  RETURN_IF_ERROR(parse_workload(r, j.value("workload", json::object()), base_dir, &s.workload));
-  RETURN_IF_ERROR(parse_engine(r, j.value("engine", json::object()), source_name, base_dir, &s));
-  if (s.external) {
-    // The engine's layer count is the model's: an override that says otherwise is refused.
-    const json model = j.value("model", json::object());
-    const json* o = model.is_object() ? member(model, "overrides") : nullptr;
-    for (const auto& [key, value] :
-         {std::pair{"num_hidden_layers", s.external->num_hidden_layers},
-          std::pair{"attn_res_block_size", s.external->attn_res_block_size}}) {
-      const json* v = o != nullptr && o->is_object() ? member(*o, key) : nullptr;
-      if (v != nullptr && value > 0 && *v != value)
-        return r.error(
-            std::string("/engine/") + key,
-            fmt::format("{} conflicts with /model/overrides/{} ({})", value, key, v->dump()));
-    }
-    // {seed} is the engine's seed: /engine/seed, else an explicit /model/seed; never the
-    // K3-mini preset's default, which an external engine knows nothing of.
-    const json engine = j.value("engine", json::object());
-    const bool engine_seed = engine.is_object() && member(engine, "seed") != nullptr;
-    const bool model_seed = model.is_object() && member(model, "seed") != nullptr;
-    if (!engine_seed && model_seed) s.external->seed = static_cast<int64_t>(s.model.seed);
-    for (size_t i = 0; i < s.external->command.size() && !engine_seed && !model_seed; ++i)
-      if (s.external->command[i].find("{seed}") != std::string::npos)
-        return r.error(fmt::format("/engine/command/{}", i),
-                       "{seed} needs the engine's seed: set /engine/seed");
-  }
-  RETURN_IF_ERROR(parse_speculative(r, j.value("speculative", json::object()), &s.speculative));
-  if (const json* v = member(j, "serving")) {
-    if (!v->is_object()) return r.type_error(*v, "/serving", "object");
-    RETURN_IF_ERROR(parse_serving(r, *v, s, &s.serving));
-  }
-  const int layers = s.model.num_hidden_layers;
-  if (const json* v = member(j, "capture_ids")) {
-    RETURN_IF_ERROR(parse_capture_ids(r, *v, layers, &s.capture_ids));
-  } else {
-    s.capture_ids = default_capture_ids(s.speculative.method, layers);
-  }
-  RETURN_IF_ERROR(
-      parse_partitions(r, j.value("partitions", json::object()), layers, &s.partitions));
+// /faults and /checks (every check when absent), each fault's catching check among them.
+Status parse_faults_and_checks(const ScenarioReader& r, const json& j, Scenario& s) {
   if (const json* v = member(j, "faults")) {
     ASSIGN_OR_RETURN(s.faults, r.name_list(
                                    *v, "/faults", "fault id",
@@ -666,6 +633,50 @@ Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& sour
                                               join(s.checks) + ")");
     }
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Scenario> parse_scenario(const nlohmann::json& j, const std::string& source_name,
+                                const std::string& base_dir) {
+  ScenarioReader r(source_name);
+  RETURN_IF_ERROR(r.check_object(j, "",
+                                 {"name", "description", "model", "checkpoint", "workload",
+                                  "engine", "capture_ids", "speculative", "serving", "partitions",
+                                  "faults", "checks", "backend", "transport", "expect"}));
+  Scenario s;
+  s.source_path = source_name;
+  s.name = std::filesystem::path(source_name).stem().string();
+  if (const json* v = member(j, "name")) {
+    ASSIGN_OR_RETURN(s.name, r.string(*v, "/name"));
+    if (s.name.empty()) return r.error("/name", "must not be empty");
+  }
+  if (const json* v = member(j, "description")) {
+    ASSIGN_OR_RETURN(s.description, r.string(*v, "/description"));
+  }
+  RETURN_IF_ERROR(parse_model(r, j.value("model", json::object()), &s.model));
+  if (const json* v = member(j, "checkpoint")) {
+    ASSIGN_OR_RETURN(std::string path, r.string(*v, "/checkpoint"));
+    s.checkpoint = resolve_path(path, base_dir);
+  }
+  RETURN_IF_ERROR(parse_workload(r, j.value("workload", json::object()), base_dir, &s.workload));
+  RETURN_IF_ERROR(parse_engine(r, j.value("engine", json::object()), source_name, base_dir, &s));
+  if (s.external) RETURN_IF_ERROR(check_external_model(r, j, s));
+  RETURN_IF_ERROR(parse_speculative(r, j.value("speculative", json::object()), &s.speculative));
+  if (const json* v = member(j, "serving")) {
+    if (!v->is_object()) return r.type_error(*v, "/serving", "object");
+    RETURN_IF_ERROR(parse_serving(r, *v, s, &s.serving));
+  }
+  const int layers = s.model.num_hidden_layers;
+  if (const json* v = member(j, "capture_ids")) {
+    RETURN_IF_ERROR(parse_capture_ids(r, *v, layers, &s.capture_ids));
+  } else {
+    s.capture_ids = default_capture_ids(s.speculative.method, layers);
+  }
+  RETURN_IF_ERROR(
+      parse_partitions(r, j.value("partitions", json::object()), layers, &s.partitions));
+  RETURN_IF_ERROR(parse_faults_and_checks(r, j, s));
   for (const char* kind : {"backend", "transport"}) {
     const json* v = member(j, kind);
     if (v == nullptr) continue;

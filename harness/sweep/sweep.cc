@@ -4,15 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
-#include <thread>
 
 #include "harness/engine/inproc.h"
 #include "harness/engine/partitioned_engine.h"
@@ -24,6 +21,7 @@
 #include "harness/sweep/cases.h"
 #include "harness/sweep/reproduce.h"
 #include "harness/sweep/serving_checks.h"
+#include "harness/sweep/worker_pool.h"
 
 namespace splitcheck {
 namespace {
@@ -143,52 +141,39 @@ void run_case(const SweepRun& run, const Partition& part, CaseResult& c) {
 void run_cases(const SweepRun& run, const std::vector<Partition>& parts,
                const SweepOptions& options, Clock::time_point t0, SweepResult& result) {
   result.cases.resize(parts.size());
-  std::atomic<size_t> next{0};
-  std::atomic<size_t> done{0};
-  std::mutex progress_mu;
-  auto worker = [&] {
-    for (size_t i = next++; i < parts.size(); i = next++) {
-      const auto tc = Clock::now();
-      CaseResult& c = result.cases[i];
-      c.key = parts[i].key();
-      c.layout = parts[i].layout();
-      c.cuts = parts[i].cuts();
-      // An exception (a hostile weight source, a bug) fails this case, never the process.
-      try {
-        if (options.transport != nullptr && !options.transport->lost().empty()) {
-          c.verdict = Verdict::kSkipped;
-          c.message = "not run: " + options.transport->lost();
-        } else {
-          run_case(run, parts[i], c);
-        }
-      } catch (const std::exception& e) {
-        c.verdict = Verdict::kError;
-        c.message = fmt::format("{} ({}): exception: {}", c.key, c.layout, e.what());
-      } catch (...) {
-        c.verdict = Verdict::kError;
-        c.message = fmt::format("{} ({}): unknown exception", c.key, c.layout);
+  auto run_one = [&](size_t i) {
+    const auto tc = Clock::now();
+    CaseResult& c = result.cases[i];
+    c.key = parts[i].key();
+    c.layout = parts[i].layout();
+    c.cuts = parts[i].cuts();
+    // An exception (a hostile weight source, a bug) fails this case, never the process.
+    try {
+      if (options.transport != nullptr && !options.transport->lost().empty()) {
+        c.verdict = Verdict::kSkipped;
+        c.message = "not run: " + options.transport->lost();
+      } else {
+        run_case(run, parts[i], c);
       }
-      c.seconds = seconds_since(tc);
-      const size_t n = ++done;
-      if (options.progress) {
-        std::lock_guard<std::mutex> lock(progress_mu);
-        const double elapsed = seconds_since(t0);
-        const double eta = elapsed / static_cast<double>(n) * static_cast<double>(parts.size() - n);
-        fmt::print(stderr, "\r[{}/{}] split points done, ETA {:.0f} s   ", n, parts.size(), eta);
-        if (n == parts.size()) fmt::print(stderr, "\n");
-      }
+    } catch (const std::exception& e) {
+      c.verdict = Verdict::kError;
+      c.message = fmt::format("{} ({}): exception: {}", c.key, c.layout, e.what());
+    } catch (...) {
+      c.verdict = Verdict::kError;
+      c.message = fmt::format("{} ({}): unknown exception", c.key, c.layout);
     }
+    c.seconds = seconds_since(tc);
+  };
+  auto progress = [&](size_t n) {
+    if (!options.progress) return;
+    const double elapsed = seconds_since(t0);
+    const double eta = elapsed / static_cast<double>(n) * static_cast<double>(parts.size() - n);
+    fmt::print(stderr, "\r[{}/{}] split points done, ETA {:.0f} s   ", n, parts.size(), eta);
+    if (n == parts.size()) fmt::print(stderr, "\n");
   };
   // A transport of processes serves one partition at a time.
-  int threads = options.transport != nullptr ? 1
-                : options.threads > 0
-                    ? options.threads
-                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(parts.size())));
-  result.threads = threads;
-  std::vector<std::thread> pool;
-  for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
-  for (std::thread& t : pool) t.join();
+  const int threads = options.transport != nullptr ? 1 : options.threads;
+  result.threads = run_worker_pool(parts.size(), threads, run_one, progress);
 }
 
 Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
@@ -228,13 +213,7 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   std::unique_ptr<WeightSource> own_source;
   if (options.weights == nullptr) own_source = scenario_weight_source(s);
   WeightSource& source = options.weights != nullptr ? *options.weights : *own_source;
-  Result<ReferenceRun> ref_run = internal_error("PP=1 run did not start");
-  try {
-    ref_run = run_reference(s, source);
-  } catch (const std::exception& e) {
-    return internal_error(fmt::format("PP=1 run: exception: {}", e.what()));
-  }
-  ASSIGN_OR_RETURN(ReferenceRun ref, std::move(ref_run), "PP=1 run");
+  ASSIGN_OR_RETURN(ReferenceRun ref, run_pp1(s, source, "PP=1 run"));
   const PreparedWorkload& workload = ref.workload;
   const RunRecord& ref_record = ref.record;
   result.pp1_acceptance = acceptance_figures(ref.summary);
