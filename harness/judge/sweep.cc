@@ -436,13 +436,19 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   std::unique_ptr<WeightSource> own_source;
   if (options.weights == nullptr) own_source = scenario_weight_source(s);
   WeightSource& source = options.weights != nullptr ? *options.weights : *own_source;
-  Result<ReferenceRun> ref_run = internal_error("PP=1 run did not start");
-  try {
-    ref_run = run_reference(s, source);
-  } catch (const std::exception& e) {
-    return internal_error(fmt::format("PP=1 run: exception: {}", e.what()));
+  if (options.reference != nullptr && options.weights == nullptr)
+    return internal_error("a PP=1 run given to the sweep without the weights it ran over");
+  ReferenceRun own_ref;
+  if (options.reference == nullptr) {
+    Result<ReferenceRun> ref_run = internal_error("PP=1 run did not start");
+    try {
+      ref_run = run_reference(s, source);
+    } catch (const std::exception& e) {
+      return internal_error(fmt::format("PP=1 run: exception: {}", e.what()));
+    }
+    ASSIGN_OR_RETURN(own_ref, std::move(ref_run), "PP=1 run");
   }
-  ASSIGN_OR_RETURN(ReferenceRun ref, std::move(ref_run), "PP=1 run");
+  const ReferenceRun& ref = options.reference != nullptr ? *options.reference : own_ref;
   const PreparedWorkload& workload = ref.workload;
   const RunRecord& ref_record = ref.record;
   result.pp1_acceptance = acceptance_figures(ref.summary);
