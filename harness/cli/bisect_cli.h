@@ -1,4 +1,4 @@
-// `splitcheck bisect`: the command line over bisect() (harness/judge/bisect.h).
+// `splitcheck bisect`: the command line over bisect() (harness/sweep/bisect.h).
 #pragma once
 
 #include <CLI/CLI.hpp>

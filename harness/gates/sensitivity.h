@@ -32,6 +32,10 @@ struct SensitivityRow {
   // failed the dispatch check and the tensors (numeric) check.
   int non_aligned = 0, non_aligned_dispatch = 0, non_aligned_numeric = 0;
   int aligned = 0, aligned_identical = 0;  // block-aligned cuts, and those identical
+  // The cases the fault can reach (FaultInfo::reach) and those caught there; the cases it
+  // cannot reach, and those identical to PP=1 (a fault is silent where it cannot reach).
+  int reached = 0, reached_caught = 0;
+  int unreached = 0, unreached_identical = 0;
   // The fixed protocol (the same scenario, no fault) at this seed.
   int fixed_split_points = 0;
   int false_alarms = 0;  // fixed-protocol cases that are not a pass
@@ -40,18 +44,30 @@ struct SensitivityRow {
 struct SensitivityTable {
   std::vector<uint64_t> seeds;
   std::vector<SensitivityRow> rows;
-  // Whether every row is caught as specified with zero false alarms (and, for
-  // handoff.no_zero_delta, every non-aligned cut fails dispatch and every aligned cut is
-  // identical).
+  // Whether every row is caught as specified with zero false alarms, every case the
+  // fault cannot reach identical to PP=1 (and, for handoff.no_zero_delta, every
+  // non-aligned cut fails dispatch and every aligned cut is identical).
   bool all_caught() const;
+};
+
+// Which split points the table sweeps.
+enum class SensitivitySplits {
+  kScenario,  // every partition the scenario asks for
+  // A PP=2 scenario of every split point at its representative_split_points (faults.h)
+  // for its fault's reach: one per class of split point, reached and not; any other
+  // scenario at its own partitions.
+  kRepresentative,
 };
 
 // Sweeps every scenario of `scenario_paths` (each must enable a fault) at each seed of
 // `seeds` (overriding model.seed), with and without its faults. `options` is used for
-// every sweep (threads). A scenario that cannot be loaded or swept is an error.
+// every sweep (threads). PP=1 runs once per seed and fixed protocol (the scenario without
+// its faults), over one weight source, and every faulty and fixed sweep of that protocol
+// is judged against it. A scenario that cannot be loaded or swept is an error.
 Result<SensitivityTable> fault_sensitivity(const std::vector<std::string>& scenario_paths,
                                            const std::vector<uint64_t>& seeds,
-                                           const SweepOptions& options);
+                                           const SweepOptions& options,
+                                           SensitivitySplits splits = SensitivitySplits::kScenario);
 
 // The committed fault scenarios: every scenarios/fault-*.json of the source tree, sorted.
 std::vector<std::string> committed_fault_scenarios();

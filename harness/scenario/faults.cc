@@ -1,6 +1,8 @@
 #include "harness/scenario/faults.h"
 
 #include <algorithm>
+#include <array>
+#include <set>
 
 namespace splitcheck {
 
@@ -12,17 +14,20 @@ constexpr FaultInfo kFaults[] = {
     {"handoff.no_zero_delta", "receiver passes no delta after folding it", "dispatch",
      "dispatch mismatch (native at PP=1, fallback here) at the first layer of each non-first "
      "stage not on a block boundary; numeric divergence from there for some splits; "
-     "block-aligned cuts stay identical"},
+     "block-aligned cuts stay identical",
+     FaultReach::kOffBlockBoundary},
     {"tap.boundary_uses_prefix", "a tap at a stage end exports bf16(P + D)", "taps",
      "tap mismatch exactly where a capture id equals a non-last stage end, with its cosine to "
-     "the true feature"},
+     "the true feature",
+     FaultReach::kTapAtStageEnd},
     {"tap.boundary_rejected",
      "partitions with a capture id at a stage end are refused at "
      "configuration",
      "config",
-     "those splits reported as configuration-rejected with the offending ids, never as crashes"},
+     "those splits reported as configuration-rejected with the offending ids, never as crashes",
+     FaultReach::kTapAtStageEnd},
     {"weights.no_boundary_copy", "checkpoint lacks the boundary copies", "config",
-     "configuration-time error, no NaN tap exported"},
+     "configuration-time error, no NaN tap exported", FaultReach::kTapAtStageEnd},
     {"draft.own_embedding",
      "under PP the drafter builds and loads its own embedding, absent from its checkpoint",
      "embedding",
@@ -44,7 +49,8 @@ constexpr FaultInfo kFaults[] = {
      "(Megatron-LM issue 1304, mlx-lm issue 1688)",
      "partition",
      "structural verdict at configuration: layers owned by no stage (or by two) are named, "
-     "before anything is compared; never a pass"},
+     "before anything is compared; never a pass",
+     FaultReach::kPartitionPlan},
     {"spec.rollback_last_stage_only",
      "after a partly rejected verify only the last stage rolls back positions and caches "
      "(vLLM PR 44697)",
@@ -85,6 +91,40 @@ const FaultInfo* find_fault(std::string_view id) {
     if (f.id == id) return &f;
   }
   return nullptr;
+}
+
+bool fault_reaches(FaultReach reach, std::span<const int> cuts, int block_size,
+                   std::span<const int> capture_ids) {
+  switch (reach) {
+    case FaultReach::kEveryPartition:
+      return !cuts.empty();
+    case FaultReach::kTapAtStageEnd:
+      return std::any_of(cuts.begin(), cuts.end(), [&](int c) {
+        return std::find(capture_ids.begin(), capture_ids.end(), c) != capture_ids.end();
+      });
+    case FaultReach::kOffBlockBoundary:
+      return block_size > 0 &&
+             std::any_of(cuts.begin(), cuts.end(), [&](int c) { return c % block_size != 0; });
+    case FaultReach::kPartitionPlan:
+      return true;
+  }
+  return true;
+}
+
+std::vector<int> representative_split_points(FaultReach reach, int layers, int block_size,
+                                             std::span<const int> capture_ids) {
+  std::vector<int> out;
+  std::set<std::array<bool, 5>> seen;
+  for (int cut = 1; cut < layers; ++cut) {
+    const int cuts[] = {cut};
+    const std::array<bool, 5> kind = {
+        fault_reaches(reach, cuts, block_size, capture_ids),
+        block_size > 0 && cut % block_size == 0,
+        std::find(capture_ids.begin(), capture_ids.end(), cut) != capture_ids.end(), cut == 1,
+        cut == layers - 1};
+    if (seen.insert(kind).second) out.push_back(cut);
+  }
+  return out;
 }
 
 bool FaultSet::has(std::string_view id) const {

@@ -213,7 +213,13 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   std::unique_ptr<WeightSource> own_source;
   if (options.weights == nullptr) own_source = scenario_weight_source(s);
   WeightSource& source = options.weights != nullptr ? *options.weights : *own_source;
-  ASSIGN_OR_RETURN(ReferenceRun ref, run_pp1(s, source, "PP=1 run"));
+  if (options.reference != nullptr && options.weights == nullptr)
+    return internal_error("a PP=1 run given to the sweep without the weights it ran over");
+  ReferenceRun own_ref;
+  if (options.reference == nullptr) {
+    ASSIGN_OR_RETURN(own_ref, run_pp1(s, source, "PP=1 run"));
+  }
+  const ReferenceRun& ref = options.reference != nullptr ? *options.reference : own_ref;
   const PreparedWorkload& workload = ref.workload;
   const RunRecord& ref_record = ref.record;
   result.pp1_acceptance = acceptance_figures(ref.summary);

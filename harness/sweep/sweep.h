@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "harness/engine/run.h"
 #include "harness/engine/transport.h"
 #include "harness/judge/result.h"
 #include "harness/scenario/scenario.h"
@@ -31,6 +32,13 @@ struct SweepOptions {
   // Where PP=1 and every stage load their weights from; null: the scenario's own
   // (generated from its seed, or its checkpoint). Must outlive the sweep.
   WeightSource* weights = nullptr;
+  // PP=1 already run over `weights` (required with it) for a scenario that differs from
+  // this one at most in its name, description, expect, faults and partitions (no fault
+  // reaches PP=1: the fixed protocol's PP=1 is the truth every partition is judged
+  // against): the sweep judges against it instead of running PP=1 again. The fault
+  // sensitivity table shares one per seed and protocol. Null: the sweep runs PP=1. Must
+  // outlive the sweep.
+  const ReferenceRun* reference = nullptr;
   // Where the stages of each partition run (engine/transport.h); null: inproc. A
   // scenario whose transport is not inproc is refused without one. The sweep runs one
   // partition at a time on it, and stops (the rest skipped) once it is lost().

@@ -13,7 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "harness/scenario/faults.h"
+#include "harness/scenario/scenario.h"
 #include "tests/cli_fixture.h"
+#include "tests/small_default.h"
 
 namespace splitcheck::cli_test {
 namespace {
@@ -72,9 +75,14 @@ class MpiSweepTest : public CliFixture {
   }
 
   // The committed scenario `name` at the split points `cuts` only, without its expect
-  // (written for all its split points); written to the test's directory.
-  fs::path at_split_points(const std::string& name, const std::vector<int>& cuts) const {
+  // (written for all its split points), with at most `max_new_tokens` new tokens (0: its
+  // own); written to the test's directory.
+  fs::path at_split_points(const std::string& name, const std::vector<int>& cuts,
+                           int max_new_tokens = 0) const {
     json spec = json::parse(file_text(kScenarios / name));
+    if (max_new_tokens > 0)
+      spec["workload"]["max_new_tokens"] =
+          std::min(spec["workload"].value("max_new_tokens", max_new_tokens), max_new_tokens);
     if (spec.contains("workload") && spec["workload"].contains("file"))
       spec["workload"]["file"] =
           (kScenarios / spec["workload"]["file"].get<std::string>()).string();
@@ -115,11 +123,13 @@ json without_volatile(json r) {
 }
 
 // The default scenario at 8 of its 31 split points (the first and the last, block-aligned
-// and not, at capture ids and between them): the MPI transport serves one partition at a
-// time, so all 31 cost a minute and a half for nothing these do not show.
+// and not, at capture ids and between them), its two prompts with 16 new tokens of 56
+// (prefill, drafts, verifies with accepted and rejected proposals all cross the process
+// boundary by then): the MPI transport serves one partition at a time, so all 31 cost a
+// minute and a half, and all 56 tokens a minute, for nothing these do not show.
 TEST_F(MpiSweepTest, TwoRanksSweepTheDefaultScenarioAsInprocDoes) {
   const std::string file =
-      quote(at_split_points("default.json", {1, 3, 4, 8, 13, 16, 24, 30}).string());
+      quote(at_split_points("default.json", {1, 3, 4, 8, 13, 16, 24, 30}, 16).string());
   const CliResult inproc = cli("sweep " + file + " --report " + quote(path("inproc").string()));
   ASSERT_EQ(inproc.code, 0) << inproc.out << inproc.err;
   const CliResult mpi = mpirun(2, file + " --report " + quote(path("mpi").string()));
@@ -182,7 +192,7 @@ TEST_F(MpiSweepTest, ThreeRanksSweepThePp3PairwiseScenario) {
   EXPECT_EQ(r["verdict"], "conformant");
 }
 
-// The committed fault scenarios, one test each (each is two sweeps of 31 split points).
+// The committed fault scenarios, one test each (each is two sweeps, inproc and over mpi).
 std::vector<std::string> fault_scenarios() {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(kScenarios)) {
@@ -205,12 +215,35 @@ TEST_P(MpiFaultTest, GivesTheInprocVerdicts) {
   // 25 s): the stale micro-batch state, the one about two steps in flight.
   if (spec.contains("serving") && name != "fault-batch-stale-microbatch-state.json")
     GTEST_SKIP() << "one serving fault runs over mpi (fault-batch-stale-microbatch-state)";
-  const std::string file =
-      spec.contains("serving") ? quote(trimmed_serving(name, {13}).string()) : scenario(name);
-  const CliResult inproc = cli("sweep " + file + " --report " + quote(path("in").string()));
-  // The trimmed serving sweep still catches its fault (a divergence: exit 1).
+  // A PP=2 scenario of every split point is swept at the representative split points of
+  // its fault's reach (faults.h: one split point per class the code under test tells apart,
+  // reached by the fault and not; the committed-scenario test sweeps all 31 inproc): the
+  // mpi transport serves one partition at a time, and the others show nothing these do not.
+  Result<Scenario> s = load_scenario((kScenarios / name).string());
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  ASSERT_FALSE(s->faults.empty());
+  const FaultInfo* fault = find_fault(s->faults.front());
+  ASSERT_NE(fault, nullptr);
+  const bool every_split = s->partitions.pp == 2 && s->partitions.mode == "all";
+  std::string file = scenario(name);
   if (spec.contains("serving")) {
-    EXPECT_EQ(inproc.code, 1) << inproc.out << inproc.err;
+    file = quote(trimmed_serving(name, {13}).string());
+  } else if (every_split) {
+    const std::vector<int> cuts = representative_split_points(
+        fault->reach, s->model.num_hidden_layers, s->model.attn_res_block_size, s->capture_ids);
+    file = quote(at_split_points(name, cuts).string());
+  }
+  const CliResult inproc = cli("sweep " + file + " --report " + quote(path("in").string()));
+  // The sweep still catches its fault (a divergence: exit 1) where the fault reaches, and
+  // only there.
+  EXPECT_EQ(inproc.code, 1) << inproc.out << inproc.err;
+  if (every_split) {
+    for (const json& c : report("in")["cases"]) {
+      const int cut[] = {std::stoi(c["key"].get<std::string>().substr(6))};  // "split-N"
+      EXPECT_EQ(c["verdict"] != "pass",
+                fault_reaches(fault->reach, cut, s->model.attn_res_block_size, s->capture_ids))
+          << c["key"] << ": " << c["verdict"];
+    }
   }
   const CliResult mpi = mpirun(np, file + " --report " + quote(path("mpi").string()));
   EXPECT_EQ(mpi.code, inproc.code) << mpi.out << mpi.err;
@@ -335,8 +368,8 @@ class RanksTest : public MpiSweepTest {
 };
 
 TEST_F(RanksTest, APassingSweepExitsZeroAndSaysWhereEachStageRan) {
-  const CliResult r = ranks(2, scenario("default.json") + " --filter split-13 --report " +
-                                   quote(path("report").string()));
+  const CliResult r = ranks(2, quote(small_default(dir_).string()) +
+                                   " --filter split-13 --report " + quote(path("report").string()));
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const json rep = report("report");
   EXPECT_EQ(rep["exit_code"], 0);
@@ -376,11 +409,11 @@ TEST_F(RanksTest, InvalidInputExitsTwo) {
 
 TEST_F(RanksTest, ARankKilledMidSweepExitsThreeNamingTheRank) {
   // Rank 1 dies as it is asked to build its stage of the third split point.
-  const CliResult r =
-      ranks(2,
-            scenario("default.json") + " --filter split-1 --transport-timeout 20 --report " +
-                quote(path("report").string()),
-            "SPLITCHECK_TEST_KILL_RANK=1:build-3");
+  const CliResult r = ranks(2,
+                            quote(small_default(dir_).string()) +
+                                " --filter split-1 --transport-timeout 20 --report " +
+                                quote(path("report").string()),
+                            "SPLITCHECK_TEST_KILL_RANK=1:build-3");
   EXPECT_EQ(r.code, 3) << r.out << r.err;
   ASSERT_TRUE(fs::exists(path("report") / "report.json")) << r.err;
   const json rep = report("report");
@@ -396,11 +429,11 @@ TEST_F(RanksTest, ARankKilledMidSweepExitsThreeNamingTheRank) {
 
 TEST_F(RanksTest, ARankKilledBeforeItsHelloExitsThreeNamingTheRank) {
   // Setup: rank 1 joined MPI and dies before it tells rank 0 where it runs.
-  const CliResult r =
-      ranks(2,
-            scenario("default.json") + " --filter split-13 --transport-timeout 5 --report " +
-                quote(path("report").string()),
-            "SPLITCHECK_TEST_KILL_RANK=1:hello");
+  const CliResult r = ranks(2,
+                            quote(small_default(dir_).string()) +
+                                " --filter split-13 --transport-timeout 5 --report " +
+                                quote(path("report").string()),
+                            "SPLITCHECK_TEST_KILL_RANK=1:hello");
   EXPECT_EQ(r.code, 3) << r.out << r.err;
   ASSERT_TRUE(fs::exists(path("report") / "report.json")) << r.err;
   const Outcome o = outcome(report("report"));
@@ -410,11 +443,11 @@ TEST_F(RanksTest, ARankKilledBeforeItsHelloExitsThreeNamingTheRank) {
 
 TEST_F(RanksTest, ARankKilledBeforeMpiInitExitsThreeNamingTheRank) {
   // Setup: rank 1 dies before MPI_Init, which would wait for it forever on rank 0.
-  const CliResult r =
-      ranks(2,
-            scenario("default.json") + " --filter split-13 --transport-timeout 5 --report " +
-                quote(path("report").string()),
-            "SPLITCHECK_TEST_KILL_RANK=1:init");
+  const CliResult r = ranks(2,
+                            quote(small_default(dir_).string()) +
+                                " --filter split-13 --transport-timeout 5 --report " +
+                                quote(path("report").string()),
+                            "SPLITCHECK_TEST_KILL_RANK=1:init");
   EXPECT_EQ(r.code, 3) << r.out << r.err;
   ASSERT_TRUE(fs::exists(path("report") / "report.json")) << r.err;
   const Outcome o = outcome(report("report"));
@@ -434,11 +467,12 @@ TEST_F(MpiSweepTest, PlainMpirunExitsWithTheVerdictWhenNoRankDies) {
 TEST_F(MpiSweepTest, MpirunWithRecoveryIsRefusedForItsExitStatus) {
   // mpirun --enable-recovery returns 0 whatever the ranks return: nothing runs under it.
   const fs::path err = path("stderr.txt");
-  const std::string cmd = mpirun_command(2,
-                                         scenario("default.json") + " --filter split-13 --report " +
-                                             quote(path("report").string()),
-                                         "--enable-recovery") +
-                          " >/dev/null 2>" + quote(err.string());
+  const std::string cmd =
+      mpirun_command(2,
+                     quote(small_default(dir_).string()) + " --filter split-13 --report " +
+                         quote(path("report").string()),
+                     "--enable-recovery") +
+      " >/dev/null 2>" + quote(err.string());
   const int status = std::system(cmd.c_str());  // the refusal's text is what is checked
   (void)status;
   EXPECT_NE(file_text(err).find("mpirun --enable-recovery exits 0 whatever the verdict"),

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <memory>
 
 #include "harness/engine/partitioned_engine.h"
 #include "harness/engine/run.h"
@@ -337,6 +339,49 @@ SweepOptions split_points_only() {
   return o;
 }
 
+// PP=1 of a serving scenario without its faults, with the weights it ran over, shared by
+// the sweeps of every fault at that workload (no fault reaches PP=1: each partition is
+// judged against the fixed protocol's PP=1, as the fault sensitivity table does). Keyed by
+// the resolved scenario less its name, description, expect and faults.
+class SharedPp1 {
+ public:
+  // PP=1 of `s` without its faults, run the first time it is asked for.
+  const ReferenceRun& run_for(const Scenario& s) {
+    Entry& e = runs_[key_of(s)];
+    if (e.weights == nullptr) {
+      Scenario fixed = s;
+      fixed.faults.clear();
+      e.weights = scenario_weight_source(fixed);
+      Result<ReferenceRun> r = run_reference(fixed, *e.weights);
+      EXPECT_TRUE(r.is_ok()) << r.status().message();
+      if (r.is_ok()) e.run = std::move(r).value();
+    }
+    return e.run;
+  }
+  // A sweep of `s` judging split points only, against the shared PP=1.
+  SweepOptions options_for(const Scenario& s) {
+    const ReferenceRun& run = run_for(s);
+    SweepOptions o = split_points_only();
+    o.reference = &run;
+    o.weights = runs_.at(key_of(s)).weights.get();
+    return o;
+  }
+
+ private:
+  static std::string key_of(const Scenario& s) {
+    Scenario fixed = s;
+    fixed.faults.clear();
+    nlohmann::json key = resolved_scenario_json(fixed);
+    for (const char* k : {"name", "description", "expect"}) key.erase(k);
+    return key.dump();
+  }
+  struct Entry {
+    std::unique_ptr<WeightSource> weights;
+    ReferenceRun run;
+  };
+  std::map<std::string, Entry> runs_;
+};
+
 struct FaultCase {
   const char* id;
   const char* scenario;
@@ -349,21 +394,18 @@ constexpr FaultCase kServingFaults[] = {
 
 TEST(ServingFaults, FirstDivergenceAtTheRightRequestForwardAndLayer) {
   const int cut = 13;
+  SharedPp1 pp1;
   for (const FaultCase& f : kServingFaults) {
     SCOPED_TRACE(f.id);
     const Scenario s = small_serving(f.scenario, 8, 8, {{cut}});
-    Result<SweepResult> r = run_sweep(s, split_points_only());
+    Result<SweepResult> r = run_sweep(s, pp1.options_for(s));
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     ASSERT_EQ(r->cases.size(), 1u);
     const CaseResult& c = r->cases[0];
     ASSERT_EQ(c.verdict, Verdict::kDiverged) << c.message;
     EXPECT_NE(std::find(c.failed_checks.begin(), c.failed_checks.end(), "tensors"),
               c.failed_checks.end());
-    Scenario clean = s;
-    clean.faults.clear();
-    Result<ReferenceRun> ref = run_reference(clean);
-    ASSERT_TRUE(ref.is_ok());
-    const auto rows = schedule_of(ref->record);
+    const auto rows = schedule_of(pp1.run_for(s).record);
     ASSERT_FALSE(rows.empty());
     auto row_of = [&](int32_t forward) {
       for (const auto& row : rows)
@@ -429,11 +471,12 @@ TEST(ServingFaults, SensitivityTable) {
   std::string table =
       "| fault | single request, greedy | single request, speculative | concurrency 8, "
       "speculative |\n|---|---|---|---|\n";
+  SharedPp1 pp1;
   for (const FaultCase& f : kServingFaults) {
     auto caught = [&](int prompts, int in_flight, bool speculative) {
       Scenario s = small_serving(f.scenario, prompts, in_flight, {{13}});
       if (!speculative) s.speculative.method = "none";
-      Result<SweepResult> r = run_sweep(s, split_points_only());
+      Result<SweepResult> r = run_sweep(s, pp1.options_for(s));
       EXPECT_TRUE(r.is_ok()) << r.status().message();
       return r.is_ok() && !r->conformant();
     };
