@@ -58,6 +58,9 @@ asan_subset+=':MpiSweepTest*:RanksTest*:*TorchPipelineTest*'
 asan_subset+=':ServingFaults*:*BisectFaultTest*:CliTest*:MergeTest*:CheckpointRun*'
 asan_subset+=':*DefaultWorkload*:BrowserTest*:PythonAdapterTest*:Cuda*'
 asan_subset+=':*ServingEagle3*:ServingSweep.BitIdentical*:ApproxLaneTest.Fails*:ApproxCliTest*'
+# Every committed fault scenario swept twice (built-in and through the runner): the same
+# code as ExternalSweepTest, StageFactsEngineTest and ConfigRefusalTest, which stay.
+asan_subset+=':*VerdictParityTest*'
 # The ThreadSanitizer run: the suites that start threads (a sweep runs split points on
 # --threads workers; every stage of a partition is a thread of the inproc transport).
 tsan_subset='GateTest*:GateVerdictTest*:GateRobustnessTest*:Handoff*:Partition*:StageMemory*'
