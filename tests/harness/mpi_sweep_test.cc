@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/gates/sensitivity.h"
 #include "harness/scenario/faults.h"
 #include "harness/scenario/scenario.h"
 #include "tests/cli_fixture.h"
@@ -195,11 +196,8 @@ TEST_F(MpiSweepTest, ThreeRanksSweepThePp3PairwiseScenario) {
 // The committed fault scenarios, one test each (each is two sweeps, inproc and over mpi).
 std::vector<std::string> fault_scenarios() {
   std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(kScenarios)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("fault-", 0) == 0 && entry.path().extension() == ".json") names.push_back(name);
-  }
-  std::sort(names.begin(), names.end());
+  for (const std::string& path : committed_fault_scenarios())
+    names.push_back(fs::path(path).filename().string());
   return names;
 }
 

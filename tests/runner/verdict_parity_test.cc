@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/gates/sensitivity.h"
 #include "tests/cli_fixture.h"
 
 namespace splitcheck {
@@ -23,13 +24,11 @@ using nlohmann::json;
 
 const fs::path kScenarios = fs::path(SPLITCHECK_SOURCE_DIR) / "scenarios";
 
+// The committed fault scenarios by file name (the fault sensitivity table's list).
 std::vector<std::string> fault_scenarios() {
   std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(kScenarios)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("fault-", 0) == 0 && entry.path().extension() == ".json") names.push_back(name);
-  }
-  std::sort(names.begin(), names.end());
+  for (const std::string& path : committed_fault_scenarios())
+    names.push_back(fs::path(path).filename().string());
   return names;
 }
 
