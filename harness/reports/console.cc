@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "harness/engine/generation.h"
 #include "harness/judge/outcome.h"
 #include "harness/reports/escape.h"
 #include "harness/reports/report.h"
@@ -131,16 +132,13 @@ std::string console_timing(const nlohmann::json& r) {
       total, t.value("threads", 0), total / std::max(1e-9, pp1), computed_summary(r));
 }
 
+// The accepted-length histogram as every form writes it (histogram_text).
 std::string histogram_line(const nlohmann::json& histogram) {
-  std::string out;
-  for (size_t a = 0; a < histogram.size(); ++a) {
-    const nlohmann::json& n = histogram[a];
-    out +=
-        fmt::format("{}a={}: {}", a ? ", " : "", a, n.is_number_integer() ? n.get<int64_t>() : 0);
-  }
-  return out;
+  std::vector<int64_t> counts;
+  for (const nlohmann::json& n : histogram)
+    counts.push_back(n.is_number_integer() ? n.get<int64_t>() : 0);
+  return histogram_text(counts);
 }
-
 // SPEC 5.5: PP=1's speculative figures, and how many split points share them.
 std::string console_acceptance(const nlohmann::json& r) {
   const nlohmann::json rows = r.value("acceptance", nlohmann::json::array());
