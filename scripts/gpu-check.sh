@@ -19,8 +19,9 @@
 # External engines on the GPU, through the runner protocol (needs python3 with torch and
 # transformers; about 7 minutes on one H100, the build only the splitcheck binary):
 #   GPU_CHECK_ONLY=external scripts/gpu-check.sh   (examples/torch_pp on CUDA, clean and its
-#   two bugs; examples/hf_pp on Llama and DeepSeek-V3, clean and its four bugs; PyTorch's
-#   pipelining, GPipe, 1F1B, full-batch PP=1; what recording costs a decode step)
+#   two bugs; examples/hf_pp on Llama and DeepSeek-V3, clean, and its nine bugs; PyTorch's
+#   pipelining, GPipe, 1F1B, full-batch PP=1; the family matrix of 12 decoder families,
+#   GPU_CHECK_ONLY=external-hf-matrix alone; what recording costs a decode step)
 # Libraries missing on the machine (xtensor, xtl, libxxhash) are taken from .xt/ when it
 # holds Debian's packages unpacked (dpkg -x). Exit 0 when every step passed, else 1.
 set -uo pipefail
@@ -467,6 +468,16 @@ print(line)
 PY
 )")
 done
+# examples/hf_pp's family matrix (examples/hf_pp/matrix.py): every decoder family of
+# models.py (Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma2, Gemma3, Phi3,
+# GPT-NeoX, OLMo2, DeepSeek-V3), float32 and bf16, PP=2 at every split point and PP=3 at
+# every pair of cuts of 6 layers, each sweep through the runner against its PP=1; gpt2 run
+# once to show the adapter's refusal. One row per family and dtype goes to the final table.
+detail="every family and dtype: every split point identical to its PP=1"
+step external-hf-matrix 600 python3 "$root/examples/hf_pp/matrix.py" \
+  --splitcheck "$build/splitcheck" --jobs "${MATRIX_JOBS:-5}" --sweeps "${MATRIX_SWEEPS:-4}" \
+  --out "$log/hf-matrix"
+matrix_rows="$(sed -n '/^family /,$p' "$log/external-hf-matrix.log" 2>/dev/null || true)"
 detail="decode step with and without recording (target: at most 10%)"
 step external-hf-recording-cost 300 python3 "$root/examples/hf_pp/bench_recording.py"
 recording_rows="$(grep -E "^ |^batched|^device" "$log/external-hf-recording-cost.log" 2>/dev/null || true)"
@@ -570,6 +581,10 @@ if [[ ${#k3_rows[@]} -gt 0 ]]; then echo "k3-shape:"; printf '   %s\n' "${k3_row
 if [[ ${#external_rows[@]} -gt 0 ]]; then
   echo "external engines on the GPU (runner protocol, --jobs $ext_jobs; split points identical to PP=1):"
   printf '   %s\n' "${external_rows[@]}"
+fi
+if [[ -n "${matrix_rows:-}" ]]; then
+  echo "examples/hf_pp family matrix (examples/hf_pp/matrix.py; success: every row \"expect met\"):"
+  echo "$matrix_rows" | sed 's/^/   /'
 fi
 if [[ -n "${recording_rows:-}" ]]; then echo "recording cost (examples/hf_pp/bench_recording.py):"; echo "$recording_rows" | sed 's/^/   /'; fi
 exit $failed

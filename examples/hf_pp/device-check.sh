@@ -5,7 +5,10 @@
 # the 7 split points of 8 layers), printing each sweep's cases, verdict, expect and wall
 # time, and a table last.
 #   examples/hf_pp/device-check.sh [--jobs N]   (HF_PP_ONLY=REGEX: only those scenarios;
-#   HF_PP_PYTEST=0: no pytest)
+#   HF_PP_PYTEST=0: no pytest; HF_PP_BUILD=DIR: build there, default build-hf)
+# HF_PP_MATRIX=1: the scenarios are swept side by side with the family matrix instead
+# (examples/hf_pp/matrix.py: every family, float32 and bf16, PP=2 and PP=3 at every split
+# point; HF_PP_SWEEPS sweeps at once, default 4, each with --jobs engine runs).
 # SPLITCHECK_SRC: the source tree to build splitcheck from (default: this checkout; e.g. a
 # `git archive HEAD` of it while the checkout holds unfinished C++ edits).
 # Libraries missing on the machine (xtensor, xtl, libxxhash) are taken from .xt/ as
@@ -15,7 +18,7 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-build="$root/build-hf"
+build="${HF_PP_BUILD:-$root/build-hf}"
 jobs=4
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -83,6 +86,25 @@ if [[ $rc -ne 0 ]]; then
   splitcheck="$root/build/splitcheck"
   "$splitcheck" --version >/dev/null 2>&1 || { printf '%s\n' "${rows[@]}"; exit 1; }
   echo "device-check: the build failed; sweeping with $splitcheck"
+fi
+
+if [[ "${HF_PP_MATRIX:-0}" == 1 ]]; then
+  chosen=()
+  for f in scenarios/external-hf-pp-*.json; do
+    n="$(basename "$f" .json)"
+    [[ -n "${HF_PP_ONLY:-}" && ! "$n" =~ $HF_PP_ONLY ]] && continue
+    chosen+=("$f")
+  done
+  echo "== matrix and ${#chosen[@]} scenarios"
+  t0=$SECONDS
+  python3 examples/hf_pp/matrix.py --splitcheck "$splitcheck" --jobs "$jobs" \
+    --sweeps "${HF_PP_SWEEPS:-4}" --out "$out/matrix" --scenarios "${chosen[@]}"
+  rc=$?
+  rows+=("$(printf '%-40s %-12s %5ss' matrix "$([[ $rc -eq 0 ]] && echo ok || echo "FAILED($rc)")" $((SECONDS - t0)))")
+  [[ $rc -eq 0 ]] || failed=1
+  echo "== results"
+  printf '%s\n' "${rows[@]}" | tee "$out/results.txt"
+  exit $failed
 fi
 
 # Each scenario: the sweep's cases and verdict, then whether its expect block was met.

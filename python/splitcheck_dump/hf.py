@@ -4,17 +4,24 @@ Optional: `import splitcheck_dump` never imports this module, and this module im
 transformers only when used; without it, `require_transformers()` (called by everything
 that needs it) raises an ImportError that names transformers.
 
-Any causal LM whose decoder is `model.model` with `embed_tokens`, `layers`, `norm` and
-`rotary_emb`, and whose head is `lm_head` (Llama, DeepSeek-V3, Qwen2/3, Mistral, Mixtral)
-runs as stages, one process per stage (`launch`):
+A decoder-only causal LM whose base model holds its decoder layers as a `layers` list
+(Llama, Mistral, Mixtral, Qwen2/3, Qwen3-MoE, Gemma2, Gemma3 text, Phi3, GPT-NeoX, OLMo2,
+DeepSeek-V3: examples/hf_pp/models.py) runs as stages, one process per stage (`launch`);
+`staged_model` refuses any other, naming what it lacks (GPT-2's blocks are
+`transformer.h`; a layer that needs state from its neighbours; linear-attention or
+state-space layer types):
 
-  - stage s holds decoder layers [bounds[s], bounds[s+1]) of the model, plus the
-    embedding on stage 0 and the final norm and lm_head on the last stage, and its own
-    copy of the rotary embedding; the rest of the model is dropped before it runs;
+  - every stage runs the model's own forward (the LM's: its final norm, head and logit
+    soft-cap on the last stage), so the masks of each layer type, the per-type rotary
+    tables, the embedding and its scale and each layer's dense or MoE MLP are what the
+    model's own code makes of the global layer index; stage s holds only layers
+    [bounds[s], bounds[s+1]) (the others are stand-ins that hold nothing), the embedding
+    on stage 0 and the final norm and head on the last; a non-first stage's first layer
+    takes the hidden states received, and a non-last stage stops after its last layer;
   - each stage keeps its own KV cache (the model's DynamicCache), holding only its own
     layers: a held layer's attention is renumbered to its index inside the stage, as a
-    pipeline runtime's stage-local cache does, so the model's mask code (which sizes the
-    mask from the cache's first layer) sees the stage's own history;
+    pipeline runtime's stage-local cache does, so the model's mask and position code
+    (which size themselves from the cache's first layer) see the stage's own history;
   - the hidden states cross each cut through torch.distributed (gloo, CPU tensors; on a
     GPU the stage copies them to the host and back, which is exact), a wire header naming
     shape and dtype;
@@ -23,8 +30,9 @@ runs as stages, one process per stage (`launch`):
 
 What a dump holds, per forward f (docs/dump-format.md), in execution order:
 `input_ids`; per layer l `layers/<l>/pre_attn` (input_layernorm's output), `attn_out`
-(self_attn's output), `pre_mlp` (post_attention_layernorm's output), `mlp_out` (the MLP's
-or MoE's output) and `prefix` (the layer's output: the residual stream the next layer
+(the attention's output: self_attn, or GPT-NeoX's attention), `pre_mlp`
+(post_attention_layernorm's output, whatever the family applies it to), `mlp_out` (the
+MLP's or MoE's output); a site whose module the family lacks is not recorded) and `prefix` (the layer's output: the residual stream the next layer
 reads), each in the dtype the model computed it in (float32 for a float32 model: the
 engine's own bits), or narrowed on request (`StageOptions.record_dtype`, recorded as each
 dataset's `source_dtype`); `output`; `logits` (float32); `next_tokens`;
@@ -156,11 +164,130 @@ def call_layer(layer, hidden, mask, position_ids, cache_position, position_embed
     return out[0] if isinstance(out, tuple) else out
 
 
+# -- what a stage takes from a model, and the models it refuses ---------------------------
+
+# Layer types whose caches a stage-local DynamicCache holds (attention with a full or
+# windowed history); a family with others (linear attention, state-space layers) is refused.
+_ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+# What a decoder layer may be called with: the hidden states, and what the model's forward
+# computes the same way on every stage (masks, positions, rotary tables, the cache). A layer
+# that requires anything else is handed state by its neighbours and is refused.
+_LAYER_ARGUMENTS = frozenset({
+    "hidden_states", "attention_mask", "position_ids", "past_key_values", "past_key_value",
+    "layer_past", "use_cache", "cache_position", "position_embeddings", "output_attentions",
+    "output_router_logits", "head_mask", "layer_head_mask"})
+_ATTENTION_NAMES = ("self_attn", "attention", "attn")
+_MLP_NAMES = ("mlp", "block_sparse_moe", "feed_forward")
+
+
+class NotStageable(ValueError):
+    """A model that cannot be run as stages faithfully; the message names what is missing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedModel:
+    """Where a causal LM keeps what its stages split: the base model (the decoder), its
+    `layers` list, and the attribute names of the embedding and the final norm under the
+    base and of the head under the LM."""
+
+    base: object
+    layers: object
+    embedding: str
+    final_norm: str
+    head: str
+
+
+def _child(module, names):
+    return next((getattr(module, n) for n in names if getattr(module, n, None) is not None), None)
+
+
+def _base_of(model):
+    base = getattr(model, "base_model", None)
+    if base is not None and base is not model and hasattr(base, "layers"):
+        return base
+    return next((m for _, m in model.named_children() if hasattr(m, "layers")), base)
+
+
+def staged_model(model):
+    """The StagedModel of a transformers causal LM, or NotStageable naming what is missing.
+
+    A model runs as stages when the model's own forward can run every stage: a base model
+    holding the embedding, a `layers` list of num_hidden_layers decoder layers and one
+    final norm, a head on the LM, a base forward that takes `inputs_embeds`,
+    `past_key_values` and `position_ids`, attention-only layer types, and layers that take
+    nothing from their neighbours but the hidden states."""
+    name, config = type(model).__name__, model.config
+    if getattr(config, "is_encoder_decoder", False):
+        raise NotStageable(f"{name}: an encoder-decoder model (stages here split decoder-only "
+                           f"causal LMs)")
+    base = _base_of(model)
+    if base is None or base is model:
+        raise NotStageable(f"{name}: no base model under its head (model.base_model)")
+    layers = getattr(base, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        lists = [n for n, m in base.named_children() if isinstance(m, torch.nn.ModuleList)]
+        raise NotStageable(f"{name} cannot be run as pipeline stages: its base model "
+                           f"{type(base).__name__} has no `layers` list of decoder layers"
+                           + (f" (its lists: {', '.join(lists)})" if lists else ""))
+    missing = []
+    if getattr(config, "num_hidden_layers", None) != len(layers):
+        missing.append(f"config.num_hidden_layers equal to its {len(layers)} layers")
+    children = dict(base.named_children())
+    embed = model.get_input_embeddings()
+    embedding = next((k for k, m in children.items() if m is embed), None)
+    if embedding is None:
+        missing.append("an input embedding held by the base model itself")
+    head_module = model.get_output_embeddings()
+    head = next((k for k, m in model.named_children()
+                 if head_module is not None and m is head_module), None)
+    if head is None:
+        missing.append("an output head (get_output_embeddings) held by the LM")
+    rest = [k for k, m in children.items()
+            if k not in (embedding, "layers") and next(m.parameters(), None) is not None]
+    if len(rest) != 1:
+        missing.append(f"one final norm beside the embedding and layers (found: "
+                       f"{', '.join(rest) or 'none'})")
+    forward = inspect.signature(type(base).forward).parameters.values()
+    if not any(p.kind == p.VAR_KEYWORD for p in forward):  # else it may take them all
+        missing += [f"`{p}` in {type(base).__name__}.forward"
+                    for p in ("inputs_embeds", "past_key_values", "position_ids")
+                    if p not in {q.name for q in forward}]
+    other_types = sorted(set(getattr(config, "layer_types", None) or ()) -
+                         set(_ATTENTION_LAYER_TYPES))
+    if other_types:
+        missing.append(f"attention-only layer types (it has {', '.join(other_types)}, whose "
+                       f"caches a stage-local DynamicCache does not hold)")
+    for l, layer in enumerate(layers):
+        attention = _child(layer, _ATTENTION_NAMES)
+        if attention is None or not hasattr(attention, "layer_idx"):
+            missing.append(f"layer {l}: an attention module ({', '.join(_ATTENTION_NAMES)}) "
+                           f"with a layer_idx")
+            break
+        if _child(layer, _MLP_NAMES) is None:
+            missing.append(f"layer {l}: an MLP ({', '.join(_MLP_NAMES)})")
+            break
+        signature = inspect.signature(type(layer).forward).parameters.values()
+        extra = [p.name for p in signature if p.name != "self" and p.name not in _LAYER_ARGUMENTS
+                 and p.default is inspect.Parameter.empty
+                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if extra:
+            missing.append(f"layer {l}: {type(layer).__name__}.forward requires "
+                           f"{', '.join(extra)} (state handed between layers besides the "
+                           f"hidden states)")
+            break
+    if missing:
+        raise NotStageable(f"{name} cannot be run as pipeline stages faithfully; missing: "
+                           + "; ".join(missing))
+    return StagedModel(base, layers, embedding, rest[0], head)
+
+
 # -- one stage ----------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class StageOptions:
-    """How a stage deviates from the reference protocol (the example's bug flags).
+    """How a stage deviates from the reference protocol (the example's bug flags). Each
+    applies to the stage it is given to; the example gives them to stages after the first
+    (drop_final_softcap: to a last stage that is not the first), so PP=1 stays clean.
 
     restart_positions: the stage numbers its tokens from 0 in every forward instead of
     from the tokens its cache holds (position_ids and cache_position).
@@ -168,57 +295,148 @@ class StageOptions:
     receiver widens them back to its own dtype.
     record_dtype: the dtype layer sites and `output` are recorded in (None: the model's
     own, bit for bit; "bfloat16": narrowed, each dataset's source dtype recorded).
+    local_layer_types: the stage looks its layers' types (sliding or full attention, so
+    their masks and per-type rotary tables) up by their index inside the stage.
+    hidden_as_inputs_embeds: the stage hands the hidden states it receives to the model as
+    `inputs_embeds`, so whatever the model does to an embedding before its first layer
+    (Gemma's sqrt(hidden) scale) is done to them again.
+    rotary_of_first_layer: the stage gives every layer the rotary table of its first
+    layer's type (one rotary embedding a stage, built for the type of its first layer).
+    drop_final_softcap: the stage's head leaves out the model's final logit soft-cap.
     """
 
     restart_positions: bool = False
     handoff_dtype: object = None
     record_dtype: object = None
+    local_layer_types: bool = False
+    hidden_as_inputs_embeds: bool = False
+    rotary_of_first_layer: bool = False
+    drop_final_softcap: bool = False
 
 
-_LAYER_SITES = (("pre_attn", "input_layernorm"), ("attn_out", "self_attn"),
-                ("pre_mlp", "post_attention_layernorm"), ("mlp_out", "mlp"))
+# (site, the layer's submodule whose output it is: the first of the names the layer has).
+_LAYER_SITES = (("pre_attn", ("input_layernorm",)), ("attn_out", _ATTENTION_NAMES),
+                ("pre_mlp", ("post_attention_layernorm",)), ("mlp_out", _MLP_NAMES))
+
+
+class _StageDone(Exception):
+    """Raised by a non-last stage's last layer: the model's forward stops there."""
+
+    def __init__(self, hidden):
+        super().__init__("stage done")
+        self.hidden = hidden
+
+
+class _HeldElsewhere(torch.nn.Module):
+    """A layer another stage holds. The model's loop still calls it (a stage runs the
+    model's own forward); it holds nothing and passes its input on, and the stage's first
+    layer takes the hidden states received instead. It keeps the plain attributes of the
+    layer it stands for (`attention_type`, ...), which a model's loop may read."""
+
+    def __init__(self, layer):
+        super().__init__()
+        for k, v in vars(layer).items():
+            if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None))):
+                setattr(self, k, v)
+
+    def forward(self, hidden_states, *args, **kwargs):
+        return hidden_states
+
+
+def _with_argument(module, args, kwargs, name, value=None, take=False):
+    """(args, kwargs) of a call to module with argument `name` set to value; take=True
+    returns the argument's value instead. KeyError when the call does not pass it."""
+    signature = inspect.signature(module.forward)
+    bound = signature.bind_partial(*args, **kwargs)
+    rest = next((p.name for p in signature.parameters.values() if p.kind == p.VAR_KEYWORD), None)
+    if name in bound.arguments:
+        where = bound.arguments
+    elif rest is not None and name in bound.arguments.get(rest, {}):
+        where = bound.arguments[rest]
+    else:
+        raise KeyError(f"{type(module).__name__} is not called with {name}")
+    if take:
+        return where[name]
+    where[name] = value
+    return bound.args, bound.kwargs
 
 
 class PipelineStage:
     """Layers [begin, end) of a causal LM on one device, with their own cache, recording
-    each forward's tensors and kernel choices while it runs."""
+    each forward's tensors and kernel choices while it runs.
+
+    Every stage runs the model's own forward (the LM's, so its final norm, head and logit
+    soft-cap on the last stage): the masks of each layer type, the rotary tables, the
+    embedding and its scale, the dense or MoE MLP of each layer are what the model's code
+    makes of the global layer index. The stage holds only its own part: the layers of other
+    stages are stand-ins that hold nothing, the embedding stays on the first stage, the
+    final norm and head on the last. A non-first stage's first layer takes the hidden
+    states received (whatever the model computed before it from the `inputs_embeds` it was
+    given is dropped); a non-last stage stops the forward after its last layer. The cache
+    is a DynamicCache of the stage's own layers, numbered inside the stage (each held
+    attention's layer_idx), so the model sizes its masks and positions from the stage's
+    own history; nothing else reads the renumbered index."""
 
     def __init__(self, model, index, bounds, device, options=StageOptions()):
-        decoder = decoder_of(model)
+        staged = staged_model(model)
         self.index, self.begin, self.end = index, bounds[index], bounds[index + 1]
         self.first, self.last = index == 0, index == len(bounds) - 2
         self.device, self.options, self.config = torch.device(device), options, model.config
-        if not 0 <= self.begin < self.end <= len(decoder.layers):
+        if not 0 <= self.begin < self.end <= len(staged.layers):
             raise ValueError(f"stage {index}: layers [{self.begin}, {self.end}) outside the "
-                             f"model's {len(decoder.layers)}")
-        self.embed = decoder.embed_tokens if self.first else None
-        self.layers = [decoder.layers[i] for i in range(self.begin, self.end)]
-        self.rotary = decoder.rotary_emb
-        self.norm = decoder.norm if self.last else None
-        self.lm_head = model.lm_head if self.last else None
+                             f"model's {len(staged.layers)}")
+        self.model, self.staged = model, staged
+        self.layers = [staged.layers[i] for i in range(self.begin, self.end)]
+        for i, layer in enumerate(staged.layers):
+            if not self.begin <= i < self.end:
+                staged.layers[i] = _HeldElsewhere(layer)
+        if not self.first:
+            setattr(staged.base, staged.embedding, None)
+        if not self.last:
+            setattr(staged.base, staged.final_norm, None)
+            setattr(model, staged.head, None)
         for local, layer in enumerate(self.layers):
-            layer.self_attn.layer_idx = local  # the stage-local cache's numbering
-        for m in self.modules():
-            m.to(self.device).eval()
+            _child(layer, _ATTENTION_NAMES).layer_idx = local  # the stage-local cache's numbering
+        self._apply_bug_options()
+        model.to(self.device).eval()
         self.dtype = next(self.layers[0].parameters()).dtype
         self.cache = new_cache(self.config)
         self.seen = 0  # tokens the stage's cache holds
         # Tensors stay on the device until the run ends (one conversion and one
         # asynchronous copy to the host per forward): recording never waits for the GPU.
         self.recorder = TensorRecorder()
-        self._forward, self._events = None, None
+        self._forward, self._events, self._received, self._rotary = None, None, None, None
         self._install_hooks()
 
+    def _apply_bug_options(self):
+        o, config = self.options, self.config
+        if o.local_layer_types:
+            types = list(getattr(config, "layer_types", None) or ())
+            if not types:
+                raise ValueError(f"{type(self.model).__name__}: local_layer_types needs "
+                                 f"config.layer_types")
+            seen = list(types)
+            for local, layer in enumerate(self.layers):
+                seen[self.begin + local] = types[local]
+                if hasattr(layer, "attention_type"):
+                    layer.attention_type = types[local]
+            config.layer_types = seen
+        if o.drop_final_softcap:
+            if getattr(config, "final_logit_softcapping", None) is None:
+                raise ValueError(f"{type(self.model).__name__}: drop_final_softcap needs a "
+                                 f"model with config.final_logit_softcapping")
+            if self.last:
+                config.final_logit_softcapping = None
+
     def modules(self):
-        return [m for m in (self.embed, *self.layers, self.rotary, self.norm, self.lm_head)
-                if m is not None]
+        return [self.model]
 
     def placement(self):
         """/stages/<index>: what this stage holds, measured from its modules."""
         p = StagePlacement(self.index, self.begin, self.end)
-        for i, m in enumerate(self.modules()):
-            p.hold_module(m, prefix=f"{i}.")
-        p.set_embedding(self.embed.weight if self.embed is not None else None)
+        p.hold_module(self.model)
+        embed = getattr(self.staged.base, self.staged.embedding) if self.first else None
+        p.set_embedding(embed.weight if embed is not None else None)
         return p
 
     # -- recording ------------------------------------------------------------------------
@@ -239,20 +457,45 @@ class PipelineStage:
     def _install_hooks(self):
         for local, layer in enumerate(self.layers):
             l = self.begin + local
-            for site, name in _LAYER_SITES:
-                sub = getattr(layer, name, None)
+            if local == 0 and not self.first and not self.options.hidden_as_inputs_embeds:
+                layer.register_forward_pre_hook(self._take_received, with_kwargs=True)
+            if self.options.rotary_of_first_layer:
+                layer.register_forward_pre_hook(functools.partial(self._rotary_of_first, local),
+                                                with_kwargs=True)
+            for site, names in _LAYER_SITES:
+                sub = _child(layer, names)
                 if sub is not None:
                     sub.register_forward_hook(functools.partial(self._on_output, l, site))
             layer.register_forward_hook(functools.partial(self._on_output, l, "prefix"))
-            layer.self_attn.register_forward_pre_hook(functools.partial(self._on_attention, l))
-            layer.mlp.register_forward_pre_hook(functools.partial(self._on_mlp, l))
+            _child(layer, _ATTENTION_NAMES).register_forward_pre_hook(
+                functools.partial(self._on_attention, l))
+            _child(layer, _MLP_NAMES).register_forward_pre_hook(functools.partial(self._on_mlp, l))
+        if not self.last:
+            self.layers[-1].register_forward_hook(self._stop)  # after the recording hooks
+        else:
+            getattr(self.staged.base, self.staged.final_norm).register_forward_pre_hook(
+                self._on_final_norm)
+            getattr(self.model, self.staged.head).register_forward_pre_hook(self._on_head)
+
+    def _take_received(self, module, args, kwargs):
+        return _with_argument(module, args, kwargs, "hidden_states", self._received)
+
+    def _rotary_of_first(self, local, module, args, kwargs):
+        if local == 0:
+            self._rotary = _with_argument(module, args, kwargs, "position_embeddings", take=True)
+            return None
+        return _with_argument(module, args, kwargs, "position_embeddings", self._rotary)
+
+    def _stop(self, module, inputs, output):
+        raise _StageDone(output[0] if isinstance(output, tuple) else output)
 
     def _on_output(self, layer, site, module, inputs, output):
         y = output[0] if isinstance(output, tuple) else output
         self._keep(f"layers/{layer}/{site}", y[0], self.options.record_dtype)
 
     def _on_attention(self, layer, module, inputs):
-        self._event("hf_attention", module.config._attn_implementation, layer, "attn")
+        config = getattr(module, "config", None) or self.config
+        self._event("hf_attention", config._attn_implementation, layer, "attn")
 
     def _on_mlp(self, layer, module, inputs):
         if hasattr(module, "experts"):
@@ -260,6 +503,13 @@ class PipelineStage:
             self._event("hf_moe", impl, layer, "mlp")
         else:
             self._event("hf_mlp", "dense", layer, "mlp")
+
+    def _on_final_norm(self, module, inputs):
+        self._keep("output", inputs[0][0], self.options.record_dtype)
+        self._event("hf_rms_norm", "final", -1, "final_norm")
+
+    def _on_head(self, module, inputs):
+        self._event("hf_lm_head", "linear", -1, "lm_head")
 
     # -- one forward ----------------------------------------------------------------------
 
@@ -274,35 +524,32 @@ class PipelineStage:
             if self.first:
                 self._keep("input_ids", np.asarray(x, np.int32), "int32")
                 self._event("hf_embedding", "lookup", -1, "embed")
-                h = self.embed(torch.tensor([list(x)], dtype=torch.long, device=self.device))
+                kw = {"input_ids": torch.tensor([list(x)], dtype=torch.long, device=self.device)}
+                T = len(x)
             else:
-                h = x.to(self.device)
-            T = h.shape[1]
+                self._received = x.to(self.device)
+                kw = {"inputs_embeds": self._received}
+                T = self._received.shape[1]
             start = 0 if self.options.restart_positions else self.seen
-            cache_position = torch.arange(start, start + T, device=self.device)
-            position_ids = cache_position.unsqueeze(0)
-            mask = causal_mask(self.config, h, self.cache, position_ids, cache_position)
-            position_embeddings = self.rotary(h, position_ids)
-            for layer in self.layers:
-                h = call_layer(layer, h, mask, position_ids, cache_position,
-                               position_embeddings, self.cache)
+            position_ids = torch.arange(start, start + T, device=self.device).unsqueeze(0)
+            kw.update(past_key_values=self.cache, use_cache=True, position_ids=position_ids)
+            if "cache_position" in _parameters(type(self.model).forward):
+                kw["cache_position"] = position_ids[0]
+            try:
+                out = self.model(**kw)
+            except _StageDone as done:
+                self.seen += T
+                return done.hidden, self._events
             self.seen += T
-            out = h
-            if self.last:
-                self._keep("output", h[0], self.options.record_dtype)
-                self._event("hf_rms_norm", "final", -1, "final_norm")
-                hn = self.norm(h)
-                self._event("hf_lm_head", "linear", -1, "lm_head")
-                logits = self.lm_head(hn)[0].float()
-                self._keep("logits", logits, "float32")
-                self._event("torch_argmax", "first_index", -1, "sample")
-                next_tokens = logits.argmax(-1)  # the first index among equal maxima
-                self._keep("next_tokens", next_tokens.to(torch.int32), "int32")
-                out = [int(t) for t in next_tokens.cpu().tolist()]
-            return out, self._events
+            logits = out.logits[0].float()
+            self._keep("logits", logits, "float32")
+            self._event("torch_argmax", "first_index", -1, "sample")
+            next_tokens = logits.argmax(-1)  # the first index among equal maxima
+            self._keep("next_tokens", next_tokens.to(torch.int32), "int32")
+            return [int(t) for t in next_tokens.cpu().tolist()], self._events
         finally:
             self.recorder.flush()
-            self._forward, self._events = None, None
+            self._forward, self._events, self._received = None, None, None
 
 
 # -- the handoff at a cut ------------------------------------------------------------------
@@ -462,7 +709,11 @@ def launch(plan):
     is written), 1 when one failed (the others are stopped; no dump).
 
     The parent never touches the GPU (each stage picks its device after the fork), so
-    forking is safe with CUDA: this process does not even import transformers."""
+    forking is safe with CUDA; what the parent imported (transformers, the model's
+    module) the stages inherit instead of importing it again."""
     check_transformers()
+    if torch.cuda.is_initialized():  # forked stages could not use it
+        raise RuntimeError("splitcheck_dump.hf.launch: CUDA was started before the stages "
+                           "were forked; start it only inside the stages")
     plan.port = plan.port or _free_port()
     return run_stage_processes(stage_main, plan, len(plan.bounds) - 1, "splitcheck_dump.hf")
