@@ -12,8 +12,9 @@ token is on the host. Three ways, interleaved round by round, on the same model:
   batched     splitcheck_dump.TensorRecorder: per forward, one join and one asynchronous
               copy to the host per kind of tensor, no wait; bf16 bits made on the host
               when the run's records are taken.
-Two models: the example's tiny one (8 layers, H 64) and a 1B-class shape (8 layers,
-H 2048, FFN 5632, vocab 32000). Prints each way's median step, its cost over `off`
+Three models: the example's tiny Llama (8 layers, H 64), a 1B-class Llama shape (8 layers,
+H 2048, FFN 5632, vocab 32000), and the family matrix's largest model, DeepSeek-V3 as
+models.py builds it (8 layers, MLA, MoE: the most hooked modules and kernels a step). Prints each way's median step, its cost over `off`
 (target: batched at most 10%), and the wait for the copies at the end of the run.
 """
 
@@ -59,8 +60,15 @@ class PerTensorRecorder:
         return kept
 
 
+FAMILY_SHAPES = {"deepseek_v3 (models.py, 8 layers, MLA + MoE)": "deepseek_v3"}
+
+
 def build_stage(shape, device):
     import transformers
+    if shape in FAMILY_SHAPES:
+        import models
+        model = models.build_model(FAMILY_SHAPES[shape], 7)
+        return hf.PipelineStage(model, 0, [0, models.NUM_LAYERS], device), model.config.vocab_size
     config = transformers.LlamaConfig(num_hidden_layers=8, max_position_embeddings=4096,
                                       tie_word_embeddings=False, **SHAPES[shape])
     torch.manual_seed(7)
@@ -106,7 +114,7 @@ def main(argv=None):
     print(f"device {name}, torch {torch.__version__}, {args.steps} decode steps x "
           f"{args.rounds} rounds per way")
     worst = 0.0
-    for shape in SHAPES:
+    for shape in list(SHAPES) + list(FAMILY_SHAPES):
         stage, vocab = build_stage(shape, args.device)
         modes = ("off", "per-tensor", "batched")
         decode_steps(stage, vocab, 4, "batched")  # warm-up: kernels, allocator, pinned pool
