@@ -132,7 +132,7 @@ def test_pp1_equals_the_models_own_forward(tmp, family):
             ids = [int(step[-1].argmax())]
             mine.append(ids[0])
     assert mine == emitted
-    assert hf.decoder_of(model) is model.model
+    assert hf.staged_model(model).layers is model.base_model.layers
 
 
 @needs_transformers
@@ -206,3 +206,55 @@ def test_invalid_arguments_exit_2(tmp, args):
     r = subprocess.run(RUN + args + ["--out", str(out)], capture_output=True, text=True)
     assert r.returncode == 2, r.stderr
     assert not out.exists()
+
+
+# -- the families of the matrix, and the layer-index bugs they invite ----------------------
+
+@needs_transformers
+def test_every_family_is_stageable_and_gpt2_is_refused_by_name():
+    import models
+    from splitcheck_dump import hf
+    for family in models.MATRIX_FAMILIES:
+        staged = hf.staged_model(models.build_model(family, SEED, num_layers=4))
+        assert len(staged.layers) == 4, family
+    with pytest.raises(hf.NotStageable, match="no `layers` list.*its lists: h"):
+        hf.staged_model(models.build_model("gpt2", SEED, num_layers=4))
+
+
+@needs_transformers
+@pytest.mark.parametrize("family", ["gemma2", "gemma3", "gpt_neox"])
+def test_pp1_equals_the_models_own_forward_in_other_families(tmp, family):
+    test_pp1_equals_the_models_own_forward(tmp, family)
+
+
+@needs_transformers
+@pytest.mark.parametrize("family,cuts", [("gemma2", "3"), ("gemma3", "5"), ("qwen3_moe", "1")])
+def test_other_families_split_bit_identical(tmp, family, cuts):
+    equal, diff = judged_equal(engine(tmp, family, 1, ""), engine(tmp, family, 2, cuts))
+    assert equal, diff[:5]
+
+
+@needs_transformers
+def test_local_layer_types_bug_diverges_at_odd_cuts_only(tmp):
+    golden = engine(tmp, "gemma2", 1, "", "--bug-local-layer-types")
+    assert judged_equal(golden, engine(tmp, "gemma2", 2, "2", "--bug-local-layer-types"))[0]
+    equal, diff = judged_equal(golden, engine(tmp, "gemma2", 2, "3", "--bug-local-layer-types"))
+    assert not equal and diff[0] == "/forward/0/layers/3/attn_out", diff[:5]
+
+
+@needs_transformers
+def test_softcap_bug_changes_the_logits_only(tmp):
+    golden = engine(tmp, "gemma2", 1, "", "--bug-softcap-dropped")
+    equal, diff = judged_equal(golden, engine(tmp, "gemma2", 2, "4", "--bug-softcap-dropped"))
+    assert not equal and all(p.endswith("/logits") for p in diff), diff[:5]
+
+
+@needs_transformers
+def test_dense_prefix_bug_builds_the_cut_layer_dense(tmp):
+    golden = engine(tmp, "deepseek_v3", 1, "", "--bug-dense-prefix-per-stage")
+    split = engine(tmp, "deepseek_v3", 2, "4", "--bug-dense-prefix-per-stage")
+    equal, diff = judged_equal(golden, split)
+    assert not equal and diff[0] == "/forward/0/layers/4/mlp_out", diff[:5]
+    with sd.DumpReader(split) as r:
+        mlp = {e.layer: e.variant for e in r.dispatch(0) if e.op in ("hf_mlp", "hf_moe")}
+    assert mlp[3] != "dense" and mlp[4] == "dense"
