@@ -471,7 +471,7 @@ done
 # examples/hf_pp's family matrix (examples/hf_pp/matrix.py): every decoder family of
 # models.py (Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma2, Gemma3, Phi3,
 # GPT-NeoX, OLMo2, DeepSeek-V3), float32 and bf16, PP=2 at every split point and PP=3 at
-# every pair of cuts of 6 layers, each sweep through the runner against its PP=1; gpt2 run
+# every pair of cuts of 4 layers, each sweep through the runner against its PP=1; gpt2 run
 # once to show the adapter's refusal. One row per family and dtype goes to the final table.
 detail="every family and dtype: every split point identical to its PP=1"
 step external-hf-matrix 600 python3 "$root/examples/hf_pp/matrix.py" \

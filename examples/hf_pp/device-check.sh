@@ -8,7 +8,9 @@
 #   HF_PP_PYTEST=0: no pytest; HF_PP_BUILD=DIR: build there, default build-hf)
 # HF_PP_MATRIX=1: the scenarios are swept side by side with the family matrix instead
 # (examples/hf_pp/matrix.py: every family, float32 and bf16, PP=2 and PP=3 at every split
-# point; HF_PP_SWEEPS sweeps at once, default 4, each with --jobs engine runs).
+# point; HF_PP_SWEEPS sweeps at once, default 4, each with --jobs engine runs;
+# HF_PP_MATRIX_ARGS: more of matrix.py's arguments, e.g. "--deadline 300"), then with
+# HF_PP_BENCH=1 bench_recording.py (HF_PP_BENCH_ARGS, within HF_PP_BENCH_S seconds).
 # SPLITCHECK_SRC: the source tree to build splitcheck from (default: this checkout; e.g. a
 # `git archive HEAD` of it while the checkout holds unfinished C++ edits).
 # Libraries missing on the machine (xtensor, xtl, libxxhash) are taken from .xt/ as
@@ -63,7 +65,7 @@ PY
 (
   cmake -S "${SPLITCHECK_SRC:-$root}" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPLITCHECK_CUDA=OFF \
     -DSPLITCHECK_TESTS=OFF -DSPLITCHECK_BENCH=OFF -DCMAKE_CXX_FLAGS=-Wno-dangling-reference \
-    && cmake --build "$build" -j10 --target splitcheck
+    && cmake --build "$build" -j"$(nproc)" --target splitcheck
 ) >"$build/build.log" 2>&1 &
 build_pid=$!
 t0=$SECONDS
@@ -98,10 +100,16 @@ if [[ "${HF_PP_MATRIX:-0}" == 1 ]]; then
   echo "== matrix and ${#chosen[@]} scenarios"
   t0=$SECONDS
   python3 examples/hf_pp/matrix.py --splitcheck "$splitcheck" --jobs "$jobs" \
-    --sweeps "${HF_PP_SWEEPS:-4}" --out "$out/matrix" --scenarios "${chosen[@]}"
+    --sweeps "${HF_PP_SWEEPS:-4}" --out "$out/matrix" ${HF_PP_MATRIX_ARGS:-} --scenarios "${chosen[@]}"
   rc=$?
   rows+=("$(printf '%-40s %-12s %5ss' matrix "$([[ $rc -eq 0 ]] && echo ok || echo "FAILED($rc)")" $((SECONDS - t0)))")
   [[ $rc -eq 0 ]] || failed=1
+  if [[ "${HF_PP_BENCH:-0}" == 1 ]]; then  # what recording costs a decode step
+    echo "== bench_recording"
+    t0=$SECONDS
+    timeout "${HF_PP_BENCH_S:-120}" python3 examples/hf_pp/bench_recording.py ${HF_PP_BENCH_ARGS:-}
+    rows+=("$(printf '%-40s %-12s %5ss' bench_recording "exit $?" $((SECONDS - t0)))")
+  fi
   echo "== results"
   printf '%s\n' "${rows[@]}" | tee "$out/results.txt"
   exit $failed

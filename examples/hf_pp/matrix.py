@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Every decoder family of examples/hf_pp swept at every split point, in one command.
 
-    python3 examples/hf_pp/matrix.py --splitcheck build/splitcheck [--jobs 16] [--sweeps 4]
-        [--layers 6] [--families llama,gemma2] [--dtypes float32,bfloat16] [--out DIR]
+    python3 examples/hf_pp/matrix.py --splitcheck build/splitcheck [--jobs 4] [--sweeps 4]
+        [--layers 4] [--families llama,gemma2] [--dtypes float32,bfloat16] [--out DIR]
+        [--deadline S] [--scenarios scenarios/external-hf-pp-*.json]
 
 For each family (models.MATRIX_FAMILIES) and dtype, two sweeps through splitcheck's
 runner (`splitcheck sweep SCENARIO --jobs N`, the product's own comparison): PP=2 at
-every split point and PP=3 at every pair of cuts (`"splits": "all"`, which over 6 layers
-is every pair), each against the family's own PP=1 run (prefill of 16 tokens, 4 greedy
+every split point and PP=3 at every pair of cuts (`"splits": "all"`: over L layers the
+pairwise cover of C(L-1, 2) partitions is every pair), each against the family's own PP=1 run (prefill of 16 tokens, 4 greedy
 decode steps with the model's cache), bit for bit in every recorded tensor, in the
 model's own dtype. `--sweeps` family sweeps run side by side, each with `--jobs` engine
 runs at once. Each family whose model the adapter refuses (models.REFUSED_FAMILIES) is
@@ -83,10 +84,18 @@ def run_sweep(args, name, path, lock, detail=False):
     shutil.rmtree(report, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
     t0 = time.monotonic()
+    left = args.deadline - (t0 - args.start) if args.deadline else args.timeout
+    if left < 20:
+        row = {"name": name, "cases": 0, "identical": 0, "datasets": [], "seconds": 0.0,
+               "verdict": "not run", "expect": "NOT MET: not run (--deadline)", "first": "",
+               "diverged": []}
+        with lock:
+            print(f"   {name}: not run (--deadline {args.deadline} s)", flush=True)
+        return row
     try:
         r = subprocess.run([args.splitcheck, "sweep", str(path), "--jobs", str(args.jobs),
                             "--report", str(report), "--work-dir", str(work)],
-                           capture_output=True, text=True, timeout=args.timeout)
+                           capture_output=True, text=True, timeout=min(args.timeout, left))
         rc, log = r.returncode, r.stdout + r.stderr
     except subprocess.TimeoutExpired as e:
         rc, log = "timeout", f"over {args.timeout} s: {e}"
@@ -174,10 +183,15 @@ def main(argv=None):
     ap.add_argument("--splitcheck", required=True, help="the splitcheck binary")
     ap.add_argument("--jobs", type=int, default=4, help="engine runs at once per sweep")
     ap.add_argument("--sweeps", type=int, default=4, help="family sweeps at once")
-    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--layers", type=int, default=4,
+                    help="decoder layers of every family's model (default 4: PP=2 at 3 split "
+                         "points, PP=3 at the 3 pairs of cuts)")
     ap.add_argument("--families", default=",".join(models.MATRIX_FAMILIES))
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--timeout", type=int, default=300, help="seconds a sweep may take")
+    ap.add_argument("--deadline", type=int, default=0,
+                    help="seconds from the start after which no sweep runs on (a sweep cut "
+                         "short, or not started, is a row that did not meet its expect)")
     ap.add_argument("--out", default=str(REPO / "build" / "hf-matrix"))
     ap.add_argument("--scenarios", nargs="*", default=[],
                     help="committed scenario files swept in the same pool (their own expect "
@@ -186,6 +200,7 @@ def main(argv=None):
     args.out = pathlib.Path(args.out).resolve()
     args.work = args.out / "work"
     args.splitcheck = str(pathlib.Path(args.splitcheck).resolve())
+    args.start = time.monotonic()
     for d in ("scenarios", "reports", "work"):
         (args.out / d).mkdir(parents=True, exist_ok=True)
     families = [f for f in args.families.split(",") if f]

@@ -46,7 +46,9 @@ def _gemma2_types(n):
 
 
 def _gemma3_types(n):
-    return ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]
+    """5 sliding : 1 full; under 6 layers the last is full, so the pattern keeps one."""
+    return ["full_attention" if (i + 1) % 6 == 0 or (n < 6 and i == n - 1)
+            else "sliding_attention" for i in range(n)]
 
 
 # family: (config class name, its kwargs, a function of the layer count giving more of them,

@@ -27,9 +27,9 @@ the clean reference and every cut shows the bug:
   --bug-local-layer-types    stages > 0 look their layers' types (sliding or full) up by
                              the index inside the stage (needs config.layer_types: gemma2,
                              gemma3, qwen2);
-  --bug-embed-scale-again    stages > 0 hand the hidden states they receive to the model
-                             as inputs_embeds, so Gemma2's sqrt(hidden) scale is applied
-                             to them again;
+  --bug-embed-scale-again    stages > 0 multiply the hidden states they receive by the
+                             embedding's scale (its embed_scale: Gemma's sqrt(hidden)), as
+                             if they were token embeddings (gemma2, gemma3);
   --bug-rotary-first-layer-type  stages > 0 give every layer the rotary table of their
                              first layer's type (gemma3: local and global tables);
   --bug-softcap-dropped      a last stage after the first leaves out the final logit
@@ -108,7 +108,7 @@ def make_plan(args, bounds):
             handoff_dtype=torch.bfloat16 if args.bug_bf16_handoff else None,
             record_dtype=args.record_dtype,
             local_layer_types=args.bug_local_layer_types and later,
-            hidden_as_inputs_embeds=args.bug_embed_scale_again and later,
+            scale_received=args.bug_embed_scale_again and later,
             rotary_of_first_layer=args.bug_rotary_first_layer_type and later,
             drop_final_softcap=args.bug_softcap_dropped and later)
 
@@ -142,11 +142,15 @@ def main(argv=None):
         if args.device not in ("auto", "cpu") and not args.device.startswith("cuda"):
             raise ValueError(f"--device {args.device!r}: auto, cpu or cuda[:N]")
         hf.check_transformers()
-        config = preload(args.family, args.layers)
+        config, model = preload(args.family, args.layers)
         for bug, needed in NEEDS.items():
             if getattr(args, bug) and getattr(config, needed, None) is None:
                 raise ValueError(f"--{bug.replace('_', '-')} needs a family whose config has "
                                  f"{needed} ({args.family}'s has none)")
+        if args.bug_embed_scale_again and not hasattr(model.get_input_embeddings(),
+                                                      "embed_scale"):
+            raise ValueError(f"--bug-embed-scale-again needs a family whose embedding has an "
+                             f"embed_scale ({args.family}'s has none)")
     except (ValueError, ImportError) as e:
         print(f"run.py: {e}", file=sys.stderr)
         return 2
@@ -154,17 +158,17 @@ def main(argv=None):
 
 
 def preload(family, layers):
-    """The family's config, after its model class is imported and a model of it (tiny, on
-    the CPU) is checked stageable (hf.NotStageable, a ValueError, names what it lacks):
+    """(config, model) of the family, after its model class is imported and a model of it
+    (tiny, on the CPU) is checked stageable (hf.NotStageable, a ValueError, names what it lacks):
     the stages, forked from this process, inherit what is imported here instead of each
     importing transformers again. Nothing here starts CUDA (hf.launch checks)."""
     import models
     import torch
     from splitcheck_dump import hf
     torch.set_num_threads(1)  # no thread pool for the forked stages to inherit
-    config = models.make_config(family, layers)
-    hf.staged_model(models.build_model(family, 0, num_layers=layers))
-    return config
+    model = models.build_model(family, 0, num_layers=layers)
+    hf.staged_model(model)
+    return model.config, model
 
 
 if __name__ == "__main__":

@@ -297,9 +297,9 @@ class StageOptions:
     own, bit for bit; "bfloat16": narrowed, each dataset's source dtype recorded).
     local_layer_types: the stage looks its layers' types (sliding or full attention, so
     their masks and per-type rotary tables) up by their index inside the stage.
-    hidden_as_inputs_embeds: the stage hands the hidden states it receives to the model as
-    `inputs_embeds`, so whatever the model does to an embedding before its first layer
-    (Gemma's sqrt(hidden) scale) is done to them again.
+    scale_received: the stage multiplies the hidden states it receives by the model's
+    embedding scale (the embedding module's own `embed_scale`, Gemma's sqrt(hidden)), as
+    if they were token embeddings: the scale applied again on a non-first stage.
     rotary_of_first_layer: the stage gives every layer the rotary table of its first
     layer's type (one rotary embedding a stage, built for the type of its first layer).
     drop_final_softcap: the stage's head leaves out the model's final logit soft-cap.
@@ -309,7 +309,7 @@ class StageOptions:
     handoff_dtype: object = None
     record_dtype: object = None
     local_layer_types: bool = False
-    hidden_as_inputs_embeds: bool = False
+    scale_received: bool = False
     rotary_of_first_layer: bool = False
     drop_final_softcap: bool = False
 
@@ -390,6 +390,13 @@ class PipelineStage:
         for i, layer in enumerate(staged.layers):
             if not self.begin <= i < self.end:
                 staged.layers[i] = _HeldElsewhere(layer)
+        self._embed_scale = None
+        if options.scale_received:
+            scale = getattr(getattr(staged.base, staged.embedding), "embed_scale", None)
+            if scale is None:
+                raise ValueError(f"{type(model).__name__}: scale_received needs an embedding "
+                                 f"with an embed_scale")
+            self._embed_scale = scale.detach().clone()
         if not self.first:
             setattr(staged.base, staged.embedding, None)
         if not self.last:
@@ -457,7 +464,7 @@ class PipelineStage:
     def _install_hooks(self):
         for local, layer in enumerate(self.layers):
             l = self.begin + local
-            if local == 0 and not self.first and not self.options.hidden_as_inputs_embeds:
+            if local == 0 and not self.first:
                 layer.register_forward_pre_hook(self._take_received, with_kwargs=True)
             if self.options.rotary_of_first_layer:
                 layer.register_forward_pre_hook(functools.partial(self._rotary_of_first, local),
@@ -528,6 +535,9 @@ class PipelineStage:
                 T = len(x)
             else:
                 self._received = x.to(self.device)
+                if self._embed_scale is not None:
+                    scale = self._embed_scale.to(self.device, self._received.dtype)
+                    self._received = self._received * scale
                 kw = {"inputs_embeds": self._received}
                 T = self._received.shape[1]
             start = 0 if self.options.restart_positions else self.seen
