@@ -8,7 +8,8 @@
 For each family (models.MATRIX_FAMILIES) and dtype, two sweeps through splitcheck's
 runner (`splitcheck sweep SCENARIO --jobs N`, the product's own comparison): PP=2 at
 every split point and PP=3 at every pair of cuts (`"splits": "all"`: over L layers the
-pairwise cover of C(L-1, 2) partitions is every pair), each against the family's own PP=1 run (prefill of 16 tokens, 4 greedy
+pairwise cover of C(L-1, 2) partitions is every pair), each against the family's own PP=1 run
+(made once, by the PP=2 sweep; the PP=3 sweep takes it as its `engine.golden`) (prefill of 16 tokens, 4 greedy
 decode steps with the model's cache), bit for bit in every recorded tensor, in the
 model's own dtype. `--sweeps` family sweeps run side by side, each with `--jobs` engine
 runs at once. Each family whose model the adapter refuses (models.REFUSED_FAMILIES) is
@@ -45,9 +46,10 @@ SEED = 7
 ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
 
 
-def scenario(family, dtype, layers, pp, expected):
-    """The runner scenario of one family sweep (every split point identical to PP=1)."""
-    return {
+def scenario(family, dtype, layers, pp, expected, golden=None):
+    """The runner scenario of one family sweep (every split point identical to PP=1; its
+    PP=1 dump taken from `golden` when given)."""
+    s = {
         "description": f"examples/hf_pp matrix: {family} ({dtype}, {layers} layers) at PP={pp}, "
                        f"every split point against PP=1 (examples/hf_pp/matrix.py)",
         "engine": {
@@ -60,6 +62,9 @@ def scenario(family, dtype, layers, pp, expected):
         "partitions": {"pp": pp, "splits": "all"},
         "expect": {"verdict": "conformant", "identical_splits": expected},
     }
+    if golden:
+        s["engine"]["golden"] = str(golden)
+    return s
 
 
 def case_line(c):
@@ -76,7 +81,7 @@ def case_line(c):
     return f"{c.get('key')}: {c.get('verdict')} [{checks}] {where}"
 
 
-def run_sweep(args, name, path, lock, detail=False):
+def run_sweep(args, name, path, lock, detail=False, keep_pp1=None):
     """One sweep of a scenario file: {cases, identical, datasets, seconds, verdict, expect,
     first, diverged}."""
     report = args.out / "reports" / name
@@ -122,6 +127,8 @@ def run_sweep(args, name, path, lock, detail=False):
         "NOT MET: " + ("; ".join(fails) or f"exit {rc}"))[:400]
     row["diverged"] = [case_line(c) for c in cases if c.get("verdict") != "pass"]
     row["first"] = row["diverged"][0] if row["diverged"] else ""
+    if keep_pp1 is not None and (work / "pp1.h5").is_file():
+        shutil.copyfile(work / "pp1.h5", keep_pp1)
     shutil.rmtree(work, ignore_errors=True)
     with lock:
         print(f"   {name}: {row['identical']}/{row['cases']} identical, datasets "
@@ -135,18 +142,22 @@ def run_sweep(args, name, path, lock, detail=False):
     return row
 
 
-def sweep(args, family, dtype, pp, lock):
+def sweep(args, family, dtype, pp, lock, golden=None, keep_pp1=None):
     """One family sweep at PP=pp, every split point expected identical."""
     from math import comb
     n = comb(args.layers - 1, pp - 1)
     name = f"{family}-{dtype}-pp{pp}"
     path = args.out / "scenarios" / f"{name}.json"
-    path.write_text(json.dumps(scenario(family, dtype, args.layers, pp, n), indent=2))
-    return dict(run_sweep(args, name, path, lock), pp=pp)
+    path.write_text(json.dumps(scenario(family, dtype, args.layers, pp, n, golden), indent=2))
+    return dict(run_sweep(args, name, path, lock, keep_pp1=keep_pp1), pp=pp)
 
 
 def family_rows(args, family, dtype, lock):
-    rows = [sweep(args, family, dtype, pp, lock) for pp in (2, 3)]
+    """The family's PP=2 sweep, then its PP=3 sweep judged against the PP=1 dump the PP=2
+    sweep made (one PP=1 run a family and dtype)."""
+    pp1 = args.work / f"{family}-{dtype}-pp1.h5"
+    rows = [sweep(args, family, dtype, 2, lock, keep_pp1=pp1)]
+    rows.append(sweep(args, family, dtype, 3, lock, golden=pp1 if pp1.is_file() else None))
     return {"family": family, "dtype": dtype, "sweeps": rows}
 
 
