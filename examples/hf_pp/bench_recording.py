@@ -12,10 +12,11 @@ token is on the host. Three ways, interleaved round by round, on the same model:
   batched     splitcheck_dump.TensorRecorder: per forward, one join and one asynchronous
               copy to the host per kind of tensor, no wait; bf16 bits made on the host
               when the run's records are taken.
-Three models: the example's tiny Llama (8 layers, H 64), a 1B-class Llama shape (8 layers,
-H 2048, FFN 5632, vocab 32000), and the family matrix's largest model, DeepSeek-V3 as
-models.py builds it (8 layers, MLA, MoE: the most hooked modules and kernels a step). Prints each way's median step, its cost over `off`
-(target: batched at most 10%), and the wait for the copies at the end of the run.
+Three models: the example's tiny Llama (8 layers, H 64), a 1B-class Llama shape (8
+layers, H 2048, FFN 5632, vocab 32000), and the family matrix's largest model,
+DeepSeek-V3 as models.py builds it (8 layers, MLA, MoE: the most hooked modules and
+kernels a step). Prints each way's median step, its cost over `off` (target: batched at
+most 10%), and the wait for the copies at the end of the run.
 """
 
 import argparse

@@ -8,12 +8,12 @@
 For each family (models.MATRIX_FAMILIES) and dtype, two sweeps through splitcheck's
 runner (`splitcheck sweep SCENARIO --jobs N`, the product's own comparison): PP=2 at
 every split point and PP=3 at every pair of cuts (`"splits": "all"`: over L layers the
-pairwise cover of C(L-1, 2) partitions is every pair), each against the family's own PP=1 run
-(made once, by the PP=2 sweep; the PP=3 sweep takes it as its `engine.golden`) (prefill of 16 tokens, 4 greedy
-decode steps with the model's cache), bit for bit in every recorded tensor, in the
-model's own dtype. `--sweeps` family sweeps run side by side, each with `--jobs` engine
-runs at once. Each family whose model the adapter refuses (models.REFUSED_FAMILIES) is
-run once at PP=1 to show the refusal.
+pairwise cover of C(L-1, 2) partitions is every pair), each against the family's own
+PP=1 run (made once, by the PP=2 sweep; the PP=3 sweep takes it as its `engine.golden`)
+(prefill of 16 tokens, 4 greedy decode steps with the model's cache), bit for bit in
+every recorded tensor, in the model's own dtype. `--sweeps` family sweeps run side by
+side, each with `--jobs` engine runs at once. Each family whose model the adapter
+refuses (models.REFUSED_FAMILIES) is run once at PP=1 to show the refusal.
 
 Prints a line of the features each family's model has, then one row per family and
 dtype: split points identical (PP=2, PP=3), datasets compared per case, the sweeps'
@@ -224,8 +224,8 @@ def main(argv=None):
     print("== the models", flush=True)
     for family in families:
         try:
-            print(f"   {family}: {models.describe(models.build_model(family, SEED, num_layers=args.layers))}",
-                  flush=True)
+            model = models.build_model(family, SEED, num_layers=args.layers)
+            print(f"   {family}: {models.describe(model)}", flush=True)
         except Exception as e:  # a family this transformers cannot build: its sweeps say so
             print(f"   {family}: cannot build: {type(e).__name__}: {e}", flush=True)
     print("== sweeps", flush=True)

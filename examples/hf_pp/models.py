@@ -3,21 +3,26 @@
 One config per decoder family, each small (H 64, vocab 256, 8 layers unless asked for
 another count) and keeping what sets the family apart where a pipeline cut can break it:
 
-| family | what it keeps |
-|---|---|
-| `llama` | dense, GQA, SwiGLU |
-| `mistral` | sliding-window attention on every layer (window 4 < the 16-token prompt) |
-| `mixtral` | MoE (4 experts, top-2) |
-| `qwen2` | full attention on the first half of the layers, sliding on the rest (`layer_types`) |
-| `qwen3` | q/k norms |
-| `qwen3_moe` | MoE (8 experts, top-2) after a dense first layer (`mlp_only_layers`) |
-| `gemma2` | sliding/full alternating by layer, sqrt(H) embedding scale, attention and final logit soft-capping, tied head, eager attention (the one that soft-caps) |
-| `gemma3` | 5 sliding : 1 full, per-type rotary tables (local and global base), scaled embedding module, q/k norms, tied head |
-| `phi3` | partial rotary (half of each head) |
-| `gpt_neox` | parallel attention + MLP residual, partial rotary (a quarter), LayerNorm, its own names (`gpt_neox`, `embed_in`, `embed_out`) |
-| `olmo2` | norms after attention and MLP (none before), q/k norms |
-| `deepseek_v3` | MLA with LoRA-compressed q and kv, a dense first layer (`first_k_dense_replace`), then MoE of 8 routed experts in 2 groups, a shared expert, sigmoid routing biased by `e_score_correction_bias` |
-| `gpt2` | none: its blocks are `transformer.h`, so the adapter refuses it (what a refusal says) |
+- llama: dense, GQA, SwiGLU;
+- mistral: sliding-window attention on every layer (window 4 < the 16-token prompt);
+- mixtral: MoE (4 experts, top-2);
+- qwen2: full attention on the first half of the layers, sliding on the rest
+  (`layer_types`);
+- qwen3: q/k norms;
+- qwen3_moe: MoE (8 experts, top-2) after a dense first layer (`mlp_only_layers`);
+- gemma2: sliding/full alternating by layer, the sqrt(H) embedding scale, attention and
+  final logit soft-capping, tied head, eager attention (the one that soft-caps);
+- gemma3: 5 sliding : 1 full, a rotary table per layer type (local and global base), the
+  scaled embedding, q/k norms, tied head;
+- phi3: partial rotary (half of each head);
+- gpt_neox: parallel attention + MLP residual, partial rotary (a quarter), LayerNorm, its
+  own names (`gpt_neox`, `embed_in`, `embed_out`);
+- olmo2: norms after attention and MLP (none before), q/k norms;
+- deepseek_v3: MLA with LoRA-compressed q and kv, a dense first layer
+  (`first_k_dense_replace`), then MoE of 8 routed experts in 2 groups, a shared expert,
+  sigmoid routing biased by `e_score_correction_bias`;
+- gpt2: none: its blocks are `transformer.h`, so the adapter refuses it (what a refusal
+  says).
 
 The model a stage loads is a pure function of (family, seed, layers, dtype):
 torch.manual_seed(seed), then the model class's own initialisation in that dtype. A

@@ -14,11 +14,12 @@ the embedding on stage 0, norm and lm_head on the last) and its own KV cache; th
 states cross each cut through torch.distributed (gloo). A seeded 16-token prompt is
 prefilled, then 4 tokens are decoded greedily (5 forwards). The dump holds every layer's
 tensors in execution order, in the model's dtype (`--dtype`, float32 by default;
-`--record-dtype bfloat16` narrows a float32 model's, on request), the attention implementation of each layer as dispatch
-events, /stages and the generated tokens. On the GPU when there is one, else the CPU.
+`--record-dtype bfloat16` narrows a float32 model's, on request), the attention
+implementation of each layer as dispatch events, /stages and the generated tokens. On
+the GPU when there is one, else the CPU.
 
-Pipeline bugs, behind flags; each changes only the stages after the first, so PP=1 is
-the clean reference and every cut shows the bug:
+Pipeline bugs, behind flags; each changes only the stages after the first (the soft-cap
+one: a last stage that is not the first), so PP=1 is the clean reference:
   --bug-attn-impl            stages > 0 load the model with eager attention (PP=1: sdpa);
   --bug-buffer-not-restored  stages > 0 leave the MoE gate's e_score_correction_bias at
                              its initial zeros (deepseek_v3 only);
@@ -136,7 +137,6 @@ def make_plan(args, bounds):
 def main(argv=None):
     args = parse_args(argv if argv is not None else sys.argv[1:])
     from splitcheck_dump import hf
-    import models
     try:
         bounds = hf.stage_bounds(args.layers, args.pp, args.cuts)
         if args.device not in ("auto", "cpu") and not args.device.startswith("cuda"):

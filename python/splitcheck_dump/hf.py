@@ -28,16 +28,17 @@ state-space layer types):
   - a seeded prompt is prefilled, then decoded greedily a token per forward; the last
     stage broadcasts each token to every stage.
 
-What a dump holds, per forward f (docs/dump-format.md), in execution order:
-`input_ids`; per layer l `layers/<l>/pre_attn` (input_layernorm's output), `attn_out`
-(the attention's output: self_attn, or GPT-NeoX's attention), `pre_mlp`
+What a dump holds, per forward f (docs/dump-format.md), in execution order: `input_ids`;
+per layer l `layers/<l>/pre_attn` (input_layernorm's output), `attn_out` (the
+attention's output: self_attn, or GPT-NeoX's attention), `pre_mlp`
 (post_attention_layernorm's output, whatever the family applies it to), `mlp_out` (the
-MLP's or MoE's output); a site whose module the family lacks is not recorded) and `prefix` (the layer's output: the residual stream the next layer
-reads), each in the dtype the model computed it in (float32 for a float32 model: the
-engine's own bits), or narrowed on request (`StageOptions.record_dtype`, recorded as each
-dataset's `source_dtype`); `output`; `logits` (float32); `next_tokens`;
-`dispatch` (the attention implementation each layer's attention ran with, read from its
-config when it is called; the MLP kind; embedding, final norm, head, argmax). Then
+MLP's or MoE's output) and `prefix` (the layer's output: the residual stream the next
+layer reads; a site whose module the family lacks is not recorded), each in the dtype
+the model computed it in (float32 for a float32 model: the engine's own bits), or
+narrowed on request (`StageOptions.record_dtype`, recorded as each dataset's
+`source_dtype`); `output`; `logits` (float32); `next_tokens`; `dispatch` (the attention
+implementation each layer's attention ran with, read from its config when it is called;
+the MLP kind; embedding, final norm, head, argmax). Then
 `/generation/0/{prompt_ids,emitted}` and `/stages/<s>` (layer range, measured parameter
 bytes, embedding storage identity).
 
