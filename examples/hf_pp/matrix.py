@@ -103,7 +103,7 @@ def run_sweep(args, name, path, lock, detail=False, keep_pp1=None):
                            capture_output=True, text=True, timeout=min(args.timeout, left))
         rc, log = r.returncode, r.stdout + r.stderr
     except subprocess.TimeoutExpired as e:
-        rc, log = "timeout", f"over {args.timeout} s: {e}"
+        rc, log = "timeout", f"stopped after {min(args.timeout, left):.0f} s: {e}"
     seconds = time.monotonic() - t0
     (args.out / "reports" / f"{name}.log").write_text(log)
     row = {"name": name, "cases": 0, "identical": 0, "datasets": [], "seconds": seconds,
