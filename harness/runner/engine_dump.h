@@ -7,7 +7,7 @@
 // its run. Evidence here is records that contradict each other or the partition asked (its
 // /stages, its `partition` attribute, its layers, its dispatch trace's stages); an engine
 // that fabricates every record consistently is beyond any check of its dump. What rests on
-// splitcheck alone is that the file is this run's (harness/runner/external_sweep.h).
+// splitcheck alone is that the file is this run's (harness/sweep/external_sweep.h).
 #pragma once
 
 #include <cstdint>
