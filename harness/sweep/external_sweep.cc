@@ -28,6 +28,7 @@
 #include "harness/engine/run.h"
 #include "harness/judge/judge.h"
 #include "harness/judge/stage_checks.h"
+#include "harness/judge/partition_evidence.h"
 #include "harness/runner/engine_dump.h"
 #include "harness/runner/engine_process.h"
 #include "harness/runner/interrupt.h"
