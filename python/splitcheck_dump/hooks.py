@@ -275,8 +275,9 @@ def record_stage(stage_module, writer, layers="layers", first_layer=0, sites=Non
     held = {first_layer + i: (name, m) for i, (name, m) in enumerate(slots)
             if not placeholder(m)}
     if not held:
-        raise ValueError(f"record_stage: every one of the {len(slots)} layer slots "
-                         f"({layers!r}) is a placeholder: this stage holds no layer")
+        given = repr(layers) if isinstance(layers, str) else f"a list of {len(slots)} modules"
+        raise ValueError(f"record_stage: every one of the {len(slots)} layer slots ({given}) "
+                         "is a placeholder: this stage holds no layer")
     own = getattr(writer, "layer_begin", None), getattr(writer, "layer_end", None)
     if own[0] is not None and not all(own[0] <= l < own[1] for l in held):
         raise ValueError(f"record_stage: hooked layers {min(held)}-{max(held) + 1} "
