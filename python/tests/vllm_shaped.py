@@ -212,7 +212,10 @@ def run(bounds, out, bug_restart_positions=False):
     parts = []
     for s, (model, w, rec) in enumerate(stages):
         rec.remove()
-        w.write_stage(sd.StagePlacement(s, bounds[s], bounds[s + 1]).hold_module(model))
+        placement = sd.StagePlacement(s, bounds[s], bounds[s + 1]).hold_module(model)
+        embed = model.model.embed_tokens
+        placement.set_embedding(None if sd.hooks.is_placeholder(embed) else embed.weight)
+        w.write_stage(placement)
         w.close()
         parts.append(w.path)
     try:
