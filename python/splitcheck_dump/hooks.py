@@ -118,7 +118,9 @@ def _find_layers(stage_module, layers):
     named = dict(stage_module.named_modules())
     container = named.get(layers)
     if isinstance(container, (torch.nn.ModuleList, torch.nn.Sequential)):
-        return [(f"{layers}.{n}", m) for n, m in container.named_children()]
+        # Every slot, a placeholder instance repeated included (named_children drops
+        # repeats, which would renumber the layers after it).
+        return [(f"{layers}.{n}", m) for n, m in container._modules.items()]
     regex = _pattern_regex(layers)
     found = [(n, m) for n, m in stage_module.named_modules(remove_duplicate=False)
              if n and regex.match(n)]

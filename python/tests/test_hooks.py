@@ -134,6 +134,15 @@ def test_a_first_layer_outside_the_part_writers_range_is_refused(tmp_path):
         w.abandon()
 
 
+def test_one_placeholder_repeated_in_every_other_slot_keeps_the_numbering():
+    model = vllm_shaped.ForCausalLM(4, 6)
+    missing = vllm_shaped.PPMissingLayer()
+    for i in range(4):
+        model.model.layers[i] = missing  # one instance in slots 0-3
+    for layers in ("model.layers", "model.layers.*"):
+        assert sorted(sd.record_stage(model, collect()[0], layers=layers).layers) == [4, 5]
+
+
 def test_a_glob_matches_one_name_component_per_star():
     model = vllm_shaped.ForCausalLM(0, 6)
     rec = sd.record_stage(model, collect()[0], layers="model.layers.*")
