@@ -205,7 +205,7 @@ class StageRecording:
     def __exit__(self, *exc):
         self.remove()
 
-    def _keep(self, what, name, tensor, dtype):
+    def _keep(self, what, name, tensor, dtype, first_call_only=False):
         if self._forward is None:
             if self._paused:
                 return
@@ -215,6 +215,8 @@ class StageRecording:
         if self._paused:
             return
         if name in self._written:
+            if first_call_only:
+                return
             raise RuntimeError(f"record_stage: forward {self._forward}: {name} recorded twice "
                                f"({what} ran twice in one forward: a module called twice, or "
                                "shared by two sites; give the site another module with sites=)")
@@ -257,7 +259,9 @@ def record_stage(stage_module, writer, layers="layers", first_layer=0, sites=Non
       None to leave the site out}; e.g. {"mlp_out": "block_sparse_moe"}.
     final_norm, lm_head: a module or path; `output` is the final norm's input, `logits`
       the head's output (float32, exact for bf16 and float16 heads). A placeholder or None
-      records nothing (give the same paths on every stage). final_norm may be a
+      records nothing (give the same paths on every stage). Each records its module's
+      first call in a forward: a norm applied twice shows in the logits, not as a
+      recording error. final_norm may be a
       Site(path, select) whose select reads the norm's positional inputs (vLLM's fused
       add + norm: Site("model.norm", lambda inputs: inputs[0] + inputs[1])).
     dtype: None records every layer site and `output` in the dtype the engine computed it
@@ -301,12 +305,14 @@ def record_stage(stage_module, writer, layers="layers", first_layer=0, sites=Non
         if final_norm is not None else None
     if norm is not None and not placeholder(norm):
         def norm_hook(mod, inputs, select=norm_site.select or first_tensor):
-            rec._keep("the final norm", OUTPUT_SITE, rows(select(inputs)), dtype)
+            rec._keep("the final norm", OUTPUT_SITE, rows(select(inputs)), dtype,
+                      first_call_only=True)
         rec.handles.append(norm.register_forward_pre_hook(norm_hook))
     head = _module_at(stage_module, lm_head, "lm_head") if lm_head is not None else None
     if head is not None and not placeholder(head):
         def head_hook(mod, inputs, output):
-            rec._keep("the lm_head", LOGITS_SITE, rows(first_tensor(output)), "float32")
+            rec._keep("the lm_head", LOGITS_SITE, rows(first_tensor(output)), "float32",
+                      first_call_only=True)
         rec.handles.append(head.register_forward_hook(head_hook))
     return rec
 

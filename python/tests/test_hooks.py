@@ -229,14 +229,29 @@ def test_forwards_are_counted_and_a_forward_outside_one_is_an_error():
     assert len(got) == 2 * len(sd.LAYER_SITES)
 
 
-def test_a_module_that_runs_twice_in_a_forward_is_named():
-    stage = Stage(0, 2, last=True)
-    sink, _ = collect()
-    rec = sd.record_stage(stage, sink, final_norm="norm")
+def test_a_layer_module_that_runs_twice_in_a_forward_is_named():
+    stage = Stage(0, 1, last=False)
+    rec = sd.record_stage(stage, collect()[0])
     with rec.forward(), torch.no_grad(), pytest.raises(
-            RuntimeError, match=r"forward 0: output recorded twice \(the final norm ran twice"):
-        stage.norm(stage(torch.ones(1, 2, H)))  # the head's norm, then once more
-        stage.norm(torch.ones(1, 2, H))
+            RuntimeError, match=r"forward 0: layers/0/pre_attn recorded twice \(layer 0's "
+                                r"pre_attn module ran twice in one forward"):
+        stage(torch.ones(1, 2, H))
+        stage.layers[0].input_layernorm(torch.ones(1, 2, H))
+
+
+def test_a_final_norm_applied_twice_records_its_first_input_and_the_logits_differ():
+    """A doubled final norm is a bug for the comparison to find (at `logits`), not a
+    recording error: `output` is the stream the head's first norm call reads."""
+    stage = Stage(0, 2, last=True)
+    sink, got = collect()
+    rec = sd.record_stage(stage, sink, final_norm="norm", lm_head="lm_head")
+    x = torch.ones(1, 2, H)
+    with rec.forward(), torch.no_grad():
+        h = stage.layers[1](stage.layers[0](x)[0])[0]
+        stage.lm_head(stage.norm(stage.norm(h)))
+    by_path = {p: t for p, t, _ in got}
+    assert torch.equal(by_path["/forward/0/output"], h[0])
+    assert [p.split("/")[-1] for p, _, _ in got][-2:] == ["output", "logits"]
 
 
 def test_a_tensor_recorder_is_flushed_when_each_forward_ends():
