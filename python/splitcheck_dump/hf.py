@@ -62,6 +62,7 @@ from .dispatch import DispatchEvent, DispatchTrace
 from .placement import StagePlacement
 from .processes import run_stage_processes
 from .recorder import TensorRecorder
+from .sites import LAYER_OUTPUT_SITE, SUBLAYER_SITES
 from .writer import DumpWriter
 
 
@@ -315,9 +316,11 @@ class StageOptions:
     drop_final_softcap: bool = False
 
 
-# (site, the layer's submodule whose output it is: the first of the names the layer has).
-_LAYER_SITES = (("pre_attn", ("input_layernorm",)), ("attn_out", _ATTENTION_NAMES),
-                ("pre_mlp", ("post_attention_layernorm",)), ("mlp_out", _MLP_NAMES))
+# (site, the names of the layer's submodule whose output it is: splitcheck_dump.sites's
+# name, then other families' spellings of the attention and the MLP; the first the layer has).
+_OTHER_NAMES = {_ATTENTION_NAMES[0]: _ATTENTION_NAMES[1:], _MLP_NAMES[0]: _MLP_NAMES[1:]}
+_LAYER_SITES = tuple((site, (name,) + _OTHER_NAMES.get(name, ()))
+                     for site, name in SUBLAYER_SITES)
 
 
 class _StageDone(Exception):
@@ -474,7 +477,7 @@ class PipelineStage:
                 sub = _child(layer, names)
                 if sub is not None:
                     sub.register_forward_hook(functools.partial(self._on_output, l, site))
-            layer.register_forward_hook(functools.partial(self._on_output, l, "prefix"))
+            layer.register_forward_hook(functools.partial(self._on_output, l, LAYER_OUTPUT_SITE))
             _child(layer, _ATTENTION_NAMES).register_forward_pre_hook(
                 functools.partial(self._on_attention, l))
             _child(layer, _MLP_NAMES).register_forward_pre_hook(functools.partial(self._on_mlp, l))
