@@ -391,6 +391,10 @@ class PipelineStage:
                              f"model's {len(staged.layers)}")
         self.model, self.staged = model, staged
         self.layers = [staged.layers[i] for i in range(self.begin, self.end)]
+        # What the stage holds besides its layers (None where another stage holds it).
+        self.embed = getattr(staged.base, staged.embedding) if self.first else None
+        self.norm = getattr(staged.base, staged.final_norm) if self.last else None
+        self.lm_head = getattr(model, staged.head) if self.last else None
         for i, layer in enumerate(staged.layers):
             if not self.begin <= i < self.end:
                 staged.layers[i] = _HeldElsewhere(layer)
@@ -446,8 +450,7 @@ class PipelineStage:
         """/stages/<index>: what this stage holds, measured from its modules."""
         p = StagePlacement(self.index, self.begin, self.end)
         p.hold_module(self.model)
-        embed = getattr(self.staged.base, self.staged.embedding) if self.first else None
-        p.set_embedding(embed.weight if embed is not None else None)
+        p.set_embedding(self.embed.weight if self.embed is not None else None)
         return p
 
     # -- recording ------------------------------------------------------------------------
@@ -484,9 +487,8 @@ class PipelineStage:
         if not self.last:
             self.layers[-1].register_forward_hook(self._stop)  # after the recording hooks
         else:
-            getattr(self.staged.base, self.staged.final_norm).register_forward_pre_hook(
-                self._on_final_norm)
-            getattr(self.model, self.staged.head).register_forward_pre_hook(self._on_head)
+            self.norm.register_forward_pre_hook(self._on_final_norm)
+            self.lm_head.register_forward_pre_hook(self._on_head)
 
     def _take_received(self, module, args, kwargs):
         return _with_argument(module, args, kwargs, "hidden_states", self._received)
