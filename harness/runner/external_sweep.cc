@@ -526,8 +526,7 @@ Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOpt
   result.interrupted_by = interrupt_signal();
   info.interrupted_by = result.interrupted_by;
   finish_work_dir(info, options);
-  const bool partial = !options.filter.empty() || options.shard_count > 1;
-  result.expect_failures = evaluate_expect(partial ? nlohmann::json::object() : s.expect, result);
+  judge_expect(s.expect, options.filter, options.shard_index, options.shard_count, result);
   return result;
 }
 

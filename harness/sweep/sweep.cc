@@ -257,10 +257,8 @@ Result<SweepResult> run_sweep(const Scenario& s, const SweepOptions& options) {
   not_judged.clear();
   result.checks = judged_checks(s.checks, result.cases, not_judged);
   result.total_seconds = seconds_since(t0);
-  // `expect` speaks of the whole sweep: a filtered or sharded run cannot meet or miss it
-  // (splitcheck merge evaluates it once the shards are joined). Errors still count.
-  const bool partial = !options.filter.empty() || options.shard_count > 1;
-  result.expect_failures = evaluate_expect(partial ? nlohmann::json::object() : s.expect, result);
+  // `expect` speaks of the whole sweep: a filtered or sharded run says it was not evaluated.
+  judge_expect(s.expect, options.filter, options.shard_index, options.shard_count, result);
   return result;
 }
 

@@ -314,8 +314,8 @@ TEST_F(HostileEngineTest, AMissingLayerIsNamedFirstWithItsCause) {
   const std::string runs = (path("rep") / "runs").string();
   const CliResult c = cli("compare " + quote(runs + "/pp1.h5") + " " + quote(runs + "/split-3.h5"));
   EXPECT_EQ(c.code, 1) << c.out << c.err;
-  EXPECT_EQ(c.out.rfind("dataset /forward/0/layers/5/pre_attn only in A (missing from B: layer "
-                        "not computed)",
+  EXPECT_EQ(c.out.rfind("dataset /forward/0/layers/5/pre_attn only in A (missing from B) (cause: "
+                        "layer not computed)",
                         0),
             0u)
       << c.out;
