@@ -2,11 +2,11 @@
 // its dump (docs/dump-format.md): the layer range, the embedding it holds and the one its
 // placement gives it, the parameter bytes measured and the bytes the placement allows, the
 // drafter's embedding and whether it is the stage's own storage, the head's storage and
-// whether it is the embedding's (tied weights), and the refusal probe's answer. Plain facts, no engine types: the built-in sweep writes them into its run's
-// record and reads them back through stage_evidence_of, exactly as the runner reads them
-// from an engine's dump, and the judge's stage checks (harness/judge/stage_checks.h) decide
-// from them alone. A fact a dump does not record is absent here (empty or nullopt), never
-// a default that could pass.
+// whether it is the embedding's (tied weights), and the refusal probe's answer. Plain facts, no
+// engine types: the built-in sweep writes them into its run's record and reads them back through
+// stage_evidence_of, exactly as the runner reads them from an engine's dump, and the judge's stage
+// checks (harness/judge/stage_checks.h) decide from them alone. A fact a dump does not record is
+// absent here (empty or nullopt), never a default that could pass.
 #pragma once
 
 #include <cstdint>

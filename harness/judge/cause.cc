@@ -6,12 +6,27 @@ namespace splitcheck {
 namespace {
 
 constexpr const char* kCauses[] = {
-    kCauseStructural,      kCauseConfigRejected,     kCauseError,           kCausePartitionEvidence,
-    kCauseLayerNotComputed, kCauseSiteNotRecorded,   kCauseDatasetNotComputed,
-    kCauseOnlyInPartition, kCauseHeadNotTied,        kCauseEmbedding,       kCauseNan,
-    kCauseTapSource,       kCauseDispatch,           kCauseHandoff,         kCauseCarriedState,
-    kCauseLayerWeights,    kCauseHeadNorm,           kCauseHeadLmHead,      kCauseHeadEither,
-    kCauseSampling,        kCausePropagated,
+    kCauseStructural,
+    kCauseConfigRejected,
+    kCauseError,
+    kCausePartitionEvidence,
+    kCauseLayerNotComputed,
+    kCauseSiteNotRecorded,
+    kCauseDatasetNotComputed,
+    kCauseOnlyInPartition,
+    kCauseHeadNotTied,
+    kCauseEmbedding,
+    kCauseNan,
+    kCauseTapSource,
+    kCauseDispatch,
+    kCauseHandoff,
+    kCauseCarriedState,
+    kCauseLayerWeights,
+    kCauseHeadNorm,
+    kCauseHeadLmHead,
+    kCauseHeadEither,
+    kCauseSampling,
+    kCausePropagated,
 };
 
 bool has_check(const CaseResult& c, const std::string& check) {
@@ -151,9 +166,9 @@ std::string compare_cause(const CompareResult& r) {
   }
   if (std::string cause = departure_cause(d); !cause.empty()) return cause;
   if (layer_prefix(d.path).empty()) return kCausePropagated;
-  const bool dispatch_differs = std::any_of(r.diffs.begin(), r.diffs.end(), [](const TensorDiff& t) {
-    return t.path.ends_with("/dispatch") && !t.within_tolerance;
-  });
+  const bool dispatch_differs = std::any_of(
+      r.diffs.begin(), r.diffs.end(),
+      [](const TensorDiff& t) { return t.path.ends_with("/dispatch") && !t.within_tolerance; });
   return dispatch_differs ? kCauseDispatch : "";
 }
 

@@ -130,12 +130,14 @@ void judge_expect(const nlohmann::json& expect, const std::string& filter, int s
   if (!declared) return;
   result.expect_not_evaluated =
       !filter.empty()
-          ? fmt::format("not evaluated: the run is partial (--filter \"{}\": {} split points of "
-                        "the scenario's); sweep without --filter to evaluate it",
-                        filter, result.cases.size())
-          : fmt::format("not evaluated on one shard (--shard {}/{}): splitcheck merge evaluates "
-                        "it once the shards are joined",
-                        shard_index, shard_count);
+          ? fmt::format(
+                "not evaluated: the run is partial (--filter \"{}\": {} split points of "
+                "the scenario's); sweep without --filter to evaluate it",
+                filter, result.cases.size())
+          : fmt::format(
+                "not evaluated on one shard (--shard {}/{}): splitcheck merge evaluates "
+                "it once the shards are joined",
+                shard_index, shard_count);
 }
 
 }  // namespace splitcheck

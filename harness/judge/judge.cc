@@ -144,10 +144,10 @@ void add_failed(CaseResult& c, const std::string& check) {
 std::string case_message(const CaseResult& c) {
   std::string msg;
   if (!c.first_missing.empty()) {
-    FirstDeparture d{c.first_missing,
-                     c.first_missing_extra ? FirstDeparture::Kind::kExtra
-                                           : FirstDeparture::Kind::kMissing,
-                     c.first_missing_layer_partly_recorded};
+    FirstDeparture d{
+        c.first_missing,
+        c.first_missing_extra ? FirstDeparture::Kind::kExtra : FirstDeparture::Kind::kMissing,
+        c.first_missing_layer_partly_recorded};
     msg = fmt::format("{}: {} the partitioned run ({})", c.first_missing,
                       c.first_missing_extra ? "only in" : "missing in", departure_cause(d));
   }

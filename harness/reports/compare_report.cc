@@ -169,7 +169,7 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
     const TensorDiff* first = r.first_divergence();
     const bool missing_first =
         !r.only_in_a.empty() && (first == nullptr || r.only_in_a_first_order < first->order);
-    const std::string key = missing_first     ? r.only_in_a.front()
+    const std::string key = missing_first      ? r.only_in_a.front()
                             : first != nullptr ? first->path
                                                : r.only_in_b.front();
     for (nlohmann::json& c : cases)

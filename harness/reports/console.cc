@@ -74,8 +74,7 @@ std::string console_cases(const nlohmann::json& r) {
   for (const nlohmann::json& c : cases) {
     const std::string cause = str_field(c, "cause");
     out += fmt::format("  {:<16} {:<16} {}{}\n", console_line(str_field(c, "key")),
-                       console_line(str_field(c, "verdict")),
-                       console_line(str_field(c, "message")),
+                       console_line(str_field(c, "verdict")), console_line(str_field(c, "message")),
                        cause.empty() ? "" : " (cause: " + console_line(cause) + ")");
     if (c.contains("computed"))
       out += fmt::format("  {:<16} {:<16} computed: {}\n", "", "",
@@ -126,9 +125,9 @@ std::string console_timing(const nlohmann::json& r) {
   const nlohmann::json& t = obj_field(r, "timing");
   const double pp1 = t.value("pp1_seconds", 0.0), total = t.value("total_seconds", 0.0);
   if (external(r))
-    return fmt::format(
-        "time: PP=1 {:.2f} s, sweep {:.2f} s {}; engine runs {:.2f} s in all\n", pp1, total,
-        parallelism_text(r), obj_field(r, "engine").value("engine_seconds", 0.0));
+    return fmt::format("time: PP=1 {:.2f} s, sweep {:.2f} s {}; engine runs {:.2f} s in all\n", pp1,
+                       total, parallelism_text(r),
+                       obj_field(r, "engine").value("engine_seconds", 0.0));
   return fmt::format("time: PP=1 {:.2f} s, sweep {:.2f} s {} ({:.1f} PP=1 runs)\ncomputed: {}\n",
                      pp1, total, parallelism_text(r), total / std::max(1e-9, pp1),
                      computed_summary(r));

@@ -498,7 +498,9 @@ std::string html_gate_notes(const nlohmann::json& r) {
     const std::string why = str_field(r["expect"], "not_evaluated");
     out += fmt::format("<p id=\"expect\" data-met=\"{}\">Scenario expectations: <b>{}</b></p>\n",
                        fails.empty(),
-                       !fails.empty() ? "NOT MET" : why.empty() ? "met" : esc(why));
+                       !fails.empty() ? "NOT MET"
+                       : why.empty()  ? "met"
+                                      : esc(why));
     if (!fails.empty()) {
       out += "<ul class=\"expect-failures\">";
       for (const auto& f : fails) out += "<li>" + esc(text_of(f)) + "</li>";
@@ -592,10 +594,9 @@ std::string html_provenance(const nlohmann::json& r) {
     out += fmt::format("<tr><td>shard {} stages ran</td><td>{}</td></tr>\n", i,
                        esc(placement_line(r["placement_by_shard"][i])));
   if (r.contains("timing"))
-    out += fmt::format(
-        "<tr><td>timing</td><td>PP=1 {:.2f} s, sweep {:.2f} s {}</td></tr>\n",
-        r["timing"].value("pp1_seconds", 0.0), r["timing"].value("total_seconds", 0.0),
-        esc(parallelism_text(r)));
+    out += fmt::format("<tr><td>timing</td><td>PP=1 {:.2f} s, sweep {:.2f} s {}</td></tr>\n",
+                       r["timing"].value("pp1_seconds", 0.0),
+                       r["timing"].value("total_seconds", 0.0), esc(parallelism_text(r)));
   if (r.contains("computed"))
     out += fmt::format("<tr><td>computed</td><td id=\"computed\">{}</td></tr>\n",
                        esc(computed_summary(r)));

@@ -213,7 +213,10 @@ nlohmann::json case_json(const SweepResult& r, const CaseResult& c, int64_t inde
                     {"datasets_differing", c.datasets_differing},
                     {"dispatch_mismatches", c.dispatch_mismatches},
                     {"seconds", c.seconds}};
-  if (const std::string cause = classify_cause(c); !cause.empty()) cj["cause"] = cause;
+  // The likely cause, where it says more than the verdict ("error" of an error does not).
+  if (const std::string cause = classify_cause(c);
+      !cause.empty() && cause != verdict_name(c.verdict))
+    cj["cause"] = cause;
   if (!c.waivers.empty()) {
     nlohmann::json ws = nlohmann::json::array();
     for (const Waiver& w : c.waivers)

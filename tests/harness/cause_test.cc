@@ -32,9 +32,9 @@ Tensor i32(std::vector<int32_t> values) {
 
 // What each dataset of a record holds; the candidate changes one of them, or drops some.
 struct Edit {
-  std::string changed = {};         // this dataset's values differ
+  std::string changed = {};               // this dataset's values differ
   std::vector<std::string> dropped = {};  // these are not recorded
-  bool final_norm = true;            // the run records the final norm's output
+  bool final_norm = true;                 // the run records the final norm's output
 };
 
 // One forward of two layers of a standard pre-norm transformer, in execution order: the
@@ -89,8 +89,8 @@ TEST(CauseTest, LogitsAfterAnEqualFinalNormNameTheLmHead) {
 }
 
 TEST(CauseTest, LogitsWithoutAFinalNormRecordNameBothHeadSuspects) {
-  const CaseResult c = judged({.changed = "forward/0/logits", .final_norm = false},
-                             {.final_norm = false});
+  const CaseResult c =
+      judged({.changed = "forward/0/logits", .final_norm = false}, {.final_norm = false});
   EXPECT_EQ(classify_cause(c), kCauseHeadEither) << c.message;
 }
 
@@ -128,8 +128,7 @@ TEST(CauseTest, APassShowsNoCause) { EXPECT_EQ(classify_cause(judged({})), ""); 
 
 TEST(CauseTest, CompareNamesTheSameCausesFromTwoFiles) {
   CompareResult r;
-  r.compared_paths = {"/forward/0/layers/0/pre_attn", "/forward/0/final_norm",
-                      "/forward/0/logits"};
+  r.compared_paths = {"/forward/0/layers/0/pre_attn", "/forward/0/final_norm", "/forward/0/logits"};
   TensorDiff d;
   d.path = "/forward/0/logits";
   d.order = 3;

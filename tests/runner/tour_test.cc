@@ -82,7 +82,8 @@ TEST_F(TourTest, TheFirstEngineOfTheGuideRunsAsWrittenAndItsBugIsFound) {
         << c["message"];
   }
   // The line the page shows, as the console prints it for split-1.
-  const std::regex shown(R"(  split-1 +diverged +head not tied to the embedding: stage 1's head \(storage:[0-9]+\) is not the embedding's storage \(the stage holds no embedding\); PP=1's head is; .*\(cause: head not tied to the embedding\))");
+  const std::regex shown(
+      R"(  split-1 +diverged +head not tied to the embedding: stage 1's head \(storage:[0-9]+\) is not the embedding's storage \(the stage holds no embedding\); PP=1's head is; .*\(cause: head not tied to the embedding\))");
   EXPECT_TRUE(std::regex_search(r.out, shown)) << r.out;
   EXPECT_NE(page.find("split-1          diverged         head not tied to the embedding: stage "
                       "1's head"),
