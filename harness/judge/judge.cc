@@ -171,8 +171,12 @@ std::string case_message(const CaseResult& c) {
 // this message; a failing one keeps its first message and gains this one.
 void add_check_failure(CaseResult& c, const CheckFailure& f) {
   add_failed(c, f.check);
-  if (c.stage_failure_cause.empty()) c.stage_failure_cause = f.cause;
-  if (c.verdict == Verdict::kPass) {
+  // A failure that names its own cause leads the message: it is what the case is named for.
+  const bool leads = !f.cause.empty() && c.stage_failure_cause.empty();
+  if (leads) c.stage_failure_cause = f.cause;
+  if (leads && c.first_missing.empty() && c.verdict != Verdict::kPass && !c.message.empty()) {
+    c.message = f.message + "; " + c.message;
+  } else if (c.verdict == Verdict::kPass) {
     c.verdict = Verdict::kDiverged;
     c.message = f.message;
   } else {
@@ -460,7 +464,9 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
   }
   if (c.first_divergence && c.first_divergence->path.ends_with("/logits")) {
     const std::string& p = c.first_divergence->path;
-    const std::string norm = p.substr(0, p.size() - 6) + "final_norm";
+    const std::string norm =
+        p.substr(p.starts_with('/') ? 1 : 0, p.size() - 6 - (p.starts_with('/') ? 1 : 0)) +
+        "final_norm";
     c.final_norm_recorded = ref.find(norm) != nullptr && by_path.contains(norm);
   }
   c.diverged_requests.assign(diverged_requests.begin(), diverged_requests.end());
