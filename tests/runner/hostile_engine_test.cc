@@ -374,6 +374,9 @@ TEST_F(HostileEngineTest, CausesBeyondTheLayersAndAnUntiedHeadAreNamed) {
             0u)
       << message_of(rep, "split-6");
   EXPECT_EQ(cause_of("split-3"), "(none)");
+  // Report nits: the stages' tensors are the dump's held_tensors; the timing speaks of jobs.
+  EXPECT_GT(rep["cases"][0]["stages"][0].value("tensors", 0), 0) << rep["cases"][0].dump();
+  EXPECT_NE(file_text(path("rep") / "report.html").find("with 2 jobs"), std::string::npos);
   // The console's line of each ends with its cause; summary.md and report.html show it too.
   for (const char* cause : {"(cause: site not recorded)", "(cause: head: final norm or lm_head)",
                             "(cause: head not tied to the embedding)"})
