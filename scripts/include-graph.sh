@@ -2,8 +2,8 @@
 # The include graph of harness/ by folder: every "from -> to" pair of rooms where a file of
 # `from` includes a header of `to`, with how many files do, checked against the rooms each
 # folder's README.md says it may include (its "May include:" line). The rooms form floors,
-# bottom first: dump, scenario, engine, transport, judge, sweep, then gates and lanes,
-# runner, reports, cli;
+# bottom first: dump, scenario, engine, transport, judge, runner, sweep, then gates and
+# lanes, reports, cli;
 # a room may include only rooms below it, so every arrow runs down. Exit 1 when any include
 # is not allowed (an arrow back up a floor or sideways), or a folder has no such line.
 #   scripts/include-graph.sh

@@ -247,26 +247,70 @@ def argmax_lowest(logits):
 
 # -- one layer (SPEC 2.3) -----------------------------------------------------------------
 
-def run_layer(cfg, lw, layer, state, record):
-    """Runs layer `layer` on `state`; `record(site, tensor)` receives the five tensors."""
-    S = cfg.attn_res_block_size
-    w = cfg.is_block_write(layer)
-    nb = cdiv(layer, S)
-    x = attn_res(cfg, state, lw["self_attention_res_norm"], lw["self_attention_res_proj"],
-                 lw["input_layernorm"], nb, layer // S if w else -1, layer, "pre_attn")
-    record("pre_attn", x)
-    a = attention(cfg, lw, x, layer)
-    record("attn_out", a)
-    if w:
-        state.P, state.D = a, None
-    else:
-        state.D = a
-    y = attn_res(cfg, state, lw["mlp_res_norm"], lw["mlp_res_proj"],
-                 lw["post_attention_layernorm"], nb + (1 if w else 0), -1, layer, "pre_mlp")
-    record("pre_mlp", y)
-    state.D = mlp(cfg, lw, y, layer)
-    record("mlp_out", state.D)
-    record("prefix", state.P)
+class AttnResRead(torch.nn.Module):
+    """One attn_res call of a layer (SPEC 2.2, site pre_attn or pre_mlp): its output is the
+    site's tensor. Holds references to the layer's weights, not copies."""
+
+    def __init__(self, cfg, norm_w, proj_w, out_w, layer, site):
+        super().__init__()
+        self.cfg, self.layer, self.site = cfg, layer, site
+        self.norm_w, self.proj_w, self.out_w = norm_w, proj_w, out_w
+
+    def forward(self, state, nb, write_idx):
+        return attn_res(self.cfg, state, self.norm_w, self.proj_w, self.out_w, nb, write_idx,
+                        self.layer, self.site)
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, cfg, lw, layer):
+        super().__init__()
+        self.cfg, self.lw, self.layer = cfg, lw, layer
+
+    def forward(self, x):
+        return attention(self.cfg, self.lw, x, self.layer)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, cfg, lw, layer):
+        super().__init__()
+        self.cfg, self.lw, self.layer = cfg, lw, layer
+
+    def forward(self, y):
+        return mlp(self.cfg, self.lw, y, self.layer)
+
+
+class DecoderLayer(torch.nn.Module):
+    """Layer `layer` (SPEC 2.3) as modules named as a standard pre-norm layer's, so that
+    splitcheck_dump.record_stage reads its five sites with the standard table: the outputs
+    of input_layernorm (the attn_res read at pre_attn), self_attn, post_attention_layernorm
+    (the read at pre_mlp) and mlp (the new pending delta), then the layer's own output,
+    the prefix P. forward(state) updates `state` (a Residual) as the kernels do."""
+
+    def __init__(self, cfg, lw, layer):
+        super().__init__()
+        self.cfg, self.index = cfg, layer
+        self.input_layernorm = AttnResRead(cfg, lw["self_attention_res_norm"],
+                                           lw["self_attention_res_proj"], lw["input_layernorm"],
+                                           layer, "pre_attn")
+        self.self_attn = Attention(cfg, lw, layer)
+        self.post_attention_layernorm = AttnResRead(cfg, lw["mlp_res_norm"], lw["mlp_res_proj"],
+                                                    lw["post_attention_layernorm"], layer,
+                                                    "pre_mlp")
+        self.mlp = MLP(cfg, lw, layer)
+
+    def forward(self, state):
+        S, layer = self.cfg.attn_res_block_size, self.index
+        w = self.cfg.is_block_write(layer)
+        nb = cdiv(layer, S)
+        x = self.input_layernorm(state, nb, layer // S if w else -1)
+        a = self.self_attn(x)
+        if w:
+            state.P, state.D = a, None
+        else:
+            state.D = a
+        y = self.post_attention_layernorm(state, nb + (1 if w else 0), -1)
+        state.D = self.mlp(y)
+        return state.P
 
 
 def read_tap(cfg, state, k, norm_w, proj_w):

@@ -114,10 +114,27 @@ class Stage:
             self.embed = self.embed.to(self.device)
         self.drafter_embed = self.embed if self.last else None  # shared, never copied
         self.recorder = sd.TensorRecorder()
+        # The stage's layers as modules, recorded by forward hooks: layers/<l>/<site> for
+        # each held layer, numbered from the stage's first (splitcheck_dump.record_stage).
+        self.model = torch.nn.Module()
+        self.model.layers = torch.nn.ModuleList(
+            k3.DecoderLayer(cfg, self.layer_weights(layer), layer)
+            for layer in range(self.begin, self.end))
+        self.recording = sd.record_stage(self.model, self.keep, layers="layers",
+                                         first_layer=self.begin, dtype="bfloat16")
         self.owned_taps = [k for k in CAPTURE_IDS
                            if (k == 0 and self.first) or self.begin < k <= self.end]
         self.incoming_taps = [k for k in CAPTURE_IDS if k <= self.begin and not self.first]
         assert L == bounds[-1]
+
+    def keep(self, path, t, dtype):
+        """Keeps a record of the current forward. K3-mini's activations are bf16 values
+        held in float32 (SPEC's dtype is bf16): a bf16 record is the engine's own dtype,
+        converted exactly, so no record is narrowed (the recorder would name float32 as
+        its source)."""
+        if dtype == "bfloat16" and torch.is_tensor(t) and t.dtype == torch.float32:
+            t = t.to(torch.bfloat16)
+        self.recorder.keep(path, t, dtype)
 
     def layer_weights(self, layer):
         p = f"layers.{layer}."
@@ -181,16 +198,7 @@ class Stage:
         cfg = self.cfg
         T = len(ids)
         base = f"/forward/{f}/"
-        keep_as = self.recorder.keep
-
-        def keep(path, t, dtype):
-            # K3-mini's activations are bf16 values held in float32 (SPEC's dtype is bf16):
-            # a bf16 tensor is the engine's own dtype, converted exactly, so no record is
-            # narrowed (the recorder would name float32 as its source).
-            if dtype == "bfloat16" and torch.is_tensor(t) and t.dtype == torch.float32:
-                t = t.to(torch.bfloat16)
-            keep_as(path, t, dtype)
-
+        keep = self.keep
         with sd.recording(sd.DispatchTrace(stage=self.index)) as trace:
             if self.first:
                 keep(base + "input_ids", np.array(ids, np.int32), "int32")
@@ -201,13 +209,12 @@ class Stage:
                 taps = {0: P} if 0 in CAPTURE_IDS else {}
             else:
                 state, taps = self.receive(T)
-            for layer in range(self.begin, self.end):
-                lw = self.layer_weights(layer)
-                k3.run_layer(cfg, lw, layer, state, lambda site, t, layer=layer: keep(
-                    f"{base}layers/{layer}/{site}", t, "bfloat16"))
-                k = layer + 1
-                if k in CAPTURE_IDS:
-                    taps[k] = self.read_tap(state, k)
+            with self.recording.forward(f):
+                for layer in self.model.layers:
+                    layer(state)
+                    k = layer.index + 1
+                    if k in CAPTURE_IDS:
+                        taps[k] = self.read_tap(state, k)
             next_tokens = None
             if not self.last:
                 self.send(state, taps)

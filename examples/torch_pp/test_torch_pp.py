@@ -5,7 +5,9 @@ exactly at a cut equal to a capture id; with --per-stage-write (each stage write
 the parent assembles them) the dump is the one the gathering writer writes. `splitcheck
 compare` judges too where it is built.
 
-Run: /usr/bin/python3 -m pytest examples/torch_pp (about 10 runs of ~1-2 s)."""
+Run: /usr/bin/python3 -m pytest examples/torch_pp (about 10 runs of ~1-2 s). The layers are
+recorded through splitcheck_dump.record_stage; the runner sweeps of the three scenarios
+(tests/runner/external_sweep_test.cc) sweep it at every split point."""
 
 import os
 import pathlib
@@ -152,3 +154,14 @@ def test_per_stage_write_gives_the_single_writer_dump(tmp, pp, cuts):
     equal, diff = judged_equal(gathered, assembled)
     assert equal, diff[:5]
     assert not [p for p in tmp.iterdir() if p.name.startswith(".parts-")]  # parts removed
+
+
+def test_a_stage_records_its_layers_through_record_stage_from_its_first_layer():
+    sys.path.insert(0, str(HERE))
+    import model as k3
+    import run
+    stage = run.Stage(k3.Config(), 7, 1, [0, 3, 16],
+                      {"bug_no_zero_delta": False, "bug_prefix_tap": False})
+    assert isinstance(stage.recording, sd.StageRecording)
+    assert sorted(stage.recording.layers) == list(range(3, 16))
+    assert [m.index for m in stage.recording.layers.values()] == list(range(3, 16))

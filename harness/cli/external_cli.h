@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "harness/judge/waivers.h"
-#include "harness/runner/external_sweep.h"
+#include "harness/sweep/external_sweep.h"
 
 namespace splitcheck {
 

@@ -96,6 +96,11 @@ std::vector<std::string> expect_failures_of(const nlohmann::json& expect, const 
 
 std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const SweepResult& r) {
   std::vector<std::string> fails;
+  // A PP=1 that gave no reference judged nothing: the expectation is neither met nor missed
+  // by any split point, and the one line says why (every case is the same error).
+  if (!r.reference_failure.empty())
+    return {fmt::format("not evaluated: PP=1 gave no reference, nothing judged ({})",
+                        r.reference_failure)};
   // The loader validates `expect` (scenario.cc); a block that still cannot be read here
   // (a hand-edited report given to merge, say) fails rather than passes.
   if (!expect.is_object()) {

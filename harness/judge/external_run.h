@@ -1,6 +1,5 @@
-// What a sweep of an external engine (harness/runner/external_sweep.h) records beside its
-// cases: the command as run for PP=1, the settings as requested and in effect, and the
-// checks its dumps gave no evidence for.
+// What a sweep of an external engine (harness/sweep/external_sweep.h) records beside its
+// cases: the command as run for PP=1 and the settings as requested and in effect.
 #pragma once
 
 #include <string>
@@ -27,7 +26,6 @@ struct ExternalRunInfo {
   std::string pp1_outcome;      // "exited with status 0 in 1.23 s", or why PP=1 failed
   std::string pp1_stderr_tail;  // when PP=1 failed
   bool pp1_failed = false;
-  std::vector<NotJudged> not_judged;
   double engine_seconds = 0;  // the engine runs' own time, summed (PP=1 included)
   // The engine's own word on itself, from the PP=1 dump's root attributes: `producer`
   // (JSON: name, version, ...), `backend`, and the dispatch trace's `kernels` (names by code).

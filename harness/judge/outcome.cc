@@ -24,6 +24,7 @@ constexpr SweepOutcome kSweepOutcomes[] = {
     {SweepVerdict::kDivergent, "divergent", true, 1},
     {SweepVerdict::kNoData, "no-data", true, 1},
     {SweepVerdict::kRefused, "refused", true, 4},
+    {SweepVerdict::kError, "error", true, 3},
     {SweepVerdict::kInterrupted, "interrupted", true, 128},
 };
 

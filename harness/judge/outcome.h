@@ -52,9 +52,10 @@ const CaseOutcome* find_outcome(std::string_view name);
 const char* verdict_name(Verdict v);
 
 // The sweep's verdict word. kInterrupted: a signal ended it (exit 128 + the signal);
-// kRefused: PP=1 does not reproduce itself, nothing was judged; kNoData: every case passed
+// kRefused: PP=1 does not reproduce itself, nothing was judged; kError: PP=1 gave no
+// reference (its run failed), nothing was judged; kNoData: every case passed
 // but none compared any data (exit 0 only where the scenario's expect asks for it).
-enum class SweepVerdict { kConformant, kDivergent, kNoData, kRefused, kInterrupted };
+enum class SweepVerdict { kConformant, kDivergent, kNoData, kRefused, kError, kInterrupted };
 
 struct SweepOutcome {
   SweepVerdict verdict;

@@ -36,6 +36,7 @@ bool SweepResult::compared_data() const {
 SweepVerdict SweepResult::sweep_verdict() const {
   if (interrupted_by != 0) return SweepVerdict::kInterrupted;
   if (refused_to_judge()) return SweepVerdict::kRefused;
+  if (!reference_failure.empty()) return SweepVerdict::kError;
   if (no_data_compared()) return SweepVerdict::kNoData;
   return conformant() ? SweepVerdict::kConformant : SweepVerdict::kDivergent;
 }
@@ -49,6 +50,7 @@ int SweepResult::exit_code() const {
   if (v == SweepVerdict::kInterrupted) return outcome_of(v).exit_status + interrupted_by;
   if (v == SweepVerdict::kRefused) return outcome_of(v).exit_status;
   int status = cases.empty() ? 1 : 0;
+  if (v == SweepVerdict::kError) status = outcome_of(v).exit_status;
   for (const CaseResult& c : cases)
     status = worse_exit_status(status, outcome_of(c.verdict).exit_status);
   // Passes that compared nothing are exit 0 only where `expect` asks for exactly that.

@@ -165,6 +165,14 @@ struct SweepResult {
   std::string expect_not_evaluated;
   std::vector<std::string> checks;           // the checks evaluated, in registry order
   SelfCheckResult self_check;                // PP=1 against itself (when SweepOptions::self_check)
+  // Why PP=1 gave no reference (the engine's PP=1 run failed, or its dump is not a PP=1
+  // run); empty when it stands. Then nothing is judged: every case is an error naming it,
+  // and the sweep's verdict is "error".
+  std::string reference_failure;
+  // The selected checks the engine's evidence judged in no case, each with its reason (a
+  // check PP=1's dump gives no evidence for, a waived evidence, a stage check no case
+  // could judge); every report form lists them, and none of them is a pass.
+  std::vector<NotJudged> not_judged;
   std::optional<ExternalRunInfo> external;   // a sweep of an external engine (harness/runner/)
   std::vector<std::string> waiver_failures;  // expired waivers of this scenario (apply_waivers)
   // The signal (SIGINT, SIGTERM, SIGHUP) that ended the sweep early; 0: none. The cases not
@@ -187,7 +195,7 @@ struct SweepResult {
   // verdict is "no-data", never "conformant".
   bool no_data_compared() const { return conformant() && !compared_data(); }
   // The sweep's verdict (outcome.h): interrupted (interrupted_by), refused
-  // (refused_to_judge), no-data (no_data_compared), conformant or divergent; and its word in
+  // (refused_to_judge), error (reference_failure), no-data (no_data_compared), conformant or divergent; and its word in
   // every report form.
   SweepVerdict sweep_verdict() const;
   std::string verdict_word() const;

@@ -186,8 +186,11 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
   j["format"] = "splitcheck.report";
   j["format_version"] = 1;
   j["kind"] = "compare";
-  j["verdict"] = r.equal() ? "conformant" : "divergent";
-  j["exit_code"] = r.equal() ? 0 : 1;
+  // Two files compared are one case, judged by the outcome tables as a sweep's are.
+  const SweepOutcome& outcome =
+      outcome_of(r.equal() ? SweepVerdict::kConformant : SweepVerdict::kDivergent);
+  j["verdict"] = std::string(outcome.word);
+  j["exit_code"] = outcome_of(r.equal() ? Verdict::kPass : Verdict::kDiverged).exit_status;
   j["summary"] = verdict(r);
   if (const std::string cause = compare_cause(r); !cause.empty())
     j["summary"] = verdict(r) + " (cause: " + cause + ")";

@@ -202,7 +202,10 @@ std::string console_result(const nlohmann::json& r) {
         "expect: NOT MET: " + console_line(f.is_string() ? f.get<std::string>() : f.dump()) + "\n";
   const std::string verdict = str_field(r, "verdict");
   const int exit_code = r.value("exit_code", 1);
-  if (verdict == "no-data")
+  if (verdict == "error")
+    out += "result: error: PP=1 gave no reference, no split point judged: " +
+           console_line(str_field(r, "reference_failure")) + "\n";
+  else if (verdict == "no-data")
     out += fmt::format(
         "result: no data compared: the selected checks ({}) compared no dataset and judged no "
         "stage{}\n",

@@ -696,6 +696,8 @@ std::string render_html(const nlohmann::json& report) {
       esc(r.value("exit_code", 0) != 0 ? std::string("divergent") : verdict), esc(verdict),
       text_of(r.value("exit_code", nlohmann::json())),
       esc(verdict == "refused" ? "REFUSED: PP=1 does not reproduce itself; no split point judged"
+          : verdict == "error" ? "ERROR: PP=1 gave no reference; no split point judged (" +
+                                     str_field(r, "reference_failure") + ")"
           : verdict == "no-data"
               ? (r.value("exit_code", 0) != 0
                      ? "NO DATA COMPARED: every split point passed, but its selected checks "

@@ -109,6 +109,7 @@ std::string junit_case(const nlohmann::json& r, const nlohmann::json& c, const s
 struct GateCases {
   bool expect_unmet;   // "expect", failing: the scenario's expect is not met
   bool refused;        // "self-check", in error: PP=1 does not reproduce itself
+  bool no_reference;   // "pp1", in error: PP=1 gave no reference (its run failed)
   bool no_data;        // "no-data": the selected checks compared no data...
   bool no_data_fails;  // ...failing unless the scenario's expect asks for that verdict
 };
@@ -118,7 +119,8 @@ GateCases gate_cases_of(const nlohmann::json& r) {
   const std::string verdict = str_field(r, "verdict");
   const bool no_data = verdict == "no-data";
   return {expect.contains("met") && expect["met"].is_boolean() && !expect["met"].get<bool>(),
-          verdict == "refused", no_data, no_data && r.value("exit_code", 1) != 0};
+          verdict == "refused", verdict == "error", no_data,
+          no_data && r.value("exit_code", 1) != 0};
 }
 
 // The test cases of the gate beyond split points: a refused self-check, no data compared,
@@ -136,6 +138,12 @@ std::string junit_gate_cases(const nlohmann::json& r, const std::string& suite) 
         suite, sc.value("datasets_differing", 0), sc.value("datasets_compared", 0),
         xml_escape(str_field(sc, "first_difference")));
   }
+  if (g.no_reference)
+    out += fmt::format(
+        "    <testcase classname=\"{}\" name=\"pp1\" time=\"0.000\">\n      <error "
+        "type=\"no-reference\" message=\"PP=1 gave no reference: no split point "
+        "judged\">{}</error>\n    </testcase>\n",
+        suite, xml_escape(str_field(r, "reference_failure")));
   if (g.no_data) {
     const std::string what =
         "no data compared: every split point passed, but its selected checks compared no "
@@ -178,9 +186,9 @@ std::string render_junit(const nlohmann::json& r) {
   const nlohmann::json& counts = r["counts"];
   const GateCases g = gate_cases_of(r);
   const int64_t total = counts.value("total", 0) + (g.expect_unmet ? 1 : 0) + (g.refused ? 1 : 0) +
-                        (g.no_data ? 1 : 0);
+                        (g.no_reference ? 1 : 0) + (g.no_data ? 1 : 0);
   int64_t failures = (g.expect_unmet ? 1 : 0) + (g.no_data_fails ? 1 : 0);
-  int64_t errors = g.refused ? 1 : 0;
+  int64_t errors = (g.refused ? 1 : 0) + (g.no_reference ? 1 : 0);
   int64_t skipped = 0;
   for (const CaseOutcome& o : case_outcomes()) {
     const int64_t n = counts.value(std::string(o.count_key), int64_t{0});

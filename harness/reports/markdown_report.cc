@@ -191,6 +191,7 @@ std::string render_markdown(const nlohmann::json& r) {
   std::string out = fmt::format(
       "## splitcheck {}: **{}** {}\n\n", markdown_text(str_field(r, "kind", "sweep")),
       refused                       ? "REFUSED: PP=1 DOES NOT REPRODUCE ITSELF"
+      : verdict == "error"          ? "ERROR: PP=1 GAVE NO REFERENCE, NOTHING JUDGED"
       : no_data && gate_ok          ? "NO DATA COMPARED (AS THE SCENARIO'S EXPECT ASKS)"
       : no_data                     ? "NO DATA COMPARED"
       : !ok                         ? "DIVERGENT"

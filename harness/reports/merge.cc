@@ -201,10 +201,29 @@ Result<JoinedCases> join_cases(const std::vector<nlohmann::json>& reports,
   return joined;
 }
 
-// What evaluate_expect and the counts read, rebuilt from the joined cases.
-Result<SweepResult> rebuilt_result(const nlohmann::json& first, const JoinedCases& joined,
+// What the judge's aggregation (verdict, counts, judged checks, expect, exit status) reads of
+// the shards, from their report models: each case's verdict and findings in the unsharded
+// order, and what ends a sweep before or beside its cases (a signal, a PP=1 that gave no
+// reference or did not reproduce itself), so that the merged verdict is the one the
+// unsharded sweep gives.
+Result<SweepResult> rebuilt_result(const std::vector<nlohmann::json>& reports,
+                                   const JoinedCases& joined,
                                    const std::vector<std::string>& paths) {
+  const nlohmann::json& first = reports[0];
   SweepResult result;
+  for (const nlohmann::json& r : reports) {
+    const std::string verdict = r.value("verdict", "");
+    const int code = r.value("exit_code", 0);
+    if (verdict == "interrupted")
+      result.interrupted_by = std::max(result.interrupted_by, code > 128 ? code - 128 : 1);
+    if (r.contains("self_check") && r["self_check"].is_object() &&
+        !r["self_check"].value("reproduced", true)) {
+      result.self_check.ran = true;
+      result.self_check.reproduced = false;
+    }
+    if (result.reference_failure.empty())
+      result.reference_failure = r.value("reference_failure", "");
+  }
   result.scenario_name = first["scenario"].value("name", "");
   result.scenario_sha256 = first["scenario"]["sha256"].get<std::string>();
   result.model_sha256 = first["scenario"].value("model_sha256", "");
@@ -390,6 +409,7 @@ nlohmann::json merged_report(const std::vector<nlohmann::json>& reports,
   for (const nlohmann::json& r : reports)
     if (r.contains("placement")) merged["placement_by_shard"].push_back(r["placement"]);
   merged["verdict"] = result.verdict_word();
+  if (!result.reference_failure.empty()) merged["reference_failure"] = result.reference_failure;
   merged["command"] = unsharded_command(first.value("command", ""), report_dir);
   merged["counts"] = counts_json(result);
   merge_timing(reports, merged);
@@ -428,7 +448,7 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
       enumerate_partitions(s->partitions, s->model.num_hidden_layers, FaultSet{s->faults}));
   ASSIGN_OR_RETURN(JoinedCases joined, join_cases(reports, paths, all, filter));
 
-  ASSIGN_OR_RETURN(SweepResult result, rebuilt_result(first, joined, paths));
+  ASSIGN_OR_RETURN(SweepResult result, rebuilt_result(reports, joined, paths));
   // What `expect` reads besides the cases: PP=1's acceptance and, for serving, the batch
   // invariance check.
   read_pp1_acceptance(first, result);

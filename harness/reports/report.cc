@@ -304,9 +304,6 @@ void set_engine(const ExternalRunInfo& e, nlohmann::json& j) {
       {"pp1_failed", e.pp1_failed},
       {"pp1_stderr_tail", e.pp1_stderr_tail},
       {"engine_seconds", e.engine_seconds}};
-  j["not_judged"] = nlohmann::json::array();
-  for (const NotJudged& n : e.not_judged)
-    j["not_judged"].push_back({{"check", n.check}, {"reason", n.reason}});
   j["lane"]["rule"] =
       "bitwise on the integer bit pattern; no tolerance (the engine's dumps "
       "against its own PP=1)";
@@ -389,6 +386,10 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
                        {"first_difference", r.self_check.first_difference},
                        {"seconds", r.self_check.seconds}};
   j["checks"] = r.checks;
+  j["not_judged"] = nlohmann::json::array();
+  for (const NotJudged& n : r.not_judged)
+    j["not_judged"].push_back({{"check", n.check}, {"reason", n.reason}});
+  if (!r.reference_failure.empty()) j["reference_failure"] = r.reference_failure;
   j["scenario"] = {{"name", r.scenario_name},
                    {"sha256", r.scenario_sha256},
                    {"model_sha256", r.model_sha256},

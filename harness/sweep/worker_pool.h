@@ -1,5 +1,5 @@
 // The worker pool both sweeps run their cases on: the built-in engine's partitions
-// (harness/sweep/sweep.cc) and an external engine's runs (harness/runner/external_sweep.cc).
+// (harness/sweep/sweep.cc) and an external engine's runs (harness/sweep/external_sweep.cc).
 #pragma once
 
 #include <cstddef>

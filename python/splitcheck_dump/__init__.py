@@ -10,14 +10,15 @@ join them with `assemble` (`python3 -m splitcheck_dump assemble PART... --out DU
 `splitcheck compare A B` compares two such files bit for bit; `splitcheck sweep` runs an
 engine that writes them once per split point.
 
-Needs numpy, h5py and xxhash; PyTorch only for the torch helpers (hooks, bf16 tensors,
+Needs numpy, h5py and xxhash; PyTorch only for the torch helpers (`record_stage`: hooks
+that record a pipeline stage of any PyTorch model; bf16 tensors,
 storage identity of torch tensors).
 """
 
 from ._encoding import from_bf16_bits, to_bf16_bits, xxh3_64, xxh64
 from .compare import differing_datasets
 from .dispatch import KERNELS, SITES, DispatchEvent, DispatchTrace, dispatch, recording
-from .hooks import bf16_bits, record_forward_hooks
+from .hooks import Site, StageRecording, bf16_bits, record_forward_hooks, record_stage
 from .parts import PART_FORMAT, PART_FORMAT_VERSION, AssembleError, PartWriter, assemble
 from .placement import StagePlacement, storage_of
 from .processes import run_stage_processes
@@ -31,11 +32,11 @@ __all__ = [
     "AssembleError", "PART_FORMAT", "PART_FORMAT_VERSION", "PartWriter", "assemble",
     "CorruptDump", "DEFAULT_VOLATILE", "DatasetInfo", "DispatchEvent", "DispatchTrace",
     "DumpReader", "DumpWriter", "FORMAT", "FORMAT_VERSION", "FormatError", "KERNELS",
-    "LAYER_SITES", "SITES", "SUPPORTED_FORMAT_VERSIONS", "SpecRecord", "StagePlacement",
-    "TensorRecorder",
+    "LAYER_SITES", "SITES", "SUPPORTED_FORMAT_VERSIONS", "Site", "SpecRecord", "StagePlacement",
+    "StageRecording", "TensorRecorder",
     "UnsupportedFormatVersion", "__version__", "as_array", "bf16_bits", "differing_datasets",
     "dispatch",
-    "from_bf16_bits", "record_forward_hooks", "recording", "run_stage_processes",
+    "from_bf16_bits", "record_forward_hooks", "record_stage", "recording", "run_stage_processes",
     "source_dtype", "storage_of",
     "to_bf16_bits",
     "xxh64", "xxh3_64",

@@ -53,6 +53,7 @@ from .dispatch import DispatchEvent, DispatchTrace
 from .placement import StagePlacement
 from .processes import run_stage_processes
 from .recorder import TensorRecorder
+from .sites import LAYER_OUTPUT_SITE, SUBLAYER_SITES
 from .writer import DumpWriter
 
 
@@ -175,8 +176,7 @@ class StageOptions:
     record_dtype: object = None
 
 
-_LAYER_SITES = (("pre_attn", "input_layernorm"), ("attn_out", "self_attn"),
-                ("pre_mlp", "post_attention_layernorm"), ("mlp_out", "mlp"))
+_LAYER_SITES = SUBLAYER_SITES  # (site, the layer's submodule), splitcheck_dump.sites
 
 
 class PipelineStage:
@@ -243,7 +243,7 @@ class PipelineStage:
                 sub = getattr(layer, name, None)
                 if sub is not None:
                     sub.register_forward_hook(functools.partial(self._on_output, l, site))
-            layer.register_forward_hook(functools.partial(self._on_output, l, "prefix"))
+            layer.register_forward_hook(functools.partial(self._on_output, l, LAYER_OUTPUT_SITE))
             layer.self_attn.register_forward_pre_hook(functools.partial(self._on_attention, l))
             layer.mlp.register_forward_pre_hook(functools.partial(self._on_mlp, l))
 

@@ -233,6 +233,39 @@ TEST_F(MergeTest, TruncatedFileExits2NamingFileAndPosition) {
   expect_refused(r, {bad.string(), "at byte"});
 }
 
+// What ends a sweep beside its cases travels through merge to the verdict the unsharded
+// sweep gives: a shard stopped by SIGINT makes the merged sweep interrupted (exit 130), and
+// shards whose PP=1 gave no reference make it an error (exit 3) with expect not evaluated,
+// never a divergence.
+TEST_F(MergeTest, AnInterruptedShardOrAFailedPp1GivesTheUnshardedVerdict) {
+  const nlohmann::json s0 = load(shard_json(0));
+  nlohmann::json s1 = load(shard_json(1));
+  nlohmann::json stopped = s1;
+  stopped["verdict"] = "interrupted";
+  stopped["exit_code"] = 130;
+  for (nlohmann::json& c : stopped["cases"]) c["verdict"] = "interrupted";
+  Result<nlohmann::json> merged = merge_reports({s0, stopped}, {"a", "b"}, "");
+  ASSERT_TRUE(merged.is_ok()) << merged.status().message();
+  EXPECT_EQ((*merged)["verdict"], "interrupted");
+  EXPECT_EQ((*merged)["exit_code"], 130);
+
+  std::vector<nlohmann::json> failed = {s0, s1};
+  for (nlohmann::json& r : failed) {
+    r["verdict"] = "error";
+    r["exit_code"] = 3;
+    r["reference_failure"] = "engine exited with status 2";
+    for (nlohmann::json& c : r["cases"]) c["verdict"] = "error";
+  }
+  merged = merge_reports(failed, {"a", "b"}, "");
+  ASSERT_TRUE(merged.is_ok()) << merged.status().message();
+  EXPECT_EQ((*merged)["verdict"], "error");
+  EXPECT_EQ((*merged)["exit_code"], 3);
+  EXPECT_EQ((*merged)["reference_failure"], "engine exited with status 2");
+  EXPECT_EQ((*merged)["expect"]["failures"],
+            nlohmann::json::array({"not evaluated: PP=1 gave no reference, nothing judged "
+                                   "(engine exited with status 2)"}));
+}
+
 TEST_F(MergeTest, MismatchedScenarioHashExits2NamingBothFiles) {
   const fs::path bad = edited_shard1(
       "other.json", [](nlohmann::json& j) { j["scenario"]["sha256"] = std::string(64, '0'); });

@@ -232,12 +232,35 @@ TEST_F(ExternalSweepTest, EnginesThatCrashHangWriteNothingOrGarbageAreErrorsNami
   EXPECT_TRUE(process_gone(child));
 }
 
+// An engine that crashes at PP=1 gave no reference: the sweep's verdict is "error" in every
+// form, and its expect block is reported as not evaluated for that reason, never as a
+// divergence.
 TEST_F(ExternalSweepTest, AFailingPp1RunJudgesNothing) {
   json j = self_scenario();
   j["engine"]["command"] = {"/bin/sh", "-c", "echo 'no weights' >&2; exit 2"};
+  j["expect"] = {{"verdict", "conformant"}};
   const fs::path s = write_scenario("bad.json", j);
-  const CliResult r = cli("sweep " + quote(s.string()));
+  const CliResult r = cli("sweep " + quote(s.string()) + " --report " + quote(path("rep")));
   EXPECT_EQ(r.code, 3) << r.out << r.err;
+  const json rep = report("rep");
+  EXPECT_EQ(rep["verdict"], "error");
+  EXPECT_EQ(rep["exit_code"], 3);
+  EXPECT_EQ(rep["reference_failure"], "engine exited with status 2");
+  EXPECT_EQ(rep["expect"]["failures"],
+            json::array({"not evaluated: PP=1 gave no reference, nothing judged (engine exited "
+                         "with status 2)"}));
+  EXPECT_EQ(r.out.find("divergent"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("result: error: PP=1 gave no reference, no split point judged: engine "
+                       "exited with status 2"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(file_text(path("rep") / "summary.md").find("ERROR: PP=1 GAVE NO REFERENCE"),
+            std::string::npos);
+  EXPECT_NE(file_text(path("rep") / "report.html").find("ERROR: PP=1 gave no reference"),
+            std::string::npos);
+  EXPECT_NE(file_text(path("rep") / "junit.xml").find("name=\"pp1\""), std::string::npos);
+  for (const char* file : {"summary.md", "report.html", "junit.xml"})
+    EXPECT_EQ(file_text(path("rep") / file).find("DIVERGENT"), std::string::npos) << file;
   const size_t pp1 = r.out.find("\nPP=1:");
   ASSERT_NE(pp1, std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("engine exited with status 2", pp1), r.out.find_first_not_of(' ', pp1 + 6))

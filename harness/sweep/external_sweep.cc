@@ -1,4 +1,4 @@
-#include "harness/runner/external_sweep.h"
+#include "harness/sweep/external_sweep.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -26,17 +26,15 @@
 #include "harness/dump/stage_facts.h"
 #include "harness/dump/verify.h"
 #include "harness/engine/run.h"
-#include "harness/judge/expect.h"
 #include "harness/judge/judge.h"
 #include "harness/judge/stage_checks.h"
+#include "harness/judge/partition_evidence.h"
 #include "harness/runner/engine_dump.h"
 #include "harness/runner/engine_process.h"
 #include "harness/runner/interrupt.h"
 #include "harness/scenario/checks.h"
-#include "harness/scenario/faults.h"
 #include "harness/scenario/partition.h"
-#include "harness/sweep/cases.h"
-#include "harness/sweep/worker_pool.h"
+#include "harness/sweep/driver.h"
 
 namespace splitcheck {
 namespace {
@@ -186,12 +184,11 @@ std::string run_engine(const Scenario& s, const std::vector<int>& cuts, const st
 // What one external sweep's steps share: the scenario and options, the result being
 // built, the work directory's files, PP=1's dump and what it allows to be judged.
 struct ExternalSweep {
-  ExternalSweep(const Scenario& scenario, const ExternalSweepOptions& o, SweepResult& r)
-      : s(scenario), options(o), result(r), info(r.external.emplace()) {}
+  ExternalSweep(const Scenario& scenario, const ExternalSweepOptions& o)
+      : s(scenario), options(o) {}
   const Scenario& s;
   const ExternalSweepOptions& options;
-  SweepResult& result;
-  ExternalRunInfo& info;
+  ExternalRunInfo* info = nullptr;  // the result's (set by begin)
   const ExternalEngine& e = *s.external;
   const std::string where = s.source_path.empty() ? s.name : s.source_path;
   const int layers = s.model.num_hidden_layers;
@@ -202,35 +199,30 @@ struct ExternalSweep {
   std::string pp1_unproven;  // what PP=1's dump does not show of its partition
   std::vector<std::string> kernel_names, dataset_checks;
   std::vector<NotJudged> not_judged;  // the sweep's, beside each case's own
-  std::mutex mu;                      // info.engine_seconds and the progress line
+  std::mutex mu;                      // info->engine_seconds
 };
 
-// The result's identity and the run's settings, before anything runs.
-Status begin_result(ExternalSweep& x) {
-  SweepResult& r = x.result;
-  r.scenario_name = x.s.name;
-  r.scenario = resolved_scenario_json(x.s);
-  ASSIGN_OR_RETURN(r.scenario_sha256, scenario_identity_sha256(x.s));
+// The model's identity and the run's settings, before anything runs.
+void begin_info(ExternalSweep& x, SweepResult& r) {
   // The model is the engine's, which splitcheck cannot hash: the engine block names it.
   const std::string engine_text = external_engine_json(x.e).dump();
   r.model_sha256 = sha256_hex(std::as_bytes(std::span(engine_text.data(), engine_text.size())));
-  x.info.cwd = x.e.cwd;
-  x.info.env = x.e.env;
-  x.info.timeout_s = x.e.timeout_s;
-  x.info.golden = x.e.golden;
-  x.info.jobs_requested = x.options.jobs;
-  x.info.command_template = x.e.command;
-  return Status::ok();
+  x.info->cwd = x.e.cwd;
+  x.info->env = x.e.env;
+  x.info->timeout_s = x.e.timeout_s;
+  x.info->golden = x.e.golden;
+  x.info->jobs_requested = x.options.jobs;
+  x.info->command_template = x.e.command;
 }
 
 // Writes the resolved scenario where the engine reads it ({scenario}) and names PP=1's dump.
-Status write_scenario_file(ExternalSweep& x) {
-  x.scenario_file = x.info.work_dir + "/scenario.json";
+Status write_scenario_file(ExternalSweep& x, const SweepResult& r) {
+  x.scenario_file = x.info->work_dir + "/scenario.json";
   std::ofstream out(x.scenario_file, std::ios::binary);
-  out << x.result.scenario.dump(2) << "\n";
+  out << r.scenario.dump(2) << "\n";
   if (!out) return internal_error(x.scenario_file + ": cannot write");
-  x.pp1_dump = x.info.work_dir + "/pp1.h5";
-  x.info.pp1_command =
+  x.pp1_dump = x.info->work_dir + "/pp1.h5";
+  x.info->pp1_command =
       expand_command(x.e, placeholder_values(x.s, {}, x.pp1_dump, x.scenario_file));
   return Status::ok();
 }
@@ -238,7 +230,7 @@ Status write_scenario_file(ExternalSweep& x) {
 // PP=1, once (or its golden), into x.pp1; a run that failed sets x.pp1_failure. A golden
 // that cannot be read is invalid input.
 Status run_pp1(ExternalSweep& x) {
-  ExternalRunInfo& info = x.info;
+  ExternalRunInfo& info = *x.info;
   if (!x.e.golden.empty()) {
     Result<LoadedDump> g = load_dump(x.e.golden, /*reference=*/true);
     if (!g.is_ok())
@@ -282,8 +274,8 @@ Result<LoadedDump> self_check_run(ExternalSweep& x, const std::string& dump) {
   ProcessOutcome o;
   std::string tail;
   const std::string why = run_engine(x.s, {}, dump, x.scenario_file, o, tail);
-  x.info.engine_seconds += o.seconds;
-  if (!tail.empty()) x.info.pp1_stderr_tail = tail;
+  x.info->engine_seconds += o.seconds;
+  if (!tail.empty()) x.info->pp1_stderr_tail = tail;
   if (!why.empty()) return invalid_input(why);
   return load_dump(dump);
 }
@@ -292,9 +284,8 @@ Result<LoadedDump> self_check_run(ExternalSweep& x, const std::string& dump) {
 // second time and compares (result.self_check); a failed run sets x.pp1_failure. With a
 // golden as the reference, the engine's PP=1 runs twice (pp1.h5, pp1-self-check.h5) and the
 // two runs are compared; the golden stays the reference.
-Status run_self_check(ExternalSweep& x) {
+Status run_self_check(ExternalSweep& x, SelfCheckResult& sc) {
   const auto t_self = Clock::now();
-  SelfCheckResult& sc = x.result.self_check;
   sc.ran = true;
   const LoadedDump* first = &x.pp1;
   std::optional<Result<LoadedDump>> own;
@@ -307,7 +298,7 @@ Status run_self_check(ExternalSweep& x) {
     }
     first = &own->value();
   }
-  Result<LoadedDump> second = self_check_run(x, x.info.work_dir + "/pp1-self-check.h5");
+  Result<LoadedDump> second = self_check_run(x, x.info->work_dir + "/pp1-self-check.h5");
   if (!second.is_ok()) {
     x.pp1_failure = "the self-check's second PP=1 run failed: " + second.status().message();
   } else {
@@ -318,15 +309,15 @@ Status run_self_check(ExternalSweep& x) {
 }
 
 // What PP=1's dump says of the engine, and which checks it lets the cases be judged on.
-void take_pp1_evidence(ExternalSweep& x) {
-  ExternalRunInfo& info = x.info;
+void take_pp1_evidence(ExternalSweep& x, SweepResult& result) {
+  ExternalRunInfo& info = *x.info;
   const LoadedDump& pp1 = x.pp1;
   info.evidence_waived = x.e.evidence_waived;
   info.pp1_content_sha256 = pp1.content_sha256;
   info.producer = pp1.root.count("producer") ? pp1.root.at("producer") : "";
   info.backend = pp1.root.count("backend") ? pp1.root.at("backend") : "";
   info.kernels = pp1.kernels;
-  x.result.pp1_acceptance = pp1.acceptance;
+  result.pp1_acceptance = pp1.acceptance;
   x.pp1_stages = stage_evidence_of(pp1.record);
   // A serving run's requests (its forwards' `request`), as the built-in sweep lists them:
   // each case then names the requests that diverged.
@@ -337,7 +328,7 @@ void take_pp1_evidence(ExternalSweep& x) {
       if (object.starts_with("forward/") && it != attrs.end())
         if (const int64_t* r = std::get_if<int64_t>(&it->second)) requests.insert(*r);
     }
-    x.result.requests.assign(requests.begin(), requests.end());
+    result.requests.assign(requests.begin(), requests.end());
   }
   info.pp1_failed = !x.pp1_failure.empty();
   for (size_t at = 0; !pp1.kernels.empty() && at != std::string::npos;) {
@@ -378,9 +369,6 @@ void judge_dump(ExternalSweep& x, const Partition& part, const LoadedDump& d, Ca
 
 // One case: runs the engine at `part` and judges its dump, or says why it could not.
 void run_engine_case(ExternalSweep& x, const Partition& part, CaseResult& c) {
-  c.key = part.key();
-  c.layout = part.layout();
-  c.cuts = part.cuts();
   auto error = [&](const std::string& why) {
     c.verdict = Verdict::kError;
     c.message = fmt::format("{} ({}): {}", c.key, c.layout, why);
@@ -391,19 +379,16 @@ void run_engine_case(ExternalSweep& x, const Partition& part, CaseResult& c) {
         fmt::format("{} ({}): {} {}", c.key, c.layout,
                     started ? "engine stopped:" : "not run:", interrupt_line(interrupt_signal()));
   };
-  if (interrupt_signal() != 0 || x.info.pp1_interrupted) return interrupted(false);
-  if (const std::string problem = part.ownership_problem(); !problem.empty())
-    return judge_refusal(Refusal::kOwnership, fmt::format("partition {}: {}", c.layout, problem),
-                         x.s.checks, c);
-  if (x.info.pp1_failed) return error("not judged: the PP=1 run failed (" + x.pp1_failure + ")");
-  c.dump = x.info.work_dir + "/" + c.key + ".h5";
+  if (interrupt_signal() != 0 || x.info->pp1_interrupted) return interrupted(false);
+  if (x.info->pp1_failed) return error("not judged: the PP=1 run failed (" + x.pp1_failure + ")");
+  c.dump = x.info->work_dir + "/" + c.key + ".h5";
   ProcessOutcome o;
   std::string refusal;
   const std::string why =
       run_engine(x.s, c.cuts, c.dump, x.scenario_file, o, c.stderr_tail, &refusal);
   {
     std::lock_guard<std::mutex> lock(x.mu);
-    x.info.engine_seconds += o.seconds;
+    x.info->engine_seconds += o.seconds;
   }
   c.engine_seconds = o.seconds;
   if (o.end == ProcessOutcome::End::kInterrupted) return interrupted(true);
@@ -420,40 +405,68 @@ void run_engine_case(ExternalSweep& x, const Partition& part, CaseResult& c) {
   if (c.verdict == Verdict::kError && interrupt_signal() != 0) interrupted(true);
 }
 
-// Every case, x.options.jobs at a time (default: one per core).
-void run_cases(ExternalSweep& x, const std::vector<Partition>& parts) {
-  x.result.cases.resize(parts.size());
-  auto run_one = [&](size_t i) {
-    const auto tc = Clock::now();
-    CaseResult& c = x.result.cases[i];
-    try {
-      run_engine_case(x, parts[i], c);
-    } catch (const std::exception& ex) {
-      c.verdict = Verdict::kError;
-      c.message = fmt::format("{} ({}): exception: {}", c.key, c.layout, ex.what());
-    }
-    c.seconds = elapsed_seconds(tc);
-  };
-  auto progress = [&](size_t n) {
-    if (!x.options.progress) return;
-    std::lock_guard<std::mutex> lock(x.mu);
-    fmt::print(stderr, "\r[{}/{}] split points done   {}", n, parts.size(),
-               n == parts.size() ? "\n" : "");
-  };
-  const int jobs = run_worker_pool(parts.size(), x.options.jobs, run_one, progress);
-  x.info.jobs = jobs;
-  x.result.threads = jobs;
-}
+// An engine run through its command template: PP=1 (or its golden) into the work
+// directory, then one run per partition, each dump read, checked and judged.
+class ExternalCases : public CaseSource {
+ public:
+  ExternalCases(const Scenario& s, const ExternalSweepOptions& options) : x_(s, options) {}
+  ~ExternalCases() override {
+    std::error_code ignored;
+    if (!remove_on_exit_.empty()) fs::remove_all(remove_on_exit_, ignored);
+  }
 
-// The sweep's checks: a stage check no case that ran could judge is not judged, a waived
-// partition evidence says so, and every other selected check is listed as judged.
-void close_checks(ExternalSweep& x) {
-  if (!x.e.evidence_waived.empty())
-    x.not_judged.push_back(
-        {"partition", "evidence WAIVED by the scenario (engine.evidence): " + x.e.evidence_waived});
-  x.result.checks = judged_checks(x.s.checks, x.result.cases, x.not_judged);
-  x.info.not_judged = x.not_judged;
-}
+  Status begin(const SweepCases&, SweepResult& result) override {
+    x_.info = &result.external.emplace();
+    begin_info(x_, result);
+    ExternalRunInfo& info = *x_.info;
+    info.work_dir = make_work_dir(x_.options.work_dir);
+    std::error_code ec;
+    if (info.work_dir.empty() || (fs::create_directories(info.work_dir, ec), ec))
+      return invalid_input(fmt::format("{}: cannot create the work directory", info.work_dir));
+    // One sweep per work directory, so that no case is judged on another sweep's files.
+    RETURN_IF_ERROR(lock_.take(info.work_dir));
+    // A directory made here is removed on every way out (finish_work_dir says so in the
+    // report).
+    if (x_.options.work_dir.empty() && !x_.options.keep_runs) remove_on_exit_ = info.work_dir;
+    return write_scenario_file(x_, result);
+  }
+
+  Status reference(SweepResult&) override { return run_pp1(x_); }
+  std::string reference_failure() const override { return x_.pp1_failure; }
+
+  Status reproduce(SweepResult& result) override {
+    RETURN_IF_ERROR(run_self_check(x_, result.self_check));
+    if (result.refused_to_judge())
+      x_.info->pp1_outcome += "; the self-check's second PP=1 run differs: nothing judged";
+    return Status::ok();
+  }
+
+  Status take_reference(SweepResult& result) override {
+    take_pp1_evidence(x_, result);
+    if (!x_.e.evidence_waived.empty())
+      x_.not_judged.push_back({"partition", "evidence WAIVED by the scenario (engine.evidence): " +
+                                                x_.e.evidence_waived});
+    return Status::ok();
+  }
+
+  int jobs(int requested) const override { return requested; }
+
+  void run_case(const Partition& part, CaseResult& c) override { run_engine_case(x_, part, c); }
+
+  std::vector<NotJudged> sweep_not_judged() const override { return x_.not_judged; }
+
+  void end(SweepResult& result) override {
+    x_.info->jobs = result.threads;
+    result.interrupted_by = interrupt_signal();
+    x_.info->interrupted_by = result.interrupted_by;
+    finish_work_dir(*x_.info, x_.options);
+  }
+
+ private:
+  ExternalSweep x_;
+  WorkDirLock lock_;
+  std::string remove_on_exit_;  // the work directory made under $TMPDIR, when not kept
+};
 
 }  // namespace
 
@@ -476,58 +489,13 @@ std::map<std::string, std::string> placeholder_values(const Scenario& s,
 }
 
 Result<SweepResult> run_external_sweep(const Scenario& s, const ExternalSweepOptions& options) {
-  const auto t0 = Clock::now();
   if (!s.external)
     return invalid_input((s.source_path.empty() ? s.name : s.source_path) +
                          ": /engine: no external engine (no \"command\")");
-  SweepResult result;
-  ExternalSweep x(s, options, result);
-  RETURN_IF_ERROR(begin_result(x));
-  ASSIGN_OR_RETURN(const SweepCases taken,
-                   select_cases(s, options.shard_index, options.shard_count, options.filter));
-  const std::vector<Partition>& parts = taken.partitions;
-  ExternalRunInfo& info = x.info;
-  info.work_dir = make_work_dir(options.work_dir);
-  std::error_code ec;
-  if (info.work_dir.empty() || (fs::create_directories(info.work_dir, ec), ec))
-    return invalid_input(fmt::format("{}: cannot create the work directory", info.work_dir));
-  // One sweep per work directory, so that no case is judged on another sweep's files.
-  WorkDirLock lock;
-  RETURN_IF_ERROR(lock.take(info.work_dir));
-  // A directory made here is removed on every way out (finish_work_dir says so in the report).
-  struct RemoveOnExit {
-    std::string dir;
-    ~RemoveOnExit() {
-      std::error_code ignored;
-      if (!dir.empty()) fs::remove_all(dir, ignored);
-    }
-  } remove_on_exit{options.work_dir.empty() && !options.keep_runs ? info.work_dir : ""};
-  RETURN_IF_ERROR(write_scenario_file(x));
-
-  const auto t_ref = Clock::now();
-  RETURN_IF_ERROR(run_pp1(x));
-  if (options.self_check && x.pp1_failure.empty()) {
-    RETURN_IF_ERROR(run_self_check(x));
-    if (result.refused_to_judge()) {
-      info.pp1_outcome += "; the self-check's second PP=1 run differs: nothing judged";
-      result.pp1_seconds = elapsed_seconds(t_ref);
-      result.total_seconds = elapsed_seconds(t0);
-      finish_work_dir(info, options);
-      return result;
-    }
-  }
-  take_pp1_evidence(x);
-  result.pp1_seconds = elapsed_seconds(t_ref);
-
-  run_cases(x, parts);
-  index_cases(taken, result.cases);
-  close_checks(x);
-  result.total_seconds = elapsed_seconds(t0);
-  result.interrupted_by = interrupt_signal();
-  info.interrupted_by = result.interrupted_by;
-  finish_work_dir(info, options);
-  judge_expect(s.expect, options.filter, options.shard_index, options.shard_count, result);
-  return result;
+  ExternalCases source(s, options);
+  const DriveOptions drive{options.jobs,   options.shard_index, options.shard_count,
+                           options.filter, options.progress,    options.self_check};
+  return drive_sweep(s, drive, source);
 }
 
 }  // namespace splitcheck

@@ -12,13 +12,16 @@
 // was killed, hung past its timeout, wrote no dump or a corrupt one), each naming its
 // split point; an error carries the tail of the engine's stderr, whose whole text stays
 // beside the dump (<work>/<case>.stderr). A check with no evidence in the dumps is listed
-// as not judged (SweepResult::external->not_judged), never passed.
+// as not judged (SweepResult::not_judged), never passed. The cases are run and judged by
+// the one sweep driver (harness/sweep/driver.h), as the built-in engine's are.
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
 
+#include "harness/judge/result.h"
 #include "harness/scenario/scenario.h"
-#include "harness/sweep/sweep.h"
 #include "kernels/status.h"
 
 namespace splitcheck {
