@@ -20,6 +20,9 @@ void BisectCli::add_to(CLI::App& app) {
   command->add_option("scenario", scenario, "Scenario JSON")->required();
   command->add_option("--out", out, "Minimised scenario to write (default: <name>-repro.json)");
   command->add_option("--threads", threads, "Split points run at once in the first sweep");
+  command->add_option("--jobs", jobs,
+                      "External engines: engine runs at once (default: --threads, one per core), "
+                      "as sweep's --jobs");
   command->add_option("--report", report,
                       "Directory for report.json, report.html, junit.xml, summary.md");
   command->add_option("--work-dir", work_dir,
@@ -39,7 +42,7 @@ int BisectCli::run() {
   if (!s.is_ok()) return fail(s.status());
   if (s->external) {
     ExternalSweepOptions options;
-    options.jobs = threads;
+    options.jobs = jobs > 0 ? jobs : threads;
     options.work_dir = work_dir;
     options.keep_runs = keep_runs;
     const InterruptWatch watch;

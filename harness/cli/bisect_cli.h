@@ -12,6 +12,7 @@ struct BisectCli {
   std::string scenario;
   std::string out;
   int threads = 0;
+  int jobs = 0;              // external engines: engine runs at once (0: --threads)
   std::string report;        // --report DIR: the report's four forms; empty: none
   std::string work_dir;      // external engines: where dumps and engine output are kept
   bool keep_runs = false;    // external engines: keep the work directory made under $TMPDIR

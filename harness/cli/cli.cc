@@ -18,8 +18,9 @@
 #include "harness/engine/run.h"
 #include "harness/gates/golden.h"
 #include "harness/gates/sensitivity.h"
-#include "harness/lanes/properties.h"
+#include "harness/judge/cause.h"
 #include "harness/judge/outcome.h"
+#include "harness/lanes/properties.h"
 #include "harness/reports/escape.h"
 #include "harness/reports/report.h"
 #include "harness/scenario/partition.h"
@@ -167,7 +168,9 @@ int cmd_compare(const std::string& a, const std::string& b, bool approximate, bo
   opts.judge_placement = true;
   Result<CompareResult> r = compare_dumps(a, b, opts);
   if (!r.is_ok()) return report_status(r.status());
-  fmt::print("{}\n{}\n{}\n", console_line(verdict(*r)), digests_line(*r),
+  const std::string cause = compare_cause(*r);
+  fmt::print("{}{}\n{}\n{}\n", console_line(verdict(*r)),
+             cause.empty() ? "" : " (cause: " + cause + ")", digests_line(*r),
              console_line(placement_line(*r)));
   if (const std::string rounded = rounding_line(*r); !rounded.empty())
     fmt::print("{}\n", console_line(rounded));

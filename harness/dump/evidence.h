@@ -34,6 +34,8 @@ struct StageHoldings {
   // The storage of its embed_tokens as a label, "storage:<i>" (i: its place among the
   // distinct storages, in name order); empty when it holds none.
   std::string embedding_storage;
+  // The storage of its lm_head.weight, the same way; empty when it holds no head.
+  std::string head_storage;
 };
 
 // Where the drafter runs and what it was bound to (SPEC 5.4). same_object_as_target is

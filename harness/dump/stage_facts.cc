@@ -50,6 +50,8 @@ StageFacts facts_of(int index, const Attrs& a) {
   f.held_storages = int_of(a, "held_storages");
   f.embedding_storage = text_of(a, "embedding_storage");
   f.drafter_embedding_storage = text_of(a, "drafter_embedding_storage");
+  f.head_storage = text_of(a, "head_storage");
+  f.head_tied = flag_of(a, "head_tied");
   f.drafter_method = text_of(a, "drafter_method");
   f.drafter_embedding = text_of(a, "drafter_embedding");
   f.drafter_same_object_as_target = flag_of(a, "drafter_same_object_as_target");
@@ -82,6 +84,8 @@ void record_stage_facts(const StageFacts& f, RunRecord& record) {
   put_int("held_storages", f.held_storages);
   put_text("embedding_storage", f.embedding_storage);
   put_text("drafter_embedding_storage", f.drafter_embedding_storage);
+  put_text("head_storage", f.head_storage);
+  put_flag("head_tied", f.head_tied);
   put_text("drafter_method", f.drafter_method);
   put_text("drafter_embedding", f.drafter_embedding);
   put_flag("drafter_same_object_as_target", f.drafter_same_object_as_target);

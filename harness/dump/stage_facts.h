@@ -1,12 +1,12 @@
 // What a run says each of its stages held (SPEC 5.4), as the attributes of /stages/<s>/ in
 // its dump (docs/dump-format.md): the layer range, the embedding it holds and the one its
 // placement gives it, the parameter bytes measured and the bytes the placement allows, the
-// drafter's embedding and whether it is the stage's own storage, and the refusal probe's
-// answer. Plain facts, no engine types: the built-in sweep writes them into its run's
-// record and reads them back through stage_evidence_of, exactly as the runner reads them
-// from an engine's dump, and the judge's stage checks (harness/judge/stage_checks.h) decide
-// from them alone. A fact a dump does not record is absent here (empty or nullopt), never
-// a default that could pass.
+// drafter's embedding and whether it is the stage's own storage, the head's storage and
+// whether it is the embedding's (tied weights), and the refusal probe's answer. Plain facts, no
+// engine types: the built-in sweep writes them into its run's record and reads them back through
+// stage_evidence_of, exactly as the runner reads them from an engine's dump, and the judge's stage
+// checks (harness/judge/stage_checks.h) decide from them alone. A fact a dump does not record is
+// absent here (empty or nullopt), never a default that could pass.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +28,10 @@ struct StageFacts {
   std::optional<int64_t> placed_parameter_bytes;  // the bytes the placement rule gives it
   std::optional<int64_t> held_tensors, held_storages;
   std::string embedding_storage, drafter_embedding_storage;  // labels ("storage:0", "unheld")
+  // The head (lm_head) on the stage that holds it: its storage label and whether it was
+  // measured to be the embedding's storage (tied weights); "" / nullopt: no head recorded.
+  std::string head_storage;
+  std::optional<bool> head_tied;
   std::string drafter_method;     // the drafter beside this stage ("": not recorded)
   std::string drafter_embedding;  // target | own | missing | none (no drafter beside it)
   std::optional<bool> drafter_same_object_as_target;

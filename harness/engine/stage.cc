@@ -235,6 +235,7 @@ StageHoldings measure_holdings(const StageConfig& cfg, const WeightStore& weight
     if (t.empty()) continue;
     const size_t label = storage.emplace(t.address(), storage.size()).first->second;
     if (name == "embed_tokens.weight") h.embedding_storage = fmt::format("storage:{}", label);
+    if (name == "lm_head.weight") h.head_storage = fmt::format("storage:{}", label);
   }
   h.storages = storage.size();
   return h;

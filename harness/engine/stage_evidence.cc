@@ -77,6 +77,9 @@ std::vector<StageFacts> partition_stage_facts(const Scenario& s, const Partition
     f.held_tensors = static_cast<int64_t>(h.tensors);
     f.held_storages = static_cast<int64_t>(h.storages);
     f.embedding_storage = h.embedding_storage;
+    f.head_storage = h.head_storage;
+    // Measured: the head is tied when it is the stage's own embedding storage.
+    if (!h.head_storage.empty()) f.head_tied = h.head_storage == h.embedding_storage;
     if (f.placed_embedding == "copy-for-drafter") f.drafter_method = s.speculative.method;
     facts.push_back(std::move(f));
   }

@@ -123,4 +123,26 @@ std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const Swe
   return fails;
 }
 
+void judge_expect(const nlohmann::json& expect, const std::string& filter, int shard_index,
+                  int shard_count, SweepResult& result) {
+  const bool declared = expect.is_object() && !expect.empty();
+  if (filter.empty() && shard_count <= 1) {
+    result.expect_failures = evaluate_expect(expect, result);
+    return;
+  }
+  // Errors of the block itself still count; what it expects of the whole sweep does not.
+  result.expect_failures = evaluate_expect(nlohmann::json::object(), result);
+  if (!declared) return;
+  result.expect_not_evaluated =
+      !filter.empty()
+          ? fmt::format(
+                "not evaluated: the run is partial (--filter \"{}\": {} split points of "
+                "the scenario's); sweep without --filter to evaluate it",
+                filter, result.cases.size())
+          : fmt::format(
+                "not evaluated on one shard (--shard {}/{}): splitcheck merge evaluates "
+                "it once the shards are joined",
+                shard_index, shard_count);
+}
+
 }  // namespace splitcheck

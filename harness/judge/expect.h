@@ -14,4 +14,12 @@ namespace splitcheck {
 // is itself a failure.
 std::vector<std::string> evaluate_expect(const nlohmann::json& expect, const SweepResult& result);
 
+// Judges the scenario's `expect` for one run of it, the built-in sweep's and an external
+// engine's alike: a run that is only part of the sweep (a --filter, one --shard of several)
+// can neither meet nor miss it, so result.expect_not_evaluated says why (every report form
+// prints it) and no expectation is evaluated; `splitcheck merge` evaluates it once the shards
+// are joined. Otherwise result.expect_failures gets evaluate_expect's lines.
+void judge_expect(const nlohmann::json& expect, const std::string& filter, int shard_index,
+                  int shard_count, SweepResult& result);
+
 }  // namespace splitcheck

@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "harness/judge/cause.h"
 #include "harness/scenario/checks.h"
 
 namespace splitcheck {
@@ -142,12 +143,14 @@ void add_failed(CaseResult& c, const std::string& check) {
 
 std::string case_message(const CaseResult& c) {
   std::string msg;
-  if (!c.first_missing.empty())
-    msg = c.first_missing_extra
-              ? fmt::format("{}: only in the partitioned run (dataset only in the partition)",
-                            c.first_missing)
-              : fmt::format("{}: missing in the partitioned run ({} not computed)", c.first_missing,
-                            c.first_missing_layer >= 0 ? "layer" : "dataset");
+  if (!c.first_missing.empty()) {
+    FirstDeparture d{
+        c.first_missing,
+        c.first_missing_extra ? FirstDeparture::Kind::kExtra : FirstDeparture::Kind::kMissing,
+        c.first_missing_layer_partly_recorded};
+    msg = fmt::format("{}: {} the partitioned run ({})", c.first_missing,
+                      c.first_missing_extra ? "only in" : "missing in", departure_cause(d));
+  }
   if (c.dispatch) {
     const DispatchMismatch& d = *c.dispatch;
     if (!msg.empty()) msg += "; ";
@@ -168,7 +171,12 @@ std::string case_message(const CaseResult& c) {
 // this message; a failing one keeps its first message and gains this one.
 void add_check_failure(CaseResult& c, const CheckFailure& f) {
   add_failed(c, f.check);
-  if (c.verdict == Verdict::kPass) {
+  // A failure that names its own cause leads the message: it is what the case is named for.
+  const bool leads = !f.cause.empty() && c.stage_failure_cause.empty();
+  if (leads) c.stage_failure_cause = f.cause;
+  if (leads && c.first_missing.empty() && c.verdict != Verdict::kPass && !c.message.empty()) {
+    c.message = f.message + "; " + c.message;
+  } else if (c.verdict == Verdict::kPass) {
     c.verdict = Verdict::kDiverged;
     c.message = f.message;
   } else {
@@ -448,6 +456,18 @@ Status compare_records(const RunRecord& ref, const RunRecord& cand, CaseResult& 
     c.first_missing_extra = missing.extra;
     c.first_missing_forward = forward_of(missing.path);
     c.first_missing_layer = layer_of(missing.path);
+    const std::string prefix = layer_prefix(missing.path);
+    auto other = by_path.lower_bound(prefix);
+    c.first_missing_layer_partly_recorded = !missing.extra && !prefix.empty() &&
+                                            other != by_path.end() &&
+                                            other->first.starts_with(prefix);
+  }
+  if (c.first_divergence && c.first_divergence->path.ends_with("/logits")) {
+    const std::string& p = c.first_divergence->path;
+    const std::string norm =
+        p.substr(p.starts_with('/') ? 1 : 0, p.size() - 6 - (p.starts_with('/') ? 1 : 0)) +
+        "final_norm";
+    c.final_norm_recorded = ref.find(norm) != nullptr && by_path.contains(norm);
   }
   c.diverged_requests.assign(diverged_requests.begin(), diverged_requests.end());
   for (const auto& [id, t] : taps) c.taps.push_back(t);

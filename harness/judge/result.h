@@ -26,10 +26,13 @@
 
 namespace splitcheck {
 
-// One failed check: the registry's name ("memory", "embedding") and a one-line message.
+// One failed check: the registry's name ("memory", "embedding"), a one-line message and,
+// for a rule that names its own cause (harness/judge/cause.h: "head not tied to the
+// embedding"), that cause; empty: the check's own.
 struct CheckFailure {
   std::string check;
   std::string message;
+  std::string cause = {};
 };
 
 // The first event where the partitioned trace differs from PP=1's (SPEC 5.3).
@@ -72,6 +75,15 @@ struct CaseResult {
   bool first_missing_extra = false;
   int32_t first_missing_forward = -1;
   int32_t first_missing_layer = -1;
+  // first_missing is a layer's dataset and the partition records another dataset of that
+  // layer in that forward: a site not recorded, not a layer not computed.
+  bool first_missing_layer_partly_recorded = false;
+  // The first divergence is the logits and both runs record that forward's final norm output
+  // (`final_norm`), equal: the lm_head differs, not the norm.
+  bool final_norm_recorded = false;
+  // The cause the first stage-check failure names for itself (CheckFailure::cause); empty
+  // when none does.
+  std::string stage_failure_cause;
   std::optional<DispatchMismatch> dispatch;
   int64_t dispatch_mismatches = 0;
   std::vector<TapVerdict> taps;
@@ -148,6 +160,9 @@ struct SweepResult {
   double total_seconds = 0;
   int threads = 1;
   std::vector<std::string> expect_failures;  // what the scenario's `expect` says and did not happen
+  // Why the scenario's `expect` was not evaluated (a partial run: --filter, --shard); empty
+  // when it was, or when the scenario declares none (judge_expect, expect.h).
+  std::string expect_not_evaluated;
   std::vector<std::string> checks;           // the checks evaluated, in registry order
   SelfCheckResult self_check;                // PP=1 against itself (when SweepOptions::self_check)
   // Why PP=1 gave no reference (the engine's PP=1 run failed, or its dump is not a PP=1

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "harness/judge/cause.h"
+
 namespace splitcheck {
 namespace {
 
@@ -137,7 +139,7 @@ void refusal(const StageFacts& f, std::vector<CheckFailure>& out) {
   out.push_back({"embedding", std::move(m)});
 }
 
-void embedding_rules(const StageEvidence& run, StageJudgement& j) {
+void embedding_rules(const StageEvidence& run, const StageEvidence& pp1, StageJudgement& j) {
   if (run.stages.empty()) {
     j.not_judged.push_back({"embedding", "its dump carries no /stages"});
     return;
@@ -146,6 +148,8 @@ void embedding_rules(const StageEvidence& run, StageJudgement& j) {
   for (const StageFacts& f : run.stages) held_embedding(f, run.drafter_ran, j.failures);
   for (const StageFacts& f : run.stages) drafter_identity(f, j.failures);
   for (const StageFacts& f : run.stages) refusal(f, j.failures);
+  const std::vector<CheckFailure> tied = tied_head_rule(run, pp1);
+  j.failures.insert(j.failures.end(), tied.begin(), tied.end());
 }
 
 }  // namespace
@@ -156,7 +160,7 @@ StageJudgement judge_stage_checks(const std::vector<std::string>& selected,
     return std::find(selected.begin(), selected.end(), check) != selected.end();
   };
   StageJudgement j;
-  if (wanted("embedding")) embedding_rules(run, j);
+  if (wanted("embedding")) embedding_rules(run, pp1, j);
   if (wanted("memory")) memory_rules(run, pp1, j);
   return j;
 }
@@ -170,6 +174,34 @@ std::vector<CheckFailure> embedding_placement_rule(const StageFacts& f, bool dra
 std::vector<CheckFailure> drafter_identity_rule(const StageFacts& f) {
   std::vector<CheckFailure> out;
   drafter_identity(f, out);
+  return out;
+}
+
+std::vector<CheckFailure> tied_head_rule(const StageEvidence& run, const StageEvidence& pp1) {
+  std::vector<CheckFailure> out;
+  const bool pp1_tied = std::any_of(pp1.stages.begin(), pp1.stages.end(),
+                                    [](const StageFacts& f) { return f.head_tied == true; });
+  if (!pp1_tied) return out;
+  bool recorded = false;
+  for (const StageFacts& f : run.stages) {
+    if (f.head_storage.empty() && !f.head_tied) continue;
+    recorded = true;
+    if (f.head_tied == true) continue;
+    out.push_back(
+        {"embedding",
+         fmt::format("{}: stage {}'s head{} is not the embedding's storage{}; PP=1's head is",
+                     kCauseHeadNotTied, f.index,
+                     f.head_storage.empty() ? "" : " (" + f.head_storage + ")",
+                     f.embedding_storage.empty() ? " (the stage holds no embedding)"
+                                                 : " (" + f.embedding_storage + ")"),
+         kCauseHeadNotTied});
+  }
+  if (!recorded)
+    out.push_back({"embedding",
+                   fmt::format("{}: no stage records its head (head_storage, head_tied); PP=1's "
+                               "head is the embedding's storage",
+                               kCauseHeadNotTied),
+                   kCauseHeadNotTied});
   return out;
 }
 

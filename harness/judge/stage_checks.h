@@ -46,7 +46,10 @@ struct StageJudgement {
 //     target's embedding, to another storage (drafter_same_object_as_target 0), or whose
 //     storage labels contradict the binding it claims;
 //   - a refusal probe whose answer is not the clear refusal (is_clear_refusal), or that
-//     claims refusal_clear against what its answer says.
+//     claims refusal_clear against what its answer says;
+//   - tied weights (tied_head_rule): PP=1's head is the embedding's storage (head_tied 1)
+//     and a stage's head is not, or no stage records its head: "head not tied to the
+//     embedding", that failure's own cause.
 StageJudgement judge_stage_checks(const std::vector<std::string>& selected,
                                   const StageEvidence& run, const StageEvidence& pp1);
 
@@ -57,5 +60,7 @@ StageJudgement judge_stage_checks(const std::vector<std::string>& selected,
 std::vector<CheckFailure> embedding_placement_rule(const StageFacts& stage, bool drafter_ran);
 std::vector<CheckFailure> drafter_identity_rule(const StageFacts& stage);
 std::vector<CheckFailure> refusal_rule(const StageFacts& stage);
+// embedding's tied-head rule over a run's stages against PP=1's.
+std::vector<CheckFailure> tied_head_rule(const StageEvidence& run, const StageEvidence& pp1);
 
 }  // namespace splitcheck

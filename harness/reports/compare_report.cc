@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "harness/judge/cause.h"
 #include "harness/reports/model_common.h"
 #include "harness/reports/report.h"
 #include "harness/reports/writers.h"
@@ -36,7 +37,9 @@ std::vector<std::pair<std::string, std::string>> input_identity(const DumpHeader
   std::vector<std::pair<std::string, std::string>> out = {
       {"producer", str_field(producer, "name")},
       {"version", str_field(producer, "version")},
-      {"git_revision", str_field(producer, "git_revision")},
+      {"git_revision", str_field(producer, "git_revision").empty()
+                           ? "unknown"
+                           : str_field(producer, "git_revision")},
       {"backend", h.backend},
       {"device", str_field(env, "device")},
       {"compiler", str_field(env, "compiler")},
@@ -161,6 +164,20 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
   for (const AttributeDiff& d : r.attribute_diffs)
     add(d.object + "@" + d.name, attribute_line(d), "attributes");
 
+  // The likely cause, on the case of the first departure in A's execution order.
+  if (const std::string cause = compare_cause(r); !cause.empty()) {
+    const TensorDiff* first = r.first_divergence();
+    const bool missing_first =
+        !r.only_in_a.empty() && (first == nullptr || r.only_in_a_first_order < first->order);
+    const std::string key = missing_first      ? r.only_in_a.front()
+                            : first != nullptr ? first->path
+                                               : r.only_in_b.front();
+    for (nlohmann::json& c : cases)
+      if (str_field(c, "key") == key) {
+        c["cause"] = cause;
+        break;
+      }
+  }
   const int64_t total =
       r.datasets_compared + static_cast<int64_t>(r.structural_errors.size() + r.only_in_a.size() +
                                                  r.only_in_b.size() + r.attribute_diffs.size());
@@ -175,6 +192,8 @@ nlohmann::json compare_report(const CompareResult& r, const std::string& a, cons
   j["verdict"] = std::string(outcome.word);
   j["exit_code"] = outcome_of(r.equal() ? Verdict::kPass : Verdict::kDiverged).exit_status;
   j["summary"] = verdict(r);
+  if (const std::string cause = compare_cause(r); !cause.empty())
+    j["summary"] = verdict(r) + " (cause: " + cause + ")";
   j["inputs"] = {{"a", a}, {"b", b}};
   j["provenance"] = provenance_json("cpu");  // the comparator's own build
   j["inputs_provenance"] = inputs_provenance(r);

@@ -72,9 +72,10 @@ std::string console_cases(const nlohmann::json& r) {
   for (const nlohmann::json& n : r.value("not_judged", nlohmann::json::array()))
     sweep_wide.push_back(str_field(n, "check"));
   for (const nlohmann::json& c : cases) {
-    out +=
-        fmt::format("  {:<16} {:<16} {}\n", console_line(str_field(c, "key")),
-                    console_line(str_field(c, "verdict")), console_line(str_field(c, "message")));
+    const std::string cause = str_field(c, "cause");
+    out += fmt::format("  {:<16} {:<16} {}{}\n", console_line(str_field(c, "key")),
+                       console_line(str_field(c, "verdict")), console_line(str_field(c, "message")),
+                       cause.empty() ? "" : " (cause: " + console_line(cause) + ")");
     if (c.contains("computed"))
       out += fmt::format("  {:<16} {:<16} computed: {}\n", "", "",
                          computed_text(c["computed"], pp1_computed));
@@ -124,12 +125,12 @@ std::string console_timing(const nlohmann::json& r) {
   const nlohmann::json& t = obj_field(r, "timing");
   const double pp1 = t.value("pp1_seconds", 0.0), total = t.value("total_seconds", 0.0);
   if (external(r))
-    return fmt::format(
-        "time: PP=1 {:.2f} s, sweep {:.2f} s with {} jobs; engine runs {:.2f} s in all\n", pp1,
-        total, t.value("threads", 0), obj_field(r, "engine").value("engine_seconds", 0.0));
-  return fmt::format(
-      "time: PP=1 {:.2f} s, sweep {:.2f} s on {} threads ({:.1f} PP=1 runs)\ncomputed: {}\n", pp1,
-      total, t.value("threads", 0), total / std::max(1e-9, pp1), computed_summary(r));
+    return fmt::format("time: PP=1 {:.2f} s, sweep {:.2f} s {}; engine runs {:.2f} s in all\n", pp1,
+                       total, parallelism_text(r),
+                       obj_field(r, "engine").value("engine_seconds", 0.0));
+  return fmt::format("time: PP=1 {:.2f} s, sweep {:.2f} s {} ({:.1f} PP=1 runs)\ncomputed: {}\n",
+                     pp1, total, parallelism_text(r), total / std::max(1e-9, pp1),
+                     computed_summary(r));
 }
 
 // The accepted-length histogram as every form writes it (histogram_text).
@@ -194,6 +195,8 @@ std::string console_serving(const nlohmann::json& r) {
 // The expectations not met, and what the gate's result rests on beyond the split points.
 std::string console_result(const nlohmann::json& r) {
   std::string out;
+  if (const std::string why = str_field(obj_field(r, "expect"), "not_evaluated"); !why.empty())
+    out += "expect: " + console_line(why) + "\n";
   for (const nlohmann::json& f : obj_field(r, "expect").value("failures", nlohmann::json::array()))
     out +=
         "expect: NOT MET: " + console_line(f.is_string() ? f.get<std::string>() : f.dump()) + "\n";

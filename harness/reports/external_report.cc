@@ -39,7 +39,7 @@ std::vector<std::pair<std::string, std::string>> engine_rows(const nlohmann::jso
   std::string engine = str_field(producer, "producer", "(no producer attribute)");
   if (const std::string v = str_field(producer, "version"); !v.empty()) engine += " " + v;
   if (const std::string g = str_field(producer, "git_revision"); !g.empty())
-    engine += " (" + g + ")";
+    engine += g == "unknown" ? " (git revision not recorded)" : " (" + g + ")";
   if (const std::string b = str_field(producer, "backend"); !b.empty()) engine += ", backend " + b;
   rows.emplace_back("engine", engine + " (its PP=1 dump's producer)");
   rows.emplace_back("command", display_argv(e.value("command_template", nlohmann::json())));

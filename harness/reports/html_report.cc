@@ -141,7 +141,11 @@ std::string first_divergence_text(const nlohmann::json& c) {
 
 // A case's message, and for a sweep's case what its engine computed against PP=1.
 std::string message_cell(const nlohmann::json& r, const nlohmann::json& c) {
-  std::string out = esc(str_field(c, "message"));
+  std::string out;
+  if (const std::string cause = str_field(c, "cause"); !cause.empty())
+    out = fmt::format("<strong class=\"cause\" data-cause=\"{}\">{}</strong><br>", esc(cause),
+                      esc(cause));
+  out += esc(str_field(c, "message"));
   if (c.contains("computed") && r.contains("computed"))
     out += fmt::format("<br><small class=\"computed\">computed: {}</small>",
                        esc(computed_text(c["computed"], obj_field(r["computed"], "pp1"))));
@@ -491,8 +495,12 @@ std::string html_gate_notes(const nlohmann::json& r) {
   }
   if (r.contains("expect") && r["expect"].contains("failures")) {
     const nlohmann::json& fails = r["expect"]["failures"];
+    const std::string why = str_field(r["expect"], "not_evaluated");
     out += fmt::format("<p id=\"expect\" data-met=\"{}\">Scenario expectations: <b>{}</b></p>\n",
-                       fails.empty(), fails.empty() ? "met" : "NOT MET");
+                       fails.empty(),
+                       !fails.empty() ? "NOT MET"
+                       : why.empty()  ? "met"
+                                      : esc(why));
     if (!fails.empty()) {
       out += "<ul class=\"expect-failures\">";
       for (const auto& f : fails) out += "<li>" + esc(text_of(f)) + "</li>";
@@ -586,10 +594,9 @@ std::string html_provenance(const nlohmann::json& r) {
     out += fmt::format("<tr><td>shard {} stages ran</td><td>{}</td></tr>\n", i,
                        esc(placement_line(r["placement_by_shard"][i])));
   if (r.contains("timing"))
-    out += fmt::format(
-        "<tr><td>timing</td><td>PP=1 {:.2f} s, sweep {:.2f} s on {} threads</td></tr>\n",
-        r["timing"].value("pp1_seconds", 0.0), r["timing"].value("total_seconds", 0.0),
-        text_of(r["timing"].value("threads", nlohmann::json())));
+    out += fmt::format("<tr><td>timing</td><td>PP=1 {:.2f} s, sweep {:.2f} s {}</td></tr>\n",
+                       r["timing"].value("pp1_seconds", 0.0),
+                       r["timing"].value("total_seconds", 0.0), esc(parallelism_text(r)));
   if (r.contains("computed"))
     out += fmt::format("<tr><td>computed</td><td id=\"computed\">{}</td></tr>\n",
                        esc(computed_summary(r)));

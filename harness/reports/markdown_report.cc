@@ -136,7 +136,9 @@ std::string markdown_divergences(const nlohmann::json& r, const std::string& kin
           fmt::format("| {} | {} | {} | {} | {} |\n", markdown_code(str_field(c, "key")),
                       markdown_code(str_field(c, "layout")), markdown_text(str_field(c, "verdict")),
                       layer >= 0 ? std::to_string(layer) : "-",
-                      markdown_text(str_field(c, "message")) +
+                      (c.contains("cause") ? "**" + markdown_text(str_field(c, "cause")) + "**: "
+                                           : std::string()) +
+                          markdown_text(str_field(c, "message")) +
                           (c.contains("stderr_tail")
                                ? "<br>stderr: " + markdown_text(str_field(c, "stderr_tail"))
                                : ""));
@@ -255,6 +257,8 @@ std::string render_markdown(const nlohmann::json& r) {
     for (const std::string& f : expired) out += fmt::format("- {}\n", markdown_text(f));
     out += "\n";
   }
+  if (const std::string why = str_field(obj_field(r, "expect"), "not_evaluated"); !why.empty())
+    out += "**Scenario expectations:** " + markdown_text(why) + "\n\n";
   if (r.contains("expect") && r["expect"].contains("failures") &&
       !r["expect"]["failures"].empty()) {
     out += "**Scenario expectations not met:**\n\n";

@@ -421,6 +421,9 @@ nlohmann::json merged_report(const std::vector<nlohmann::json>& reports,
     merge_computed(joined.cases, merged);
   merged["expect"]["failures"] = result.expect_failures;
   merged["expect"]["met"] = result.expect_failures.empty();
+  merged["expect"].erase("not_evaluated");  // a shard's; the joined shards' follows
+  if (!result.expect_not_evaluated.empty())
+    merged["expect"]["not_evaluated"] = result.expect_not_evaluated;
   merged["waivers"] = {{"failures", result.waiver_failures}};
   merged["exit_code"] = result.exit_code();
   return merged;
@@ -453,9 +456,8 @@ Result<nlohmann::json> merge_reports(const std::vector<nlohmann::json>& reports,
   if (first.contains("serving") && first["serving"].is_object()) {
     ASSIGN_OR_RETURN(serving, merged_serving(reports, paths, joined, result));
   }
-  // As in run_sweep: a filtered sweep cannot meet or miss the whole sweep's `expect`.
-  result.expect_failures =
-      evaluate_expect(filter.empty() ? s->expect : nlohmann::json::object(), result);
+  // The judge's rule, as in run_sweep: a filtered sweep says `expect` was not evaluated.
+  judge_expect(s->expect, filter, 0, 1, result);
   // Each shard applied the same waiver file: its expired waivers, once each.
   for (const nlohmann::json& r : reports) append_new(result.waiver_failures, waiver_failures(r));
   return merged_report(reports, report_dir, joined, serving, result);

@@ -10,6 +10,7 @@
 #include "harness/build_info.h"
 #include "harness/dump/printable.h"
 #include "harness/engine/generation.h"
+#include "harness/judge/cause.h"
 #include "harness/reports/model_common.h"
 #include "harness/reports/writers.h"
 #include "harness/scenario/checks.h"
@@ -189,9 +190,11 @@ void set_provenance(const SweepResult& r, nlohmann::json& j) {
       if (producer.contains(k) && producer[k].is_string()) return producer[k].get<std::string>();
     return std::string();
   };
+  // A producer that records no revision is said to be "unknown", never an empty row.
+  const std::string revision = field("git_revision", "revision");
   j["provenance"] = {{"producer", field("name", "producer")},
                      {"version", field("version", "version")},
-                     {"git_revision", field("git_revision", "revision")},
+                     {"git_revision", revision.empty() ? "unknown" : revision},
                      {"backend", e.backend}};
   j["judged_by"] = provenance_json("cpu");
 }
@@ -210,6 +213,10 @@ nlohmann::json case_json(const SweepResult& r, const CaseResult& c, int64_t inde
                     {"datasets_differing", c.datasets_differing},
                     {"dispatch_mismatches", c.dispatch_mismatches},
                     {"seconds", c.seconds}};
+  // The likely cause, where it says more than the verdict ("error" of an error does not).
+  if (const std::string cause = classify_cause(c);
+      !cause.empty() && cause != verdict_name(c.verdict))
+    cj["cause"] = cause;
   if (!c.waivers.empty()) {
     nlohmann::json ws = nlohmann::json::array();
     for (const Waiver& w : c.waivers)
@@ -432,6 +439,7 @@ nlohmann::json sweep_report(const SweepResult& r, const ReportContext& ctx) {
   j["expect"] = {{"declared", r.scenario.value("expect", nlohmann::json::object())},
                  {"failures", r.expect_failures},
                  {"met", r.expect_failures.empty()}};
+  if (!r.expect_not_evaluated.empty()) j["expect"]["not_evaluated"] = r.expect_not_evaluated;
   return j;
 }
 

@@ -41,6 +41,10 @@ std::string acceptance_line(const nlohmann::json& report);
 // each (waivers.h); empty when the case carries none.
 std::string waiver_line(const nlohmann::json& case_json);
 
+// How the split points ran at once, in the words the user asked with: "with 2 jobs" for an
+// external engine's sweep (--jobs), "on 2 threads" for the built-in engine's (--threads).
+std::string parallelism_text(const nlohmann::json& report);
+
 // A compare case's figures as one line: "3 of 512 elements differ (0.59%), max ULP 2,
 // cosine 0.99999"; empty when the case has no numeric difference.
 std::string dataset_figures(const nlohmann::json& case_json);

@@ -46,6 +46,11 @@ std::string acceptance_line(const nlohmann::json& r) {
       pp1.value("tokens_per_forward", 0.0), hist, equal, rows.size() - 1);
 }
 
+std::string parallelism_text(const nlohmann::json& r) {
+  const int n = obj_field(r, "timing").value("threads", 0);
+  return r.contains("engine") ? fmt::format("with {} jobs", n) : fmt::format("on {} threads", n);
+}
+
 std::string waiver_line(const nlohmann::json& c) {
   std::string out;
   for (const nlohmann::json& w : c.value("waivers", nlohmann::json::array())) {

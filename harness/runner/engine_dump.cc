@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <filesystem>
 
 #include "harness/dump/blocks.h"
@@ -130,6 +131,16 @@ Result<LoadedDump> load_dump(const std::string& path, bool reference) {
     if (Result<std::string> emb = r.attr_string(g, "embedding"); emb.is_ok()) h.embedding = *emb;
     if (Result<int64_t> bytes = r.attr_int(g, "parameter_bytes"); bytes.is_ok())
       h.parameter_bytes = static_cast<size_t>(*bytes);
+    if (Result<int64_t> n = r.attr_int(g, "held_tensors"); n.is_ok() && *n >= 0)
+      h.tensors = static_cast<size_t>(*n);
+    if (Result<int64_t> n = r.attr_int(g, "held_storages"); n.is_ok() && *n >= 0)
+      h.storages = static_cast<size_t>(*n);
+    if (Result<std::string> taps = r.attr_string(g, "owned_taps"); taps.is_ok())
+      for (size_t i = 0; i < taps->size();) {
+        const size_t comma = std::min(taps->find(',', i), taps->size());
+        if (comma > i) h.owned_taps.push_back(std::atoi(taps->c_str() + i));
+        i = comma + 1;
+      }
     // Every attribute into the record, where stage_evidence_of reads the stage facts.
     ASSIGN_OR_RETURN(auto attrs, r.attributes(g));
     for (const auto& [name, value] : attrs) d.record.set_attr(g.substr(1), name, attr_value(value));

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "harness/scenario/suggest.h"
+
 namespace splitcheck {
 namespace {
 
@@ -41,8 +43,11 @@ std::string scan(const std::string& text, Literal literal, Placeholder placehold
         return fmt::format("unclosed '{{' at character {} (write '{{{{' for a literal brace)", i);
       const std::string name = text.substr(i + 1, close - i - 1);
       if (!known_placeholder(name))
-        return fmt::format("unknown placeholder {{{}}} (known: {{{}}})", name,
-                           fmt::join(kEnginePlaceholders, "}, {"));
+        return fmt::format(
+            "unknown placeholder {{{}}}{} (known: {{{}}})", name,
+            did_you_mean(name, std::vector<std::string_view>(std::begin(kEnginePlaceholders),
+                                                             std::end(kEnginePlaceholders))),
+            fmt::join(kEnginePlaceholders, "}, {"));
       placeholder(name);
       i = close;
     } else if (c == '}') {

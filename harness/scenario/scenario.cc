@@ -20,6 +20,7 @@
 #include "harness/scenario/device_fit.h"
 #include "harness/scenario/faults.h"
 #include "harness/scenario/partition.h"
+#include "harness/scenario/suggest.h"
 #ifdef SPLITCHECK_HAVE_CUDA
 #include "kernels/cuda/runtime.h"
 #endif
@@ -148,7 +149,8 @@ class ScenarioReader {
     if (!j.is_object()) return type_error(j, ptr, "object");
     for (const auto& [key, value] : j.items()) {
       if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-        return error(child(ptr, key), "unknown key");
+        return error(child(ptr, key),
+                     "unknown key" + did_you_mean(key, std::vector<std::string_view>(allowed)));
       }
     }
     return Status::ok();
@@ -292,7 +294,10 @@ Status parse_model(const ScenarioReader& r, const json& j, ModelConfig* out) {
       if (member(j, "seed")) return r.error(kptr, "conflicts with /model/seed; set only one");
       ASSIGN_OR_RETURN(m.seed, r.seed(value, kptr));
     } else {
-      return r.error(kptr, "unknown key");
+      std::vector<std::string_view> known = {"rms_norm_eps", "native_attn_res_hidden_sizes",
+                                             "seed"};
+      for (const ModelIntField& f : kModelIntFields) known.push_back(f.name);
+      return r.error(kptr, "unknown key" + did_you_mean(key, known));
     }
   }
   if (const json* v = member(j, "seed")) {

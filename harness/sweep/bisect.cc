@@ -18,28 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-bool has_check(const CaseResult& c, const std::string& check) {
-  return std::find(c.failed_checks.begin(), c.failed_checks.end(), check) != c.failed_checks.end();
-}
-
-// The dispatch mismatch comes no later than the first numeric divergence.
-bool dispatch_first(const CaseResult& c) {
-  if (!c.dispatch) return false;
-  if (!c.first_divergence) return true;
-  const DispatchMismatch& d = *c.dispatch;
-  if (d.forward != c.first_divergence_forward) return d.forward < c.first_divergence_forward;
-  // Within one forward: a layer-less divergence (taps, output, logits) comes after layers.
-  return c.first_divergence_layer < 0 || d.layer <= c.first_divergence_layer;
-}
-
-// A partition that owns some layer twice or never: rejected before anything ran.
-bool is_structural(const CaseResult& c) { return has_check(c, "partition"); }
-
-// The first layer of every stage but the first: the layers that read a handoff.
-bool is_stage_first_layer(const CaseResult& c, int32_t layer) {
-  return std::find(c.cuts.begin(), c.cuts.end(), layer) != c.cuts.end();
-}
-
 BisectFinding finding_of(const CaseResult& c) {
   BisectFinding f;
   f.key = c.key;
@@ -88,38 +66,6 @@ struct Trial {
 };
 
 }  // namespace
-
-std::string classify_cause(const CaseResult& c) {
-  if (c.verdict == Verdict::kConfigRejected)
-    return is_structural(c) ? kCauseStructural : kCauseConfigRejected;
-  if (c.verdict == Verdict::kInterrupted) return "";  // stopped: it shows no cause
-  if (c.verdict == Verdict::kError) return kCauseError;
-  if (c.verdict == Verdict::kUnproven || c.evidence == "contradicted")
-    return kCausePartitionEvidence;
-  if (!c.first_missing.empty())
-    return c.first_missing_extra                                   ? kCauseOnlyInPartition
-           : c.first_missing.find("/layers/") != std::string::npos ? kCauseLayerNotComputed
-                                                                   : kCauseDatasetNotComputed;
-  if (has_check(c, "embedding") || has_check(c, "memory")) return kCauseEmbedding;
-  if (c.first_divergence && c.first_divergence->nan_mismatch) return kCauseNan;
-  // The layers, logits and output all agree and the first divergence is a tap (at most
-  // the tap's own dispatch differs): the tap's source is wrong. What differs after it
-  // (a drafter's proposals and acceptance, the verify blocks' ids) follows from the tap.
-  const bool first_is_tap =
-      c.first_divergence && c.first_divergence->path.find("/taps/") != std::string::npos;
-  const bool dispatch_before =
-      c.dispatch && c.dispatch->site != "tap" && c.dispatch->forward <= c.first_divergence_forward;
-  if (first_is_tap && !dispatch_before) return kCauseTapSource;
-  if (dispatch_first(c)) return kCauseDispatch;
-  if (c.first_divergence && c.first_divergence_layer >= 0) {
-    // Everything before the first divergence in execution order is identical, so this
-    // layer's inputs within the forward are too.
-    if (c.first_divergence_site == "pre_attn" && is_stage_first_layer(c, c.first_divergence_layer))
-      return kCauseHandoff;
-    return c.first_divergence_layer_ran_before ? kCauseCarriedState : kCauseLayerWeights;
-  }
-  return kCausePropagated;
-}
 
 std::optional<BisectFinding> first_failure(const SweepResult& r) {
   for (const CaseResult& c : r.cases) {

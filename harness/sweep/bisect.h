@@ -7,47 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "harness/judge/cause.h"
 #include "harness/scenario/scenario.h"
 #include "harness/sweep/sweep.h"
 #include "kernels/status.h"
 
 namespace splitcheck {
 
-// The causes `bisect` names, in the order they are tested. Each follows from where the
-// first divergence lies in execution order, whatever the fault behind it:
-// - partition structure: some layer is owned by no stage or by two; a verdict at
-//   configuration, before anything runs (nothing numeric to minimise);
-// - config-rejected: the partition was refused at configuration for another reason;
-// - dispatch mismatch: a kernel variant differs at or before the first numeric divergence;
-// - handoff input differs: the first divergence is the `pre_attn` of a non-first stage's
-//   first layer, the first value computed from what the stage received;
-// - carried state: a layer differs although an earlier forward computed it identically
-//   and everything before it in this forward is identical: its caches, positions or
-//   per-request state carried from an earlier forward differ (serving, rollback);
-// - layer weights: a layer differs in the first forward that computes it, with identical
-//   inputs and the same kernel variants: the stage computes it with other weights;
-// - propagated from earlier: the first divergence lies outside the layers (output, logits)
-//   and nothing before it explains it.
-inline constexpr const char* kCauseStructural = "partition structure";
-inline constexpr const char* kCauseConfigRejected = "config-rejected";
-inline constexpr const char* kCauseEmbedding = "embedding";
-inline constexpr const char* kCauseNan = "NaN";
-inline constexpr const char* kCauseDispatch = "dispatch mismatch";
-inline constexpr const char* kCauseTapSource = "tap source";
-inline constexpr const char* kCauseHandoff = "handoff input differs";
-inline constexpr const char* kCauseCarriedState = "carried state";
-inline constexpr const char* kCauseLayerWeights = "layer weights";
-inline constexpr const char* kCausePropagated = "propagated from earlier";
-// A dataset PP=1 has and the partition lacks comes first in PP=1's execution order: a
-// layer's tensors ("layer not computed") or another dataset ("dataset not computed"); or the
-// partition has a dataset PP=1 lacks ("dataset only in the partition").
-inline constexpr const char* kCauseLayerNotComputed = "layer not computed";
-inline constexpr const char* kCauseDatasetNotComputed = "dataset not computed";
-inline constexpr const char* kCauseOnlyInPartition = "dataset only in the partition";
-// The dump does not show the partition asked (external engines): unproven, or another
-// partition ran.
-inline constexpr const char* kCausePartitionEvidence = "partition evidence";
-inline constexpr const char* kCauseError = "error";
+// The causes `bisect` names are the judge's (harness/judge/cause.h: classify_cause, the one
+// rule book sweep and compare read too).
 
 // Where and why one split point first diverged from PP=1.
 struct BisectFinding {
@@ -95,10 +63,6 @@ struct BisectOptions {
 // Why `bisect` refuses a scenario without sweeping it (a Status of kInvalidInput, exit 2),
 // named at the start of the message: "bisect refused (<reason>): ...".
 inline constexpr const char* kRefusedTransport = "transport";  // stages not in-process
-
-// Names the probable cause of a non-pass case (one of the kCause* strings; "" for an
-// interrupted case, which shows none).
-std::string classify_cause(const CaseResult& c);
 
 // The first failing case in enumeration order as a finding (an interrupted case is none);
 // nullopt when there is none.

@@ -95,10 +95,9 @@ Result<SweepResult> drive_sweep(const Scenario& s, const DriveOptions& options,
   result.checks = judged_checks(s.checks, result.cases, result.not_judged);
   source.end(result);
   result.total_seconds = seconds_since(t0);
-  // `expect` speaks of the whole sweep: a filtered or sharded run cannot meet or miss it
+  // `expect` speaks of the whole sweep: a filtered or sharded run says it was not evaluated
   // (splitcheck merge evaluates it once the shards are joined). Errors still count.
-  const bool partial = !options.filter.empty() || options.shard_count > 1;
-  result.expect_failures = evaluate_expect(partial ? nlohmann::json::object() : s.expect, result);
+  judge_expect(s.expect, options.filter, options.shard_index, options.shard_count, result);
   return result;
 }
 

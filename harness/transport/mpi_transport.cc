@@ -121,6 +121,7 @@ void put_holdings(WireWriter& w, const StageHoldings& h) {
   w.put(static_cast<uint64_t>(h.tensors));
   w.put(static_cast<uint64_t>(h.storages));
   w.put_string(h.embedding_storage);
+  w.put_string(h.head_storage);
 }
 
 bool get_holdings(WireReader& r, StageHoldings& h) {
@@ -138,7 +139,8 @@ bool get_holdings(WireReader& r, StageHoldings& h) {
     k = v;
   }
   uint64_t storages = 0;
-  if (!r.get(bytes) || !r.get(tensors) || !r.get(storages) || !r.get_string(h.embedding_storage))
+  if (!r.get(bytes) || !r.get(tensors) || !r.get(storages) || !r.get_string(h.embedding_storage) ||
+      !r.get_string(h.head_storage))
     return false;
   h.parameter_bytes = bytes;
   h.tensors = tensors;

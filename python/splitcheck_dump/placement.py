@@ -49,6 +49,8 @@ class StagePlacement:
         self._embedding_addr = None
         self.drafter_embedding = "none"  # no drafter on this stage
         self._drafter_addr = None
+        self._head_addr = None  # the head's storage, on the stage that holds the head
+        self.head_tied = None
         self.placed_bytes = None  # the bytes the engine's placement rule gives the stage
         self.placed_embedding = None  # what that rule gives it of the embedding
 
@@ -91,6 +93,18 @@ class StagePlacement:
         self.drafter_embedding = "target" if same else "own"
         return self
 
+    def set_head(self, tensor, tied_to=None):
+        """The head (lm_head weight) this stage holds, registered as held. `head_tied` is
+        measured: 1 when its storage is the embedding table's, `tied_to` (the table the
+        model ties it to, as this stage holds it) or else the one given to set_embedding.
+        A model that ties its head records it at PP=1; splitcheck's embedding check then
+        fails a stage whose head is not tied ("head not tied to the embedding")."""
+        self.hold("lm_head.weight", tensor)
+        self._head_addr = storage_of(tensor)[0]
+        table = storage_of(tied_to)[0] if tied_to is not None else self._embedding_addr
+        self.head_tied = table is not None and table == self._head_addr
+        return self
+
     def set_placed(self, parameter_bytes, embedding=None):
         """What the engine's placement rule gives this stage: its bytes (what the stage
         would hold under the rule, computed from the rule, not measured) and, optionally, its
@@ -126,6 +140,9 @@ class StagePlacement:
             "drafter_embedding": self.drafter_embedding,
             "drafter_embedding_storage": self._label(self._drafter_addr),
         }
+        if self._head_addr is not None:
+            attrs["head_storage"] = self._label(self._head_addr)
+            attrs["head_tied"] = np.int64(1 if self.head_tied else 0)
         if self.placed_bytes is not None:
             attrs["placed_parameter_bytes"] = np.int64(self.placed_bytes)
         if self.placed_embedding is not None:

@@ -76,6 +76,17 @@ def test_drafter_embedding_identity_is_storage_not_values():
     assert sd.StagePlacement(0, 0, 8).set_drafter_embedding(None).drafter_embedding == "missing"
 
 
+def test_head_tied_is_the_embeddings_storage_not_its_values():
+    embed = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tied = sd.StagePlacement(0, 0, 8).set_embedding(embed).set_head(embed).attributes()
+    assert tied["head_tied"] == 1 and tied["head_storage"] == tied["embedding_storage"]
+    last = sd.StagePlacement(1, 4, 8).set_head(embed, tied_to=embed).attributes()
+    assert last["head_tied"] == 1 and last["embedding_storage"] == ""  # holds no embedding
+    untied = sd.StagePlacement(1, 4, 8).set_head(embed.copy(), tied_to=embed).attributes()
+    assert untied["head_tied"] == 0  # equal values, another object
+    assert "head_tied" not in sd.StagePlacement(0, 0, 4).attributes()  # no head: not recorded
+
+
 def test_torch_tensors_storage_and_bf16():
     torch = pytest.importorskip("torch", reason="PyTorch is not installed for this Python")
     w = torch.randn(4, 8)

@@ -123,6 +123,32 @@ TEST_F(GateTest, NothingComparedExitsTwo) {
   EXPECT_EQ(cli("sweep " + s + " --filter every-layer --shard 0/2").code, 0);
 }
 
+// `expect` speaks of the whole sweep: a --filter run neither meets nor misses it, and says so
+// on the console and in every report form, instead of skipping it silently.
+TEST_F(GateTest, AFilteredRunSaysItsExpectWasNotEvaluated) {
+  json j = small_json();
+  j["model"]["overrides"]["num_hidden_layers"] = 3;
+  j["expect"] = {{"verdict", "conformant"}, {"identical_splits", 2}};
+  const std::string s = scenario_file("s.json", j);
+  const CliResult r = cli("sweep " + s + " --filter split-1 --report " + quote(path("rep").string()));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("expect: not evaluated: the run is partial (--filter \"split-1\": 1 split "
+                       "points of the scenario's)"),
+            std::string::npos)
+      << r.out;
+  const json rep = json::parse(file_text(path("rep") / "report.json"));
+  EXPECT_NE(rep["expect"].value("not_evaluated", "").find("partial"), std::string::npos)
+      << rep["expect"].dump();
+  for (const char* form : {"summary.md", "report.html"})
+    EXPECT_NE(file_text(path("rep") / form).find("not evaluated"), std::string::npos) << form;
+  // The whole sweep evaluates it, and says nothing of the kind.
+  const CliResult whole = cli("sweep " + s);
+  EXPECT_EQ(whole.code, 0) << whole.out << whole.err;
+  EXPECT_EQ(whole.out.find("not evaluated"), std::string::npos) << whole.out;
+  // bisect takes --jobs as sweep does.
+  EXPECT_EQ(cli("bisect " + s + " --jobs 2 --out " + quote(path("repro.json").string())).code, 0);
+}
+
 TEST_F(GateTest, GoldenVerifyOfAnEmptyManifestExitsTwo) {
   fs::create_directories(path("golden"));
   write_text(path("golden") / "MANIFEST.json", R"({"goldens": []})");

@@ -12,6 +12,7 @@
 
 #include "harness/scenario/checks.h"
 #include "harness/scenario/faults.h"
+#include "harness/scenario/suggest.h"
 
 namespace splitcheck {
 namespace {
@@ -219,6 +220,20 @@ TEST(ScenarioErrorTest, UnknownKeysAtEveryLevel) {
   expect_error(json{{"speculative", {{"gama", 2}}}}, "/speculative/gama", "unknown key");
   expect_error(json{{"partitions", {{"split", "all"}}}}, "/partitions/split", "unknown key");
   expect_error(json{{"a/b~c", 1}}, "/a~1b~0c", "unknown key");
+}
+
+// A misspelt key is answered with the nearest known one, at every level; a name near none
+// gets no guess.
+TEST(ScenarioErrorTest, UnknownKeysNameTheNearestKnownOne) {
+  expect_error(json{{"partitons", {{"pp", 2}}}}, "/partitons",
+               "unknown key; did you mean \"partitions\"?");
+  expect_error(json{{"model", {{"overrides", {{"hidden_sise", 256}}}}}},
+               "/model/overrides/hidden_sise", "unknown key; did you mean \"hidden_size\"?");
+  expect_error(json{{"speculative", {{"gama", 2}}}}, "/speculative/gama",
+               "unknown key; did you mean \"gamma\"?");
+  const std::string far = error_of(json{{"zzzzzzzz", 1}});
+  EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
+  EXPECT_EQ(nearest_name("PARTITONS", {"partitions", "faults"}), "partitions");
 }
 
 TEST(ScenarioErrorTest, WrongTypes) {
