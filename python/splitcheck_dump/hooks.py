@@ -20,7 +20,8 @@ import warnings
 import numpy as np
 
 from . import _encoding
-from .sites import LAYER_SITES, LOGITS_SITE, OUTPUT_SITE, STANDARD_LAYER_SITES
+from .sites import (FINAL_NORM_SITE, LAYER_SITES, LOGITS_SITE, OUTPUT_SITE,
+                    STANDARD_LAYER_SITES)
 
 
 def bf16_bits(tensor):
@@ -257,8 +258,9 @@ def record_stage(stage_module, writer, layers="layers", first_layer=0, sites=Non
     sites: changes to the standard sites (splitcheck_dump.sites.STANDARD_LAYER_SITES):
       {site: module path relative to the layer, Site(path, select), (path, select), or
       None to leave the site out}; e.g. {"mlp_out": "block_sparse_moe"}.
-    final_norm, lm_head: a module or path; `output` is the final norm's input, `logits`
-      the head's output (float32, exact for bf16 and float16 heads). A placeholder or None
+    final_norm, lm_head: a module or path; `output` is the final norm's input,
+      `final_norm` the head's input (the norm's output, as the head reads it), `logits` the
+      head's output (float32, exact for bf16 and float16 heads). A placeholder or None
       records nothing (give the same paths on every stage). Each records its module's
       first call in a forward: a norm applied twice shows in the logits, not as a
       recording error. final_norm may be a
@@ -314,6 +316,13 @@ def record_stage(stage_module, writer, layers="layers", first_layer=0, sites=Non
             rec._keep("the lm_head", LOGITS_SITE, rows(first_tensor(output)), "float32",
                       first_call_only=True)
         rec.handles.append(head.register_forward_hook(head_hook))
+
+        # `final_norm` is what the head reads: a norm applied twice shows there, before
+        # the logits, and logits that differ from an equal final_norm are the head's.
+        def head_input_hook(mod, inputs):
+            rec._keep("the lm_head", FINAL_NORM_SITE, rows(first_tensor(inputs)), dtype,
+                      first_call_only=True)
+        rec.handles.append(head.register_forward_pre_hook(head_input_hook))
     return rec
 
 

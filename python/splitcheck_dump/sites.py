@@ -26,8 +26,11 @@ LAYER_OUTPUT_SITE = "prefix"
 # Every layer site as (site, module path relative to the layer; "" is the layer itself).
 STANDARD_LAYER_SITES = SUBLAYER_SITES + ((LAYER_OUTPUT_SITE, ""),)
 
-# The last stage's sites: `output` is the final norm's input, `logits` the head's output.
+# The last stage's sites: `output` is the final norm's input, `final_norm` its output (the
+# head's input: with it recorded, logits that differ are told apart as the norm's fault or
+# the head's), `logits` the head's output.
 OUTPUT_SITE = "output"
+FINAL_NORM_SITE = "final_norm"
 LOGITS_SITE = "logits"
 
 assert tuple(s for s, _ in STANDARD_LAYER_SITES) == LAYER_SITES

@@ -93,7 +93,7 @@ def test_a_sliced_stage_is_numbered_from_its_first_layer():
         logits = stage(x)
     paths = [p for p, _, _ in got]
     assert paths == ([f"/forward/2/layers/{l}/{s}" for l in (3, 4) for s in sd.LAYER_SITES]
-                     + ["/forward/2/output", "/forward/2/logits"])
+                     + ["/forward/2/output", "/forward/2/final_norm", "/forward/2/logits"])
     # Each site is the tensor the convention names, bit for bit, leading axes flattened.
     layer = stage.layers[0]
     with torch.no_grad(), rec.paused():
@@ -239,9 +239,11 @@ def test_a_layer_module_that_runs_twice_in_a_forward_is_named():
         stage.layers[0].input_layernorm(torch.ones(1, 2, H))
 
 
-def test_a_final_norm_applied_twice_records_its_first_input_and_the_logits_differ():
-    """A doubled final norm is a bug for the comparison to find (at `logits`), not a
-    recording error: `output` is the stream the head's first norm call reads."""
+def test_a_final_norm_applied_twice_shows_in_what_the_head_reads():
+    """A doubled final norm is a bug for the comparison to find, not a recording error:
+    `output` is the stream the norm's first call reads, and `final_norm` what the head
+    reads, so the doubled norm differs there, before the logits (cause `head: final
+    norm`)."""
     stage = Stage(0, 2, last=True)
     sink, got = collect()
     rec = sd.record_stage(stage, sink, final_norm="norm", lm_head="lm_head")
@@ -251,7 +253,11 @@ def test_a_final_norm_applied_twice_records_its_first_input_and_the_logits_diffe
         stage.lm_head(stage.norm(stage.norm(h)))
     by_path = {p: t for p, t, _ in got}
     assert torch.equal(by_path["/forward/0/output"], h[0])
-    assert [p.split("/")[-1] for p, _, _ in got][-2:] == ["output", "logits"]
+    with rec.paused(), torch.no_grad():
+        once, twice = stage.norm(h), stage.norm(stage.norm(h))
+    assert torch.equal(by_path["/forward/0/final_norm"], twice[0])
+    assert not torch.equal(by_path["/forward/0/final_norm"], once[0])
+    assert [p.split("/")[-1] for p, _, _ in got][-3:] == ["output", "final_norm", "logits"]
 
 
 def test_a_tensor_recorder_is_flushed_when_each_forward_ends():
