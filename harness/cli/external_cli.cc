@@ -87,6 +87,24 @@ int interrupted_bisect(const Scenario& s, const SweepResult& r, const std::strin
   return 128 + r.interrupted_by;
 }
 
+// A bisect whose PP=1 gave no reference (the engine's PP=1 run failed): no split point was
+// judged, so no cause is named and no repro written; the report, when asked, is the sweep's
+// (verdict error).
+int unreferenced_bisect(const Scenario& s, const SweepResult& r, const std::string& report_dir,
+                        const std::string& command_line) {
+  const nlohmann::json report = sweep_report(r, ReportContext{command_line});
+  if (!report_dir.empty()) {
+    if (Status st = write_reports(report_dir, report); !st.is_ok()) return fail(st);
+    fmt::print("report: {}/report.json (the sweep, verdict error)\n", console_line(report_dir));
+  }
+  print_opening(report);
+  fmt::print(
+      "bisect {}: error: PP=1 gave no reference ({}): no split point judged, no cause named, "
+      "no repro written\n",
+      s.name, console_line(r.reference_failure));
+  return r.exit_code();
+}
+
 }  // namespace
 
 int external_sweep_and_report(const Scenario& s, const ExternalSweepOptions& options,
@@ -110,6 +128,7 @@ int external_bisect(const Scenario& s, const ExternalSweepOptions& options,
   Result<SweepResult> r = run_external_sweep(s, options);
   if (!r.is_ok()) return fail(r.status());
   if (r->interrupted_by != 0) return interrupted_bisect(s, *r, report_dir, command_line);
+  if (!r->reference_failure.empty()) return unreferenced_bisect(s, *r, report_dir, command_line);
   BisectResult b;
   b.sweeps = 1;
   b.before = scenario_size(s);

@@ -261,6 +261,15 @@ TEST_F(ExternalSweepTest, AFailingPp1RunJudgesNothing) {
   EXPECT_NE(file_text(path("rep") / "junit.xml").find("name=\"pp1\""), std::string::npos);
   for (const char* file : {"summary.md", "report.html", "junit.xml"})
     EXPECT_EQ(file_text(path("rep") / file).find("DIVERGENT"), std::string::npos) << file;
+  // bisect names no cause and writes no repro for a run that judged nothing.
+  const fs::path repro = path("bad-repro.json");
+  const CliResult b = cli("bisect " + quote(s.string()) + " --out " + quote(repro.string()));
+  EXPECT_EQ(b.code, 3) << b.out << b.err;
+  EXPECT_NE(b.out.find(": error: PP=1 gave no reference (engine exited with status "
+                       "2): no split point judged, no cause named, no repro written"),
+            std::string::npos)
+      << b.out;
+  EXPECT_FALSE(fs::exists(repro));
   const size_t pp1 = r.out.find("\nPP=1:");
   ASSERT_NE(pp1, std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("engine exited with status 2", pp1), r.out.find_first_not_of(' ', pp1 + 6))
