@@ -69,40 +69,33 @@ nlohmann::json engine_repro(const Scenario& s, const std::vector<int>& cuts) {
   return j;
 }
 
-// A bisect that SIGINT, SIGTERM or SIGHUP stopped: what ran proves no cause, so no repro is
-// written; the report, when asked, is the sweep's of what finished (verdict interrupted).
-int interrupted_bisect(const Scenario& s, const SweepResult& r, const std::string& report_dir,
-                       const std::string& command_line) {
+// A bisect that names no cause and writes no repro, because what ran proves none: a
+// signal stopped it (verdict interrupted) or PP=1 gave no reference (verdict error). The
+// report, when asked, is the sweep's of what ran; `why` ends the console.
+int bisect_without_cause(const Scenario& s, const SweepResult& r, const std::string& report_dir,
+                         const std::string& command_line, const std::string& why) {
   const nlohmann::json report = sweep_report(r, ReportContext{command_line});
   if (!report_dir.empty()) {
     if (Status st = write_reports(report_dir, report); !st.is_ok()) return fail(st);
-    fmt::print("report: {}/report.json (the sweep of what finished)\n", console_line(report_dir));
+    fmt::print("report: {}/report.json (the sweep of what ran, verdict {})\n",
+               console_line(report_dir), r.verdict_word());
   }
   print_opening(report);
-  const char* name = sigabbrev_np(r.interrupted_by);
-  fmt::print(
-      "bisect {}: interrupted by {} (engine processes killed) before it finished: no "
-      "cause named, no repro written\n",
-      s.name, name != nullptr ? fmt::format("SIG{}", name) : "a signal");
-  return 128 + r.interrupted_by;
+  fmt::print("bisect {}: {}: no cause named, no repro written\n", s.name, why);
+  return r.exit_code();
 }
 
-// A bisect whose PP=1 gave no reference (the engine's PP=1 run failed): no split point was
-// judged, so no cause is named and no repro written; the report, when asked, is the sweep's
-// (verdict error).
-int unreferenced_bisect(const Scenario& s, const SweepResult& r, const std::string& report_dir,
-                        const std::string& command_line) {
-  const nlohmann::json report = sweep_report(r, ReportContext{command_line});
-  if (!report_dir.empty()) {
-    if (Status st = write_reports(report_dir, report); !st.is_ok()) return fail(st);
-    fmt::print("report: {}/report.json (the sweep, verdict error)\n", console_line(report_dir));
+// Why a bisect names no cause, or "" when its sweep can name one.
+std::string no_cause_reason(const SweepResult& r) {
+  if (r.interrupted_by != 0) {
+    const char* name = sigabbrev_np(r.interrupted_by);
+    return fmt::format("interrupted by {} (engine processes killed) before it finished",
+                       name != nullptr ? fmt::format("SIG{}", name) : "a signal");
   }
-  print_opening(report);
-  fmt::print(
-      "bisect {}: error: PP=1 gave no reference ({}): no split point judged, no cause named, "
-      "no repro written\n",
-      s.name, console_line(r.reference_failure));
-  return r.exit_code();
+  if (!r.reference_failure.empty())
+    return fmt::format("error: PP=1 gave no reference ({}), no split point judged",
+                       console_line(r.reference_failure));
+  return "";
 }
 
 }  // namespace
@@ -127,8 +120,8 @@ int external_bisect(const Scenario& s, const ExternalSweepOptions& options,
                     const std::string& command_line) {
   Result<SweepResult> r = run_external_sweep(s, options);
   if (!r.is_ok()) return fail(r.status());
-  if (r->interrupted_by != 0) return interrupted_bisect(s, *r, report_dir, command_line);
-  if (!r->reference_failure.empty()) return unreferenced_bisect(s, *r, report_dir, command_line);
+  if (const std::string why = no_cause_reason(*r); !why.empty())
+    return bisect_without_cause(s, *r, report_dir, command_line, why);
   BisectResult b;
   b.sweeps = 1;
   b.before = scenario_size(s);

@@ -266,7 +266,7 @@ TEST_F(ExternalSweepTest, AFailingPp1RunJudgesNothing) {
   const CliResult b = cli("bisect " + quote(s.string()) + " --out " + quote(repro.string()));
   EXPECT_EQ(b.code, 3) << b.out << b.err;
   EXPECT_NE(b.out.find(": error: PP=1 gave no reference (engine exited with status "
-                       "2): no split point judged, no cause named, no repro written"),
+                       "2), no split point judged: no cause named, no repro written"),
             std::string::npos)
       << b.out;
   EXPECT_FALSE(fs::exists(repro));
