@@ -47,14 +47,14 @@ done
 # EveryDumpLevel, FaultSensitivity, MpiFaultTest, MpiSweepTest and RanksTest (launch
 # mpirun), ServingFaults, BisectFaultTest, CliTest, MergeTest, CheckpointRun,
 # DefaultWorkload, ServingEagle3, the larger serving sweep, the approximate lane's
-# failure cases (one lane test stays), the browser, Python adapter and PyTorch pipeline
-# tests (other programs). Placement judged on real runs stays: it runs the CLI four times
+# failure cases (one lane test stays), the browser, Python adapter, PyTorch pipeline and
+# tour tests (other programs). Placement judged on real runs stays: it runs the CLI four times
 # on a small default scenario (113 s under ASan on the full one). Parameterised suites
 # are named with a leading * ("Scenarios/...", "ThreeSeeds/...").
 asan_subset='*'
 asan_subset+='-*CommittedScenario*:*EveryDumpLevel*:*FaultSensitivity*.Every*Caught*'
 asan_subset+=':*MpiFaultTest*'
-asan_subset+=':MpiSweepTest*:RanksTest*:*TorchPipelineTest*'
+asan_subset+=':MpiSweepTest*:RanksTest*:*TorchPipelineTest*:TourTest*'
 asan_subset+=':ServingFaults*:*BisectFaultTest*:CliTest*:MergeTest*:CheckpointRun*'
 asan_subset+=':*DefaultWorkload*:BrowserTest*:PythonAdapterTest*:Cuda*'
 asan_subset+=':*ServingEagle3*:ServingSweep.BitIdentical*:ApproxLaneTest.Fails*:ApproxCliTest*'
