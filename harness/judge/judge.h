@@ -1,9 +1,9 @@
 // The one judge: a case's verdict from PP=1's record and the case's own, the checks
-// selected and the evidence each carries. The built-in sweep (harness/sweep/sweep.cc) and
-// the external runner (harness/runner/external_sweep.cc) gather that evidence their own way (an
-// engine built here, a dump an engine wrote) and hand it to judge_case; the self-checks compare
-// through compare_records; bisect and merge read the verdicts these give. No caller sets a
-// case's verdict from a comparison of its own.
+// selected and the evidence each carries. The sweep driver's two case sources, the built-in
+// engine (harness/sweep/sweep.cc) and an external engine (harness/sweep/external_sweep.cc),
+// gather that evidence their own way (an engine built here, a dump an engine wrote) and hand
+// it to judge_case; the self-checks compare through compare_records; bisect and merge read
+// the verdicts these give. No caller sets a case's verdict from a comparison of its own.
 //
 // What it decides, in this order: the selected dataset checks compared dataset by dataset
 // in PP=1's execution order (the first missing or extra dataset and the first numeric

@@ -28,8 +28,8 @@ namespace {
 // The scenario's transport must be the one the sweep was given (nothing runs in-process
 // in its place), with room for the partition with the most stages that would run. A
 // partition that owns some layer twice or never is rejected at configuration before any
-// stage is built (run_case's structural verdict), so it needs no rank: an MPI job with
-// fewer ranks than its stages still gives its verdict.
+// stage is built (the driver's ownership verdict, harness/sweep/driver.h), so it needs no
+// rank: an MPI job with fewer ranks than its stages still gives its verdict.
 Status check_transport(const Scenario& s, const SweepOptions& options,
                        const std::vector<Partition>& parts) {
   const std::string where = s.source_path.empty() ? s.name : s.source_path;
