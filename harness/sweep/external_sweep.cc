@@ -456,7 +456,7 @@ class ExternalCases : public CaseSource {
   std::vector<NotJudged> sweep_not_judged() const override { return x_.not_judged; }
 
   void end(SweepResult& result) override {
-    x_.info->jobs = result.threads;
+    x_.info->jobs = result.cases.empty() ? 0 : result.threads;  // 0: no case ran
     result.interrupted_by = interrupt_signal();
     x_.info->interrupted_by = result.interrupted_by;
     finish_work_dir(*x_.info, x_.options);
