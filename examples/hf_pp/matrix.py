@@ -78,7 +78,8 @@ def case_line(c):
                  f"{dp.get('expected')} at PP=1, {dp.get('actual')} here")
     else:
         where = (c.get("message") or "")[:300]
-    return f"{c.get('key')}: {c.get('verdict')} [{checks}] {where}"
+    cause = f" (cause: {c['cause']})" if c.get("cause") else ""
+    return f"{c.get('key')}: {c.get('verdict')} [{checks}] {where}{cause}"
 
 
 def run_sweep(args, name, path, lock, detail=False, keep_pp1=None):

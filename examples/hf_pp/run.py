@@ -40,11 +40,15 @@ one: a last stage that is not the first), so PP=1 is the clean reference:
 Exit 0 with the dump written; 1 when a stage failed; 2 for invalid arguments.
 """
 
-import argparse
-import hashlib
-import json
 import os
-import sys
+import time
+
+os.environ.setdefault("SPLITCHECK_PHASES_T0", str(time.time()))  # SPLITCHECK_PHASES=1: timings
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
 
 # Stages are forked from this process and pick their device after the fork: a CUDA
 # availability check here must not initialise CUDA (NVML answers instead).
@@ -143,6 +147,7 @@ def main(argv=None):
             raise ValueError(f"--device {args.device!r}: auto, cpu or cuda[:N]")
         hf.check_transformers()
         config, model = preload(args.family, args.layers)
+        hf.phase("launcher", "transformers imported and the model checked stageable")
         for bug, needed in NEEDS.items():
             if getattr(args, bug) and getattr(config, needed, None) is None:
                 raise ValueError(f"--{bug.replace('_', '-')} needs a family whose config has "

@@ -51,8 +51,10 @@ import dataclasses
 import functools
 import importlib.util
 import inspect
+import os
 import socket
 import sys
+import time
 
 import numpy as np
 import torch
@@ -629,17 +631,36 @@ def resolve_device(name):
     return name
 
 
+def phase(who, what):
+    """With SPLITCHECK_PHASES=1 in the environment, prints to stderr the seconds since the
+    engine started (SPLITCHECK_PHASES_T0, set by the engine's first line, else this
+    module's import) at which `who` finished `what`: where an engine run's time goes."""
+    if os.environ.get("SPLITCHECK_PHASES") == "1":
+        t0 = float(os.environ.get("SPLITCHECK_PHASES_T0", _IMPORTED))
+        print(f"phase {time.time() - t0:7.2f} s  {who}: {what}", file=sys.stderr, flush=True)
+
+
+_IMPORTED = time.time()
+
+
 def stage_main(rank, plan):
     """What the process of stage `rank` runs: its part of every forward, then (last
     stage) the dump."""
+    who = f"stage {rank}"
+    phase(who, "forked")
     torch.set_num_threads(plan.threads)
     pp = len(plan.bounds) - 1
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{plan.port}", rank=rank,
                             world_size=pp)
+    phase(who, "process group")
     device = resolve_device(plan.device)
     model = plan.build_model(rank)
+    phase(who, "model built on the CPU")
     stage = PipelineStage(model, rank, plan.bounds, device, plan.stage_options(rank))
     del model  # the stage keeps only its own modules
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    phase(who, f"stage placed on {device}")
     forwards, events, emitted = [], {}, []
     ids = list(plan.prompt)
     for f in range(plan.new_tokens):
@@ -654,12 +675,15 @@ def stage_main(rank, plan):
             dist.broadcast(token, src=pp - 1)
         emitted.append(int(token.item()))
         ids = [emitted[-1]]
+    phase(who, f"{plan.new_tokens} forwards")
     mine = {"records": stage.records(), "events": events,
             "placement": stage.placement().attributes(), "env": environment(device)}
     gathered = [None] * pp if rank == pp - 1 else None
     dist.gather_object(mine, gathered, dst=pp - 1)
+    phase(who, "records gathered")
     if rank == pp - 1:
         write_dump(plan, forwards, gathered, emitted)
+        phase(who, "dump written")
     dist.destroy_process_group()
 
 
@@ -732,4 +756,5 @@ def launch(plan):
         raise RuntimeError("splitcheck_dump.hf.launch: CUDA was started before the stages "
                            "were forked; start it only inside the stages")
     plan.port = plan.port or _free_port()
+    phase("launcher", "forking the stages")
     return run_stage_processes(stage_main, plan, len(plan.bounds) - 1, "splitcheck_dump.hf")
