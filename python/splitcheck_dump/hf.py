@@ -36,7 +36,9 @@ MLP's or MoE's output) and `prefix` (the layer's output: the residual stream the
 layer reads; a site whose module the family lacks is not recorded), each in the dtype
 the model computed it in (float32 for a float32 model: the engine's own bits), or
 narrowed on request (`StageOptions.record_dtype`, recorded as each dataset's
-`source_dtype`); `output`; `logits` (float32); `next_tokens`; `dispatch` (the attention
+`source_dtype`); `output` (the final norm's input); `final_norm` (its output, what the
+head reads: logits that differ are told apart as the norm's fault or the head's);
+`logits` (float32); `next_tokens`; `dispatch` (the attention
 implementation each layer's attention ran with, read from its config when it is called;
 the MLP kind; embedding, final norm, head, argmax). Then
 `/generation/0/{prompt_ids,emitted}` and `/stages/<s>` (layer range, measured parameter
@@ -64,7 +66,7 @@ from .dispatch import DispatchEvent, DispatchTrace
 from .placement import StagePlacement
 from .processes import run_stage_processes
 from .recorder import TensorRecorder
-from .sites import LAYER_OUTPUT_SITE, SUBLAYER_SITES
+from .sites import FINAL_NORM_SITE, LAYER_OUTPUT_SITE, SUBLAYER_SITES
 from .writer import DumpWriter
 
 
@@ -524,6 +526,7 @@ class PipelineStage:
         self._event("hf_rms_norm", "final", -1, "final_norm")
 
     def _on_head(self, module, inputs):
+        self._keep(FINAL_NORM_SITE, inputs[0][0], self.options.record_dtype)
         self._event("hf_lm_head", "linear", -1, "lm_head")
 
     # -- one forward ----------------------------------------------------------------------

@@ -85,21 +85,16 @@ class TensorRecorder:
     def keep(self, path, value, dtype=None):
         """Records `value` under `path` in its own dtype (dtype None), or as `dtype`
         ("bfloat16", "float16", "float32" or "int32"; narrower than the value's: narrowing,
-        its source dtype recorded)."""
-        if dtype is None:
-            dtype = _own_dtype(value)
-        # A CUDA tensor of a known kind is only held: no call beyond this line's lookups.
-        kind = _device_kind(value, dtype)
-        source = source_dtype(value, dtype)
-        if kind is None:
-            if dtype is not None and dtype not in _DTYPES:
-                raise ValueError(f"{path}: unsupported dtype {dtype!r}; known: {', '.join(_DTYPES)}")
-            data, dtype = as_array(value, dtype, path)
-            self._entries.append([path, dtype, None, data, source])
-            return
-        entry = [path, dtype, value.shape, None, source]
+        its source dtype recorded). A CUDA tensor is only held, with its version: what it
+        becomes is decided at the flush, once per forward, off the forward's path (an
+        unsupported dtype is refused there, naming the path); anything else is converted
+        now."""
+        entry = [path, dtype, None, None, None]  # path, dtype, shape, array or place, source
         self._entries.append(entry)
-        self._pending_entries.append((entry, kind, value, value._version))
+        if _deferred(value):
+            self._pending_entries.append((entry, value, value._version))
+        else:
+            _convert(entry, value)
 
     def flush(self):
         """Starts copying to the host what was kept since the last flush; does not wait
@@ -109,15 +104,24 @@ class TensorRecorder:
         import torch
         from torch._utils import _flatten_dense_tensors
 
-        pending = {}  # kind -> [tensors], in the order kept
-        for entry, kind, value, version in self._pending_entries:
+        pending, placed = {}, []  # kind -> [tensors] in the order kept; (entry, kind, n)
+        for entry, value, version in self._pending_entries:
             if value._version != version:
                 raise ValueError(
                     f"{entry[0]}: the tensor was updated in place after it was kept and before "
                     f"the flush; keep a copy (tensor.clone()) of a tensor the engine updates")
+            dtype, kind, source = _classified(value, entry[1])
+            if kind is None:  # a wider integer kept as int32, say: as_array checks it
+                _convert(entry, value)
+                continue
+            entry[1], entry[2], entry[4] = dtype, value.shape, source
             if kind == "f32>bf16" and value.dtype != torch.float32:
                 value = value.to(torch.float32)
             pending.setdefault(kind, []).append(value)
+            placed.append((entry, kind, value.numel()))
+        self._pending_entries = []
+        if not pending:
+            return
         hosts = {}
         with torch.no_grad():
             for kind, values in pending.items():
@@ -129,11 +133,9 @@ class TensorRecorder:
         batch = len(self._batches)
         self._batches.append((event, hosts))
         offsets = dict.fromkeys(hosts, 0)
-        for entry, kind, value, _ in self._pending_entries:
-            n = value.numel()
+        for entry, kind, n in placed:
             entry[3] = (batch, kind, offsets[kind], n)
             offsets[kind] += n
-        self._pending_entries = []
 
     def take(self):
         """Waits for every copy; returns [(path, numpy array, dtype, source dtype or None)]
@@ -169,6 +171,37 @@ def _own_dtype(value):
     if name in ("float32", "float16", "bfloat16"):
         return name
     return None
+
+
+def _deferred(value):
+    """Whether keep only holds the value until the flush: a CUDA tensor."""
+    return getattr(value, "is_cuda", False)
+
+
+_CLASSIFIED = {}
+
+
+def _classified(value, dtype):
+    """(the dtype kept, the kind it joins or None, its source dtype or None) of a tensor
+    kept as `dtype` (None: its own), remembered per (tensor dtype, dtype asked): the
+    flush decides each kept tensor with one lookup."""
+    key = (value.dtype, dtype)
+    got = _CLASSIFIED.get(key)
+    if got is None:
+        kept = dtype if dtype is not None else _own_dtype(value)
+        got = _CLASSIFIED[key] = (kept, _device_kind(value, kept), source_dtype(value, kept))
+    return got
+
+
+def _convert(entry, value):
+    """Fills a record's entry from `value` now, through as_array (which checks the dtype)."""
+    path, dtype = entry[0], entry[1]
+    if dtype is None:
+        dtype = _own_dtype(value)
+    if dtype is not None and dtype not in _DTYPES:
+        raise ValueError(f"{path}: unsupported dtype {dtype!r}; known: {', '.join(_DTYPES)}")
+    entry[4] = source_dtype(value, dtype)
+    entry[3], entry[1] = as_array(value, dtype, path)
 
 
 def _device_kind(value, dtype):

@@ -47,7 +47,7 @@ def assert_same(hooks, adapter, paths):
 
 def adapter_paths(records):
     return [p for f in records.values() for p, *_ in f
-            if "/layers/" in p or p.endswith(("/output", "/logits"))]
+            if "/layers/" in p or p.endswith(("/output", "/final_norm", "/logits"))]
 
 
 def test_a_whole_model_records_what_the_adapter_records():

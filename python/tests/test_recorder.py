@@ -117,6 +117,8 @@ def test_the_batch_path_on_the_cpu_with_only_the_device_parts_stood_in(monkeypat
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: the real batch path runs in the test above")
     real_empty = torch.empty
+    monkeypatch.setattr(recorder, "_deferred", lambda v: isinstance(v, torch.Tensor))
+    monkeypatch.setattr(recorder, "_CLASSIFIED", {})  # decided by the stand-in below
     monkeypatch.setattr(recorder, "_device_kind", lambda v, d: recorder._kind_of(v, d))
     monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
     monkeypatch.setattr(torch.cuda, "Event", _DoneEvent)
