@@ -131,6 +131,10 @@ def test_the_batch_path_on_the_cpu_with_only_the_device_parts_stood_in(monkeypat
     x.add_(1)
     with pytest.raises(ValueError, match="/forward/2/x: the tensor was updated in place"):
         rec.flush()
+    rec = sd.TensorRecorder()
+    rec.keep("/forward/3/z", torch.zeros(2), "float8")  # a device tensor is decided at the flush
+    with pytest.raises(ValueError, match="/forward/3/z: unsupported dtype 'float8'"):
+        rec.flush()
 
 
 def test_take_by_forward_groups_in_the_order_kept():
