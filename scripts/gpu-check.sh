@@ -475,7 +475,7 @@ done
 # once to show the adapter's refusal. One row per family and dtype goes to the final table.
 detail="every family and dtype: every split point identical to its PP=1"
 step external-hf-matrix 600 python3 "$root/examples/hf_pp/matrix.py" \
-  --splitcheck "$build/splitcheck" --jobs "${MATRIX_JOBS:-5}" --sweeps "${MATRIX_SWEEPS:-4}" \
+  --splitcheck "$build/splitcheck" --jobs "${MATRIX_JOBS:-3}" --sweeps "${MATRIX_SWEEPS:-12}" \
   --out "$log/hf-matrix"
 matrix_rows="$(sed -n '/^family /,$p' "$log/external-hf-matrix.log" 2>/dev/null || true)"
 detail="decode step with and without recording (target: at most 10%)"
